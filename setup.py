@@ -1,0 +1,53 @@
+"""grpo_jax: reinforcement learning of language models on verifiable rewards, in JAX."""
+
+from setuptools import find_packages, setup
+
+setup(
+    name="grpo_jax",
+    version="0.1.0",
+    description=(
+        "Policy gradient, TRPO, PPO, GAE, GRPO and the DeepSeek-R1 recipes in JAX/Flax NNX."
+    ),
+    long_description=open("README.md", encoding="utf-8").read(),
+    long_description_content_type="text/markdown",
+    python_requires=">=3.11",
+    packages=find_packages(include=["grpo_jax", "grpo_jax.*"]),
+    # Compatible ranges: the API of jax / flax NNX / orbax / grain moves quickly, so a newer
+    # Python must not silently pull a release with a different API.
+    install_requires=[
+        "jax>=0.10.2,<0.11",
+        "flax>=0.12.8,<0.13",
+        "optax>=0.2.8,<0.3",
+        "orbax-checkpoint>=0.12.8,<0.13",
+        "chex>=0.1.92,<0.2",
+        "ml-collections>=1.1,<2",
+        "absl-py>=2.1,<3",
+        "numpy>=2.0,<3",
+        "sentencepiece>=0.2,<0.3",
+        "grain>=0.2.18,<0.3",
+        "tensorflow-datasets>=4.9.10,<5",
+        "importlib_resources>=6.0",
+        "safetensors>=0.5,<1",
+        "tokenizers>=0.21,<1",
+        "tensorboardX>=2.6,<3",
+        "tqdm>=4.66,<5",
+        "matplotlib>=3.8,<4",
+        "math-verify>=0.8,<0.10",
+    ],
+    extras_require={
+        "dev": [
+            "pytest>=8,<10",
+            "hypothesis>=6.100,<7",
+            "nbformat>=5.10,<6",
+            "nbclient>=0.10,<0.12",
+            "ipykernel>=6.29,<8",
+            "ruff>=0.6",
+        ],
+        # Only for parity tests and benchmarks against Hugging Face. On CPU-only machines
+        # install torch first with `pip install torch==2.13.0` (a CPU build).
+        "hf": ["torch>=2.13,<2.15", "transformers>=4.50,<6"],
+        "gpu": ["jax[cuda12]>=0.10.2,<0.11"],
+        "tpu": ["jax[tpu]>=0.10.2,<0.11"],
+    },
+    entry_points={"console_scripts": ["grpo-jax=grpo_jax.main:run"]},
+)

@@ -1,0 +1,263 @@
+"""Checkpoints: a thin wrapper over orbax-checkpoint's `CheckpointManager`.
+
+One checkpoint = one step directory holding two items:
+
+* ``state``: a pytree of arrays (params, optimizer state, reference params, PRNG keys, ...),
+  saved with ``ocp.args.StandardSave`` and restored onto a target tree whose leaves may carry
+  ``NamedSharding``s, so a restore lands directly on the mesh;
+* ``meta``: a JSON-serialisable dict (stage name, step, data-iterator state, config hash),
+  saved with ``ocp.args.JsonSave``.
+
+Saves are atomic: orbax writes into ``<step>.orbax-checkpoint-tmp-*`` and renames it to
+``<step>`` when complete, so an interrupted save never replaces the latest good checkpoint;
+unfinished temporary directories are ignored by `latest_step` and `restore`.
+
+PRNG keys: both typed keys (``jax.random.key``) and raw ``uint32`` keys
+(``jax.random.PRNGKey``) are supported. A typed key is stored as its ``key_data`` and its
+implementation name is recorded in the metadata; `restore` wraps it back into a typed key
+(with or without a target).
+
+Typical use::
+
+    ckpt = Checkpointer(workdir / "checkpoints", max_to_keep=3, save_interval_steps=50)
+    if ckpt.latest_step() is not None:
+        state, meta = ckpt.restore(target=abstract_state)
+    ...
+    ckpt.save(step, state=state, meta={"stage": "rl", "step": step}, force=last_step)
+    ckpt.close()
+"""
+
+from __future__ import annotations
+
+import json
+import os
+from collections.abc import Mapping
+from typing import Any
+
+import jax
+import jax.numpy as jnp
+import orbax.checkpoint as ocp
+
+__all__ = ["Checkpointer", "CheckpointNotFoundError"]
+
+_STATE = "state"
+_META = "meta"
+# Reserved metadata field: {flattened key path: PRNG impl name} for typed keys in `state`.
+_TYPED_KEYS_FIELD = "__typed_prng_keys__"
+
+
+class CheckpointNotFoundError(FileNotFoundError):
+    """Raised when a restore is asked for and no (matching) finished checkpoint exists."""
+
+
+def _is_typed_key(x: Any) -> bool:
+    dtype = getattr(x, "dtype", None)
+    return dtype is not None and jnp.issubdtype(dtype, jax.dtypes.prng_key)
+
+
+def _path_str(path) -> str:
+    return jax.tree_util.keystr(path)
+
+
+def _to_storable(state: Any) -> tuple[Any, dict[str, str]]:
+    """Replaces typed PRNG keys by their uint32 key data; returns (tree, {path: impl})."""
+    typed: dict[str, str] = {}
+
+    def convert(path, x):
+        if _is_typed_key(x):
+            typed[_path_str(path)] = str(jax.random.key_impl(x))
+            return jax.random.key_data(x)
+        return x
+
+    return jax.tree_util.tree_map_with_path(convert, state), typed
+
+
+def _abstract_leaf(x: Any) -> Any:
+    """Concrete or abstract array -> ShapeDtypeStruct keeping its sharding; others unchanged."""
+    if _is_typed_key(x):
+        data = jax.eval_shape(jax.random.key_data, x)
+        sharding = getattr(x, "sharding", None)
+        if sharding is not None and hasattr(sharding, "spec"):
+            # key_data appends a trailing (replicated) dimension to the key's shape.
+            sharding = jax.sharding.NamedSharding(sharding.mesh, sharding.spec)
+        return jax.ShapeDtypeStruct(data.shape, data.dtype, sharding=sharding)
+    if isinstance(x, jax.ShapeDtypeStruct):
+        return x
+    if isinstance(x, jax.Array):
+        return jax.ShapeDtypeStruct(x.shape, x.dtype, sharding=x.sharding)
+    if hasattr(x, "shape") and hasattr(x, "dtype"):  # numpy arrays / scalars
+        return jax.ShapeDtypeStruct(x.shape, x.dtype)
+    return x
+
+
+def _wrap_typed_keys(tree: Any, typed: Mapping[str, str]) -> Any:
+    if not typed:
+        return tree
+
+    def wrap(path, x):
+        impl = typed.get(_path_str(path))
+        if impl is None:
+            return x
+        return jax.random.wrap_key_data(jnp.asarray(x) if not isinstance(x, jax.Array) else x,
+                                        impl=impl)
+
+    return jax.tree_util.tree_map_with_path(wrap, tree)
+
+
+class Checkpointer:
+    """Saves and restores (state pytree, JSON metadata) pairs under one directory.
+
+    Args:
+      directory: where step sub-directories are written (created if missing).
+      max_to_keep: number of most recent checkpoints kept (None keeps all).
+      save_interval_steps: when set, `save` only writes steps that are multiples of it
+        (unless ``force=True``); None saves every call.
+      async_: write in a background thread (`wait` blocks until writes are done).
+    """
+
+    def __init__(
+        self,
+        directory: str | os.PathLike,
+        *,
+        max_to_keep: int | None = 3,
+        save_interval_steps: int | None = None,
+        async_: bool = True,
+    ):
+        if max_to_keep is not None and max_to_keep < 1:
+            raise ValueError(f"max_to_keep: expected a positive int or None, got {max_to_keep}")
+        if save_interval_steps is not None and save_interval_steps < 1:
+            raise ValueError(
+                f"save_interval_steps: expected a positive int or None, got {save_interval_steps}"
+            )
+        self.directory = os.path.abspath(os.fspath(directory))
+        self.save_interval_steps = save_interval_steps
+        options = ocp.CheckpointManagerOptions(
+            max_to_keep=max_to_keep,
+            save_interval_steps=1,  # interval handled here so `force` is explicit
+            enable_async_checkpointing=async_,
+            create=True,
+        )
+        self._manager = ocp.CheckpointManager(
+            self.directory, options=options, item_names=(_STATE, _META)
+        )
+
+    # ------------------------------------------------------------------ queries
+    def all_steps(self) -> list[int]:
+        """Steps of the finished checkpoints, ascending."""
+        self._manager.reload()
+        return sorted(self._manager.all_steps())
+
+    def latest_step(self) -> int | None:
+        """The latest finished step, or None when the directory holds no checkpoint."""
+        steps = self.all_steps()
+        return steps[-1] if steps else None
+
+    def should_save(self, step: int) -> bool:
+        """Whether `save(step)` without ``force`` writes (interval rule, step not yet saved)."""
+        if step in self._manager.all_steps():
+            return False
+        return self.save_interval_steps is None or step % self.save_interval_steps == 0
+
+    # ------------------------------------------------------------------ save
+    def save(self, step: int, *, state: Any, meta: Mapping[str, Any] | None = None,
+             force: bool = False) -> bool:
+        """Writes checkpoint `step` (asynchronously unless ``async_=False``).
+
+        Args:
+          step: non-negative int, the step number (directory name).
+          state: pytree of arrays; typed PRNG keys are allowed.
+          meta: JSON-serialisable dict (stage, step, data iterator state, config hash, ...).
+          force: write even if `step` is not a multiple of `save_interval_steps`.
+
+        Returns:
+          True when a checkpoint was started, False when skipped (interval rule, or `step`
+          already saved, e.g. the end-of-stage save coinciding with a periodic one).
+        """
+        if not isinstance(step, int) or isinstance(step, bool) or step < 0:
+            raise ValueError(f"step: expected a non-negative int, got {step!r}")
+        meta = dict(meta or {})
+        if _TYPED_KEYS_FIELD in meta:
+            raise ValueError(f"meta: the field {_TYPED_KEYS_FIELD!r} is reserved")
+        if step in self._manager.all_steps():
+            return False
+        if not force and not self.should_save(step):
+            return False
+        storable, typed = _to_storable(state)
+        meta[_TYPED_KEYS_FIELD] = typed
+        try:
+            json.dumps(meta)
+        except TypeError as err:
+            raise ValueError(f"meta: expected a JSON-serialisable dict ({err})") from None
+        saved = self._manager.save(
+            step,
+            args=ocp.args.Composite(
+                **{_STATE: ocp.args.StandardSave(storable), _META: ocp.args.JsonSave(meta)}
+            ),
+            force=True,
+        )
+        return bool(saved)
+
+    # ------------------------------------------------------------------ restore
+    def restore(self, step: int | None = None, *, target: Any = None) -> tuple[Any, dict]:
+        """Restores (state, meta) of `step` (default: the latest finished step).
+
+        Args:
+          step: which step to restore; None means `latest_step()`.
+          target: optional pytree with the structure of the saved state whose leaves are
+            arrays or `jax.ShapeDtypeStruct`s; their shapes, dtypes and shardings (e.g.
+            ``NamedSharding`` on a mesh) decide how arrays are restored. Typed PRNG key
+            leaves (concrete or abstract) restore as typed keys. Without a target, arrays
+            come back in the saved structure (dicts/lists) on the default device.
+
+        Returns:
+          (state, meta): the restored pytree and the metadata dict.
+        """
+        self.wait()
+        steps = self.all_steps()
+        if not steps:
+            raise CheckpointNotFoundError(
+                f"no finished checkpoint in {self.directory}: run training (which saves "
+                "checkpoints) first, or point the workdir at an existing run"
+            )
+        if step is None:
+            step = steps[-1]
+        elif step not in steps:
+            raise CheckpointNotFoundError(
+                f"step {step} not found in {self.directory}; available steps: {steps}"
+            )
+        meta = self._manager.restore(
+            step, args=ocp.args.Composite(**{_META: ocp.args.JsonRestore()})
+        )[_META]
+        meta = dict(meta)
+        typed = meta.pop(_TYPED_KEYS_FIELD, {}) or {}
+        if target is None:
+            state_args = ocp.args.StandardRestore()
+        else:
+            abstract = jax.tree.map(_abstract_leaf, target)
+            state_args = ocp.args.StandardRestore(abstract)
+        try:
+            state = self._manager.restore(
+                step, args=ocp.args.Composite(**{_STATE: state_args})
+            )[_STATE]
+        except (ValueError, KeyError, TypeError) as err:
+            raise ValueError(
+                f"target: does not match the state saved at step {step} in "
+                f"{self.directory} ({type(err).__name__}: {str(err).splitlines()[0]})"
+            ) from err
+        return _wrap_typed_keys(state, typed), meta
+
+    # ------------------------------------------------------------------ lifecycle
+    def wait(self) -> None:
+        """Blocks until all pending asynchronous saves are finished."""
+        self._manager.wait_until_finished()
+
+    def close(self) -> None:
+        """Waits for pending saves and releases the manager's resources."""
+        self._manager.wait_until_finished()
+        self._manager.close()
+
+    def __enter__(self) -> "Checkpointer":
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self.close()

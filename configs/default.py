@@ -1,0 +1,125 @@
+"""The CPU main job: R1-Zero in miniature.
+
+Build a synthetic arithmetic task and a character tokenizer, pretrain a tiny base model on
+noisy worked solutions (so it has low pass@1 but high pass@8), evaluate it, run GRPO with
+accuracy and format rewards, evaluate again, and write report.md / report.json / plots.
+
+    python -m grpo_jax.main                                   # this config
+    python -m grpo_jax.main --config=configs/default.py:smoke # a seconds-long smoke run
+    python -m grpo_jax.main --config.rl.algorithm=dr_grpo --config.rl.beta=0.0
+
+Presets (after the colon): "smoke" (tiny sizes for tests), "cpu" (the default).
+"""
+
+import ml_collections
+
+
+def get_config(preset: str | None = None) -> ml_collections.ConfigDict:
+    config = ml_collections.ConfigDict()
+    config.seed = 0  # one seed for data, initialisation and sampling
+    # Stages run in order and share one workdir. Each name is a section of this config
+    # whose `kind` says what it does: pretrain | sft | rl | eval (| rejection_sft | distill).
+    config.stages = "pretrain,eval_base,rl,eval_final"
+
+    # ---- task and tokenizer ---------------------------------------------------------------
+    config.task = ml_collections.ConfigDict()
+    config.task.name = "arithmetic"  # registered task name (grpo_jax.tasks.available_tasks())
+    config.task.kwargs = ml_collections.ConfigDict({"difficulty": 1})  # task constructor args
+    config.task.template = "plain"  # prompt template: plain | r1_zero
+    config.task.solution_error_rate = 0.3  # chance that a worked-solution step is wrong
+    config.task.format_error_rate = 0.15  # chance that a worked solution is malformed
+    config.task.train_size = 20000  # distinct training problems for RL prompts
+    config.task.eval_size = 128  # held-out problems for evaluation
+    config.task.prompt_len = 16  # prompt bucket (tokens, incl. BOS); longer is an error
+    config.tokenizer = "char"  # char | sentencepiece
+
+    # ---- model ----------------------------------------------------------------------------
+    config.model = ml_collections.ConfigDict()
+    config.model.name = "tiny-1m"  # grpo_jax.models.named_config name
+    config.model.dtype = "float32"  # compute dtype
+    config.model.param_dtype = "float32"
+    config.model.max_seq_len = 64  # context length (prompt bucket + max new tokens fits)
+    config.model.init_from = ""  # local Hugging Face checkpoint dir; "" = random init
+
+    # ---- mesh -----------------------------------------------------------------------------
+    config.mesh = ml_collections.ConfigDict()
+    config.mesh.data = -1  # -1: all remaining devices
+    config.mesh.fsdp = 1
+    config.mesh.tensor = 1
+
+    # ---- optimiser defaults (each training stage may override lr / steps) ----------------
+    config.optim = ml_collections.ConfigDict()
+    config.optim.weight_decay = 0.0  # AdamW decoupled weight decay (not on norms/biases)
+    config.optim.b1 = 0.9
+    config.optim.b2 = 0.99
+    config.optim.clip_norm = 1.0  # global-norm gradient clipping
+    config.optim.warmup_frac = 0.05  # linear warmup as a fraction of the stage's steps
+    config.optim.final_lr_frac = 0.1  # cosine decay to this fraction of the peak lr
+
+    # ---- stage: next-token pretraining on noisy worked solutions --------------------------
+    config.pretrain = ml_collections.ConfigDict()
+    config.pretrain.kind = "pretrain"
+    config.pretrain.steps = 600
+    config.pretrain.batch_size = 64
+    config.pretrain.lr = 3e-3
+    config.pretrain.micro_batches = 1
+
+    # ---- stage: evaluation ------------------------------------------------------------------
+    eval_section = ml_collections.ConfigDict()
+    eval_section.kind = "eval"
+    eval_section.num_samples = 8  # k samples per held-out problem (pass@1, pass@k, maj@k)
+    eval_section.temperature = 1.0  # sampling temperature for evaluation
+    eval_section.batch_size = 256  # sequences per sampler call (compile once)
+    config.eval_base = eval_section
+    config.eval_final = ml_collections.ConfigDict(eval_section.to_dict())
+
+    # ---- stage: reinforcement learning ----------------------------------------------------
+    config.rl = ml_collections.ConfigDict()
+    config.rl.kind = "rl"
+    config.rl.algorithm = "grpo"  # grpo | dr_grpo | rloo | reinforce | expert_iteration
+    config.rl.steps = 60  # RL iterations (sample -> score -> update)
+    config.rl.num_prompts = 32  # N prompts per iteration
+    config.rl.group_size = 8  # G completions per prompt
+    config.rl.num_iterations = 1  # mu: passes over each rollout batch
+    config.rl.num_minibatches = 1  # optimizer steps per pass
+    config.rl.micro_batches = 1  # gradient accumulation inside one optimizer step
+    config.rl.lr = 1e-3
+    config.rl.beta = 0.0  # KL-to-reference coefficient (reference log-probs skipped if 0)
+    config.rl.kl_kind = "k3"  # k1 | k2 | k3
+    config.rl.epsilon = 0.2  # clip range (low side)
+    config.rl.epsilon_high = -1.0  # clip-higher (DAPO); < 0 means equal to epsilon
+    config.rl.dual_clip = -1.0  # dual-clip bound c > 1 for negative advantages; < 0 = off
+    config.rl.ratio_level = "token"  # token | sequence (GSPO)
+    config.rl.loss_agg = "auto"  # token-mean | seq-mean-token-mean | seq-mean-token-sum |
+    #                             seq-mean-token-sum-norm | auto (the algorithm's own)
+    config.rl.adv_eps = 1e-6  # std floor in group normalisation
+    config.rl.temperature = 1.0  # rollout sampling temperature
+    config.rl.top_k = 0  # 0 = off
+    config.rl.top_p = 1.0
+    config.rl.max_new_tokens = 40
+    config.rl.rewards = ml_collections.ConfigDict({"accuracy": 1.0, "format": 0.2})
+    config.rl.checkpoint_every = 20  # steps between checkpoints (and one at stage end)
+
+    config.checkpoint = ml_collections.ConfigDict()
+    config.checkpoint.max_to_keep = 2
+
+    if preset in (None, "", "cpu"):
+        pass
+    elif preset == "smoke":
+        config.task.train_size = 256
+        config.task.eval_size = 8
+        config.model.name = "tiny-1m"
+        config.model.max_seq_len = 64
+        config.pretrain.steps = 3
+        config.pretrain.batch_size = 8
+        config.rl.steps = 2
+        config.rl.num_prompts = 4
+        config.rl.group_size = 4
+        config.rl.max_new_tokens = 24
+        config.rl.checkpoint_every = 1
+        for section in (config.eval_base, config.eval_final):
+            section.num_samples = 2
+            section.batch_size = 16
+    else:
+        raise ValueError(f"unknown preset {preset!r} for configs/default.py; expected smoke or cpu")
+    return config

@@ -1,0 +1,126 @@
+"""Rollouts: encode prompts into a fixed bucket, sample on device, decode and score.
+
+Shared by the RL stage and the evaluation stage so both compile the same sampler program
+when their shapes agree.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from typing import Any, Callable, Sequence
+
+import jax
+import numpy as np
+
+from grpo_jax.sampling import SamplingConfig, generate
+from grpo_jax.training import Params, Policy
+
+
+def encode_prompts(tokenizer, prompts: Sequence[str], *, prompt_len: int, ids: Sequence[str] | None = None):
+    """Left-pads BOS + prompt tokens into [B, prompt_len]; a longer prompt is an error.
+
+    Returns (tokens int32 [B, P], mask bool [B, P]).
+    """
+    tokens = np.full((len(prompts), prompt_len), tokenizer.pad_id, np.int32)
+    mask = np.zeros((len(prompts), prompt_len), bool)
+    for row, text in enumerate(prompts):
+        ids_ = [tokenizer.bos_id, *tokenizer.encode(text)]
+        if len(ids_) > prompt_len:
+            name = ids[row] if ids is not None else f"row {row}"
+            raise ValueError(
+                f"prompt {name} has {len(ids_)} tokens (with BOS) but the bucket "
+                f"task.prompt_len is {prompt_len}; raise task.prompt_len"
+            )
+        tokens[row, prompt_len - len(ids_):] = ids_
+        mask[row, prompt_len - len(ids_):] = True
+    return tokens, mask
+
+
+@dataclasses.dataclass
+class Rollout:
+    """One batch of sampled completions with their scores (host numpy arrays)."""
+
+    prompt_tokens: np.ndarray  # [B, P]
+    prompt_mask: np.ndarray  # [B, P]
+    tokens: np.ndarray  # [B, N] completion tokens (pad after EOS)
+    mask: np.ndarray  # [B, N] completion mask
+    sample_logp: np.ndarray  # [B, N] log-probs under the sampling distribution
+    lengths: np.ndarray  # [B]
+    texts: list[str]
+    rewards: np.ndarray  # [B] weighted total
+    components: dict[str, np.ndarray]  # name -> [B]
+    truncated: np.ndarray  # [B] bool: hit max_new_tokens without EOS
+
+
+def sample_completions(
+    policy: Policy,
+    params: Params,
+    prompt_tokens: np.ndarray,
+    prompt_mask: np.ndarray,
+    key: jax.Array,
+    sampling: SamplingConfig,
+):
+    out = generate(
+        policy.graphdef, policy.state(params), prompt_tokens, prompt_mask, key, config=sampling
+    )
+    return jax.device_get(out)
+
+
+def score_completions(
+    texts: Sequence[str],
+    examples: Sequence[Any],
+    reward_fns: dict[str, Callable[[str, Any], float]],
+    weights: dict[str, float],
+) -> tuple[np.ndarray, dict[str, np.ndarray]]:
+    """Weighted sum of named rewards per completion, with each component kept."""
+    components = {name: np.zeros(len(texts), np.float32) for name in weights}
+    for name in weights:
+        if name not in reward_fns:
+            raise ValueError(
+                f"rl.rewards: unknown reward {name!r}; available: {sorted(reward_fns)}"
+            )
+        fn = reward_fns[name]
+        components[name] = np.asarray([fn(t, ex) for t, ex in zip(texts, examples)], np.float32)
+    total = np.zeros(len(texts), np.float32)
+    for name, weight in weights.items():
+        total += np.float32(weight) * components[name]
+    return total, components
+
+
+def rollout(
+    policy: Policy,
+    params: Params,
+    tokenizer,
+    examples: Sequence[Any],
+    prompts: Sequence[str],
+    key: jax.Array,
+    *,
+    sampling: SamplingConfig,
+    prompt_len: int,
+    reward_fns: dict[str, Callable[[str, Any], float]],
+    weights: dict[str, float],
+) -> Rollout:
+    """Samples one completion per prompt (repeat prompts for groups) and scores it."""
+    prompt_tokens, prompt_mask = encode_prompts(
+        tokenizer, prompts, prompt_len=prompt_len, ids=[getattr(e, "id", None) for e in examples]
+    )
+    out = sample_completions(policy, params, prompt_tokens, prompt_mask, key, sampling)
+    tokens = np.asarray(out.tokens)
+    mask = np.asarray(out.mask, bool)
+    lengths = np.asarray(out.lengths)
+    texts = [tokenizer.decode(tokens[i, : lengths[i]].tolist()) for i in range(len(prompts))]
+    rewards, components = score_completions(texts, examples, reward_fns, weights)
+    eos = np.isin(tokens, np.asarray(sampling.eos_ids)) & mask
+    truncated = ~eos.any(axis=1)
+    return Rollout(
+        prompt_tokens=prompt_tokens,
+        prompt_mask=prompt_mask,
+        tokens=tokens,
+        mask=mask,
+        sample_logp=np.asarray(out.logp, np.float32),
+        lengths=lengths,
+        texts=texts,
+        rewards=rewards,
+        components=components,
+        truncated=truncated,
+    )

@@ -1,0 +1,127 @@
+"""Pieces shared by every training stage: the policy as pure pytrees, AdamW, accumulation.
+
+The trainer keeps parameters as a plain nested dict of arrays (`nnx.to_pure_dict`), so the
+jitted step functions are ordinary `jax.jit` functions of pytrees and checkpoints are plain
+trees. `Policy` holds the NNX graph definition and a template state to rebuild the module
+inside a trace.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from typing import Any, Callable
+
+import jax
+import jax.numpy as jnp
+import optax
+from flax import nnx
+
+Params = Any  # nested dict of arrays
+
+
+@dataclasses.dataclass(frozen=True, eq=False)
+class Policy:
+    """A model's static half: graph definition and a template state (values unused)."""
+
+    graphdef: Any
+    template: Any  # nnx.State with the model's full structure
+
+    @classmethod
+    def from_model(cls, model: nnx.Module) -> tuple["Policy", Params]:
+        graphdef, state = nnx.split(model)
+        return cls(graphdef, state), nnx.to_pure_dict(state)
+
+    def state(self, params: Params):
+        """nnx.State of the model carrying `params` (works on tracers)."""
+        state = jax.tree.map(lambda x: x, self.template)
+        nnx.replace_by_pure_dict(state, params)
+        return state
+
+    def bind(self, params: Params) -> nnx.Module:
+        """The NNX module with `params`; call inside jit to trace through the model."""
+        return nnx.merge(self.graphdef, self.state(params))
+
+
+def decay_mask(params: Params) -> Params:
+    """True for matrices (weight decay applies), False for norms, biases and scalars."""
+    return jax.tree.map(lambda x: x.ndim >= 2, params)
+
+
+def make_optimizer(
+    *,
+    lr: float,
+    steps: int,
+    warmup_frac: float = 0.05,
+    final_lr_frac: float = 0.1,
+    weight_decay: float = 0.0,
+    b1: float = 0.9,
+    b2: float = 0.99,
+    clip_norm: float = 1.0,
+) -> tuple[optax.GradientTransformation, optax.Schedule]:
+    """AdamW with linear warmup, cosine decay and global-norm clipping."""
+    if steps < 1:
+        raise ValueError(f"steps must be >= 1, got {steps}")
+    warmup = max(1, int(round(warmup_frac * steps))) if warmup_frac > 0 else 0
+    schedule = optax.warmup_cosine_decay_schedule(
+        init_value=0.0 if warmup else lr,
+        peak_value=lr,
+        warmup_steps=warmup,
+        decay_steps=max(steps, warmup + 1),
+        end_value=lr * final_lr_frac,
+    )
+    chain = []
+    if clip_norm and clip_norm > 0:
+        chain.append(optax.clip_by_global_norm(clip_norm))
+    chain.append(
+        optax.adamw(schedule, b1=b1, b2=b2, weight_decay=weight_decay, mask=decay_mask)
+    )
+    return optax.chain(*chain), schedule
+
+
+def split_micro_batches(batch: Any, num_micro_batches: int) -> Any:
+    """Reshape every [B, ...] leaf to [num_micro_batches, B / num_micro_batches, ...]."""
+
+    def reshape(x):
+        if x.shape[0] % num_micro_batches:
+            raise ValueError(
+                f"batch of {x.shape[0]} rows is not divisible into {num_micro_batches} micro-batches"
+            )
+        return x.reshape(num_micro_batches, x.shape[0] // num_micro_batches, *x.shape[1:])
+
+    return jax.tree.map(reshape, batch)
+
+
+def accumulate_gradients(
+    loss_fn: Callable[[Params, Any], tuple[jax.Array, dict]],
+    params: Params,
+    batch: Any,
+    num_micro_batches: int,
+) -> tuple[jax.Array, Params, dict]:
+    """Sum of micro-batch losses, gradients and metrics.
+
+    `loss_fn` must normalise with global counts (see `grpo_jax.losses.aggregate`) so that
+    the sum over micro-batches equals the full-batch value exactly.
+    """
+    grad_fn = jax.value_and_grad(loss_fn, has_aux=True)
+    if num_micro_batches == 1:
+        (loss, metrics), grads = grad_fn(params, batch)
+        return loss, grads, metrics
+    micro = split_micro_batches(batch, num_micro_batches)
+
+    def body(carry, micro_batch):
+        loss_sum, grad_sum, metric_sum = carry
+        (loss, metrics), grads = grad_fn(params, micro_batch)
+        return (
+            loss_sum + loss,
+            jax.tree.map(jnp.add, grad_sum, grads),
+            jax.tree.map(jnp.add, metric_sum, metrics),
+        ), None
+
+    first = jax.tree.map(lambda x: x[0], micro)
+    (_, metric_shapes), _ = jax.eval_shape(grad_fn, params, first)
+    zeros_metrics = jax.tree.map(lambda s: jnp.zeros(s.shape, s.dtype), metric_shapes)
+    zeros_grads = jax.tree.map(jnp.zeros_like, params)
+    (loss, grads, metrics), _ = jax.lax.scan(
+        body, (jnp.zeros((), jnp.float32), zeros_grads, zeros_metrics), micro
+    )
+    return loss, grads, metrics

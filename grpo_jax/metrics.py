@@ -1,0 +1,205 @@
+"""Metric logging: one JSON line per step in ``<workdir>/metrics.jsonl``, plus TensorBoard.
+
+Each line is ``{"step": int, "stage": str | None, "wall_time": float, **metrics}`` with
+jax / numpy scalars converted to Python numbers. TensorBoard scalars are written through
+tensorboardX when it is installed (imported lazily; silently skipped otherwise), tagged
+``<stage>/<name>``.
+
+Resume: reopening a writer appends to the existing file. Call ``truncate_after(stage, step)``
+right after restoring a checkpoint of (stage, step): it drops the lines of that stage logged
+after the checkpoint (and of any stage logged after it), so a resumed run does not repeat
+steps in the log.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import os
+import time
+from collections.abc import Mapping
+from typing import Any
+
+import numpy as np
+
+__all__ = ["MetricWriter", "read_metrics", "to_python_scalar"]
+
+METRICS_FILENAME = "metrics.jsonl"
+
+
+def to_python_scalar(name: str, value: Any) -> Any:
+    """Converts a jax/numpy scalar (or 0-d / 1-element array) to a Python int/float/bool/str.
+
+    NaN and infinities become the strings "nan", "inf", "-inf" so that the line stays valid
+    JSON; `read_metrics` converts them back.
+    """
+    if isinstance(value, (str, bool)) or value is None:
+        return value
+    if isinstance(value, (int, float)):
+        scalar = value
+    else:
+        array = np.asarray(value)
+        if array.size != 1:
+            raise ValueError(
+                f"metrics[{name!r}]: expected a scalar, got an array of shape {array.shape}"
+            )
+        scalar = array.reshape(()).item()
+    if isinstance(scalar, float) and not math.isfinite(scalar):
+        return "nan" if math.isnan(scalar) else ("inf" if scalar > 0 else "-inf")
+    return scalar
+
+
+def _restore_non_finite(record: dict) -> dict:
+    special = {"nan": math.nan, "inf": math.inf, "-inf": -math.inf}
+    return {
+        k: (special[v] if isinstance(v, str) and v in special and k not in ("stage",) else v)
+        for k, v in record.items()
+    }
+
+
+def read_metrics(path: str | os.PathLike) -> list[dict]:
+    """Reads a metrics.jsonl file (or the one in a workdir) into a list of dicts.
+
+    A truncated last line (a run killed mid-write) is skipped; any other malformed line
+    raises ValueError naming the line number.
+    """
+    path = os.fspath(path)
+    if os.path.isdir(path):
+        path = os.path.join(path, METRICS_FILENAME)
+    if not os.path.exists(path):
+        return []
+    with open(path, encoding="utf-8") as f:
+        lines = f.read().split("\n")
+    records = []
+    for number, line in enumerate(lines, start=1):
+        if not line.strip():
+            continue
+        try:
+            records.append(_restore_non_finite(json.loads(line)))
+        except json.JSONDecodeError:
+            is_last = all(not rest.strip() for rest in lines[number:])
+            if is_last:
+                continue
+            raise ValueError(f"{path}:{number}: expected one JSON object per line") from None
+    return records
+
+
+class MetricWriter:
+    """Appends per-step metrics to ``<workdir>/metrics.jsonl`` and TensorBoard event files.
+
+    Args:
+      workdir: run directory (created if missing).
+      tensorboard: also write TensorBoard scalars under ``<workdir>/tensorboard`` when
+        tensorboardX is importable.
+    """
+
+    def __init__(self, workdir: str | os.PathLike, *, tensorboard: bool = True):
+        self.workdir = os.fspath(workdir)
+        os.makedirs(self.workdir, exist_ok=True)
+        self.path = os.path.join(self.workdir, METRICS_FILENAME)
+        self._drop_partial_last_line()
+        self._file = open(self.path, "a", encoding="utf-8")
+        self._tb = None
+        if tensorboard:
+            try:
+                from tensorboardX import SummaryWriter  # lazy: optional dependency
+            except ImportError:
+                SummaryWriter = None
+            if SummaryWriter is not None:
+                self._tb = SummaryWriter(logdir=os.path.join(self.workdir, "tensorboard"))
+
+    @property
+    def has_tensorboard(self) -> bool:
+        return self._tb is not None
+
+    def _drop_partial_last_line(self) -> None:
+        """A run killed mid-write can leave a line without its newline: cut it off."""
+        if not os.path.exists(self.path):
+            return
+        with open(self.path, "rb+") as f:
+            data = f.read()
+            if data and not data.endswith(b"\n"):
+                f.truncate(data.rfind(b"\n") + 1)
+
+    def write(self, step: int, metrics: Mapping[str, Any], *, stage: str | None = None) -> dict:
+        """Appends one line {"step", "stage", "wall_time", **metrics}; returns that record.
+
+        Args:
+          step: int step number (within `stage`).
+          metrics: name -> scalar (Python, numpy or jax 0-d array).
+          stage: optional stage name ("pretrain", "sft", "rl", "eval", ...).
+        """
+        if isinstance(step, bool) or not isinstance(step, (int, np.integer)):
+            step = to_python_scalar("step", step)
+            if not isinstance(step, int):
+                raise ValueError(f"step: expected an int, got {step!r}")
+        reserved = {"step", "stage", "wall_time"} & set(metrics)
+        if reserved:
+            raise ValueError(f"metrics: the names {sorted(reserved)} are reserved")
+        record = {"step": int(step), "stage": stage, "wall_time": time.time()}
+        for name, value in metrics.items():
+            record[str(name)] = to_python_scalar(name, value)
+        self._file.write(json.dumps(record) + "\n")
+        self._file.flush()
+        if self._tb is not None:
+            prefix = f"{stage}/" if stage else ""
+            for name, value in record.items():
+                if name in ("step", "stage", "wall_time") or isinstance(value, (str, type(None))):
+                    continue
+                self._tb.add_scalar(prefix + name, float(value), int(step))
+        return record
+
+    def truncate_after(self, stage: str | None, step: int) -> int:
+        """Drops logged lines that come after (stage, step); returns how many were dropped.
+
+        Keeps everything up to and including the last line of `stage` with a step <= `step`
+        and drops the rest (later steps of `stage` and any later stage, which ran after the
+        checkpoint). If `stage` has no such line, the cut is at its first line with a step
+        greater than `step` (nothing is dropped when there is none). Stage names are
+        assumed unique within a run (e.g. "eval_before" / "eval_after").
+        """
+        self._file.flush()
+        with open(self.path, encoding="utf-8") as f:
+            lines = f.readlines()
+        records = []
+        for number, line in enumerate(lines, start=1):
+            try:
+                records.append(json.loads(line))
+            except json.JSONDecodeError:
+                raise ValueError(
+                    f"{self.path}:{number}: expected one JSON object per line"
+                ) from None
+        in_stage = [i for i, r in enumerate(records) if r.get("stage") == stage]
+        kept = [i for i in in_stage if records[i].get("step", -1) <= step]
+        if kept:
+            cut = kept[-1] + 1
+        else:
+            later = [i for i in in_stage if records[i].get("step", -1) > step]
+            cut = later[0] if later else len(lines)
+        dropped = len(lines) - cut
+        if dropped:
+            self._file.close()
+            tmp = self.path + ".tmp"
+            with open(tmp, "w", encoding="utf-8") as f:
+                f.writelines(lines[:cut])
+            os.replace(tmp, self.path)  # atomic on POSIX
+            self._file = open(self.path, "a", encoding="utf-8")
+        return dropped
+
+    def flush(self) -> None:
+        self._file.flush()
+        if self._tb is not None:
+            self._tb.flush()
+
+    def close(self) -> None:
+        if not self._file.closed:
+            self._file.close()
+        if self._tb is not None:
+            self._tb.close()
+            self._tb = None
+
+    def __enter__(self) -> "MetricWriter":
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self.close()

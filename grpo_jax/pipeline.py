@@ -1,0 +1,181 @@
+"""A run: a list of stages (pretrain, sft, rl, eval, ...) sharing one workdir.
+
+`train_and_evaluate(config, workdir)` builds the task, tokenizer and policy, then runs each
+stage named in `config.stages`; each stage name is a config section whose `kind` selects the
+stage runner. Checkpoints carry the stage index and step, so running the same command again
+resumes where the last one stopped (finished stages are skipped, a stage in progress resumes
+from its latest checkpoint with its optimizer and data-iterator state).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+import os
+import time
+from typing import Any, Callable
+
+import jax
+import jax.numpy as jnp
+import ml_collections
+import numpy as np
+from flax import nnx
+
+from grpo_jax import tasks as tasks_lib
+from grpo_jax.checkpoint import Checkpointer
+from grpo_jax.metrics import MetricWriter
+from grpo_jax.models import Transformer, from_pretrained, named_config
+from grpo_jax.training import Params, Policy
+
+StageRunner = Callable[["Run", "StageSpec"], None]
+STAGE_KINDS: dict[str, StageRunner] = {}
+
+
+def register_stage(kind: str):
+    """Decorator: registers a stage runner under `kind` (the section's `kind` field)."""
+
+    def wrap(fn: StageRunner) -> StageRunner:
+        STAGE_KINDS[kind] = fn
+        return fn
+
+    return wrap
+
+
+@dataclasses.dataclass
+class StageSpec:
+    index: int  # position in config.stages
+    name: str  # config section name
+    section: ml_collections.ConfigDict
+    resume_meta: dict | None  # meta of an unfinished checkpoint of this stage, if resuming
+
+
+class Run:
+    """Everything stages share: config, task, tokenizer, policy, params, writer, checkpoints."""
+
+    def __init__(self, config: ml_collections.ConfigDict, workdir: str):
+        from grpo_jax.config_validation import validate
+
+        self.config = config
+        self.workdir = os.path.abspath(workdir)
+        os.makedirs(self.workdir, exist_ok=True)
+        validate(config)
+        self.stage_names = [s.strip() for s in config.stages.split(",") if s.strip()]
+        self.task = tasks_lib.get_task(config.task.name, **config.task.kwargs.to_dict())
+        self.tokenizer = build_tokenizer(config, self.task, self.workdir)
+        self.model_config, model = build_model(config, self.tokenizer)
+        self.policy, self.params = Policy.from_model(model)
+        del model
+        self.key = jax.random.key(config.seed)
+        self.writer = MetricWriter(self.workdir)
+        self.checkpointer = Checkpointer(
+            os.path.join(self.workdir, "checkpoints"), max_to_keep=config.checkpoint.max_to_keep
+        )
+        self.global_step = 0  # checkpoint numbering: +1 per training step and per stage end
+        self.evals: dict[str, dict] = {}  # finished eval stages' figures (kept in meta)
+        self.extra_meta: dict[str, Any] = {}
+        with open(os.path.join(self.workdir, "config.json"), "w") as f:
+            f.write(config.to_json_best_effort(indent=2))
+
+    # ------------------------------------------------------------------ keys
+    def stage_key(self, stage_index: int, step: int) -> jax.Array:
+        """Per-(stage, step) key: a pure function of the seed, so resumes are exact."""
+        return jax.random.fold_in(jax.random.fold_in(self.key, stage_index), step)
+
+    # ------------------------------------------------------------------ checkpoints
+    def meta(self, stage: StageSpec, *, stage_step: int, done: bool, **extra) -> dict:
+        return {
+            "stage_index": stage.index,
+            "stage": stage.name,
+            "stage_step": stage_step,
+            "stage_done": done,
+            "global_step": self.global_step,
+            "evals": self.evals,
+            **self.extra_meta,
+            **extra,
+        }
+
+    def save(self, stage: StageSpec, state: dict, *, stage_step: int, done: bool,
+             force: bool = True, **extra) -> None:
+        self.checkpointer.save(
+            self.global_step, state=state, meta=self.meta(stage, stage_step=stage_step,
+                                                          done=done, **extra), force=force
+        )
+
+    def finish_stage(self, stage: StageSpec, stage_step: int = 0) -> None:
+        """End-of-stage checkpoint holding only the parameters."""
+        self.global_step += 1
+        self.save(stage, {"params": self.params}, stage_step=stage_step, done=True)
+
+    def restore_stage(self, target: dict) -> dict:
+        """The latest checkpoint's state, restored onto `target` (same structure)."""
+        state, _ = self.checkpointer.restore(target=target)
+        return state
+
+    def close(self) -> None:
+        self.checkpointer.close()
+        self.writer.close()
+
+
+def build_tokenizer(config, task, workdir):
+    from grpo_jax import text
+
+    if config.tokenizer == "char":
+        return text.CharTokenizer.for_task(task)
+    if config.tokenizer == "sentencepiece":
+        raise NotImplementedError("sentencepiece tokenizer for the main job")
+    raise ValueError(f"tokenizer: unknown tokenizer {config.tokenizer!r}; expected char")
+
+
+def build_model(config, tokenizer):
+    if config.model.init_from:
+        model, model_config = from_pretrained(config.model.init_from, dtype=config.model.dtype)
+        return model_config, model
+    model_config = named_config(
+        config.model.name,
+        vocab_size=tokenizer.vocab_size,
+        max_seq_len=config.model.max_seq_len,
+        dtype=config.model.dtype,
+        param_dtype=config.model.param_dtype,
+    )
+    model = Transformer(model_config, rngs=nnx.Rngs(config.seed))
+    return model_config, model
+
+
+def _resume_point(run: Run) -> tuple[int, dict | None]:
+    """(first stage index to run, meta of an unfinished stage checkpoint or None)."""
+    step = run.checkpointer.latest_step()
+    if step is None:
+        return 0, None
+    meta = run.checkpointer.restore_meta(step)
+    run.global_step = int(meta["global_step"])
+    run.evals = dict(meta.get("evals", {}))
+    if meta["stage_done"]:
+        state, _ = run.checkpointer.restore(step, target={"params": run.params})
+        run.params = state["params"]
+        return int(meta["stage_index"]) + 1, None
+    return int(meta["stage_index"]), meta
+
+
+def train_and_evaluate(config: ml_collections.ConfigDict, workdir: str) -> dict:
+    """Runs every stage of `config.stages` in `workdir`; returns the report's figures."""
+    # Stage runners register themselves on import.
+    from grpo_jax import stages  # noqa: F401
+
+    run = Run(config, workdir)
+    try:
+        start, resume_meta = _resume_point(run)
+        if start > 0 or resume_meta is not None:
+            run.writer.truncate_after(run.global_step)
+        for index, name in enumerate(run.stage_names):
+            if index < start:
+                continue
+            section = config[name]
+            spec = StageSpec(index, name, section,
+                             resume_meta if index == start else None)
+            t0 = time.time()
+            STAGE_KINDS[section.kind](run, spec)
+            print(f"[grpo_jax] stage {name} ({section.kind}) done in {time.time() - t0:.1f}s",
+                  flush=True)
+        return stages.write_run_report(run)
+    finally:
+        run.close()

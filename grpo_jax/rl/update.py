@@ -1,0 +1,127 @@
+"""The policy update: clipped surrogate + KL to the reference, aggregated with global counts.
+
+One jitted `train_step` per (minibatch shape, loss settings): a minibatch is split into
+micro-batches whose gradients are summed; every normalisation uses the minibatch's global
+token and sequence counts, so 1 or k micro-batches give the same update.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import functools
+from typing import Any
+
+import jax
+import jax.numpy as jnp
+import optax
+
+from grpo_jax import losses
+from grpo_jax.models import logprobs
+from grpo_jax.training import Params, Policy, accumulate_gradients
+
+
+@dataclasses.dataclass(frozen=True)
+class LossSettings:
+    """Static settings of the policy loss (hashable: part of the compiled program)."""
+
+    epsilon: float = 0.2
+    epsilon_high: float | None = None
+    dual_clip: float | None = None
+    ratio_level: str = "token"  # token | sequence (GSPO)
+    beta: float = 0.0
+    kl_kind: str = "k3"
+    loss_agg: str = "seq-mean-token-mean"
+    on_policy: bool = True  # old_logp == stop_gradient(logp): a single pass per rollout
+    temperature: float = 1.0  # logits / temperature, as in the sampling distribution
+
+
+def sequence_logp(policy: Policy, params: Params, tokens, attention_mask, prompt_len: int,
+                  temperature: float = 1.0, return_entropy: bool = False):
+    """Teacher-forced log-probs of the completion part [B, N] (and entropies)."""
+    model = policy.bind(params)
+    out = logprobs(model, tokens, attention_mask, return_entropy=return_entropy,
+                   temperature=temperature)
+    logp = out["logp"][:, prompt_len:]
+    entropy = out["entropy"][:, prompt_len:] if return_entropy else None
+    return logp, entropy
+
+
+def policy_loss(params: Params, batch: dict, *, policy: Policy, settings: LossSettings,
+                prompt_len: int, num_tokens, num_sequences):
+    """Scalar loss of one micro-batch (normalised by global counts) and additive metrics."""
+    mask = batch["completion_mask"]
+    logp, entropy = sequence_logp(policy, params, batch["tokens"], batch["attention_mask"],
+                                  prompt_len, settings.temperature, return_entropy=True)
+    old_logp = jax.lax.stop_gradient(logp) if settings.on_policy else batch["old_logp"]
+    advantages = jnp.broadcast_to(batch["advantages"][:, None], logp.shape)
+    per_token, clipped = losses.clipped_surrogate(
+        logp, old_logp, advantages,
+        epsilon=settings.epsilon,
+        epsilon_high=settings.epsilon_high,
+        dual_clip=settings.dual_clip,
+        mask=mask,
+        ratio_level=settings.ratio_level,
+    )
+    max_len = logp.shape[1]
+    token_mean = functools.partial(losses.aggregate, mask=mask, mode="token-mean",
+                                   num_tokens=num_tokens)
+    metrics = {
+        "pg_loss": losses.aggregate(per_token, mask, mode=settings.loss_agg,
+                                    num_tokens=num_tokens, num_sequences=num_sequences,
+                                    max_len=max_len),
+        "clip_frac": token_mean(clipped.astype(jnp.float32)),
+        "entropy": token_mean(jax.lax.stop_gradient(entropy)),
+    }
+    total = per_token
+    if settings.beta != 0.0:
+        kl = losses.kl_penalty(logp, batch["ref_logp"], kind=settings.kl_kind)
+        total = per_token + settings.beta * kl
+        metrics["kl"] = token_mean(jax.lax.stop_gradient(kl))
+    loss = losses.aggregate(total, mask, mode=settings.loss_agg, num_tokens=num_tokens,
+                            num_sequences=num_sequences, max_len=max_len)
+    metrics["loss"] = loss
+    return loss, metrics
+
+
+def make_train_step(policy: Policy, optimizer: optax.GradientTransformation,
+                    settings: LossSettings, *, prompt_len: int, micro_batches: int):
+    """jit(params, opt_state, batch) -> (params, opt_state, metrics)."""
+
+    @functools.partial(jax.jit, donate_argnums=(0, 1))
+    def train_step(params, opt_state, batch):
+        mask = batch["completion_mask"]
+        num_tokens = jnp.maximum(jnp.sum(mask.astype(jnp.float32)), 1.0)
+        num_sequences = jnp.asarray(mask.shape[0], jnp.float32)
+        loss_fn = functools.partial(policy_loss, policy=policy, settings=settings,
+                                    prompt_len=prompt_len, num_tokens=num_tokens,
+                                    num_sequences=num_sequences)
+        loss, grads, metrics = accumulate_gradients(loss_fn, params, batch, micro_batches)
+        metrics["grad_norm"] = optax.global_norm(grads)
+        updates, opt_state = optimizer.update(grads, opt_state, params)
+        params = optax.apply_updates(params, updates)
+        return params, opt_state, metrics
+
+    return train_step
+
+
+def make_logp_fn(policy: Policy, *, prompt_len: int, temperature: float = 1.0):
+    """jit(params, tokens, attention_mask) -> completion log-probs [B, N] (no gradient)."""
+
+    @jax.jit
+    def fn(params, tokens, attention_mask):
+        logp, _ = sequence_logp(policy, params, tokens, attention_mask, prompt_len, temperature)
+        return logp
+
+    return fn
+
+
+def build_batch(rollout, advantages) -> dict[str, Any]:
+    """Device batch of one rollout: full sequences, masks and per-completion advantages."""
+    tokens = jnp.concatenate([rollout.prompt_tokens, rollout.tokens], axis=1)
+    attention_mask = jnp.concatenate([rollout.prompt_mask, rollout.mask], axis=1)
+    return {
+        "tokens": tokens.astype(jnp.int32),
+        "attention_mask": attention_mask,
+        "completion_mask": jnp.asarray(rollout.mask),
+        "advantages": jnp.asarray(advantages, jnp.float32),
+    }

@@ -1,0 +1,39 @@
+"""Next-token (cross-entropy) loss over a loss mask, normalised by global token counts."""
+
+from __future__ import annotations
+
+import functools
+
+import jax
+import jax.numpy as jnp
+import optax
+
+from grpo_jax import losses
+from grpo_jax.models import logprobs
+from grpo_jax.training import Params, Policy, accumulate_gradients
+
+
+def supervised_loss(params: Params, batch: dict, *, policy: Policy, num_tokens):
+    """Token-mean negative log-likelihood of the masked tokens, and its metrics."""
+    model = policy.bind(params)
+    logp = logprobs(model, batch["tokens"], batch["attention_mask"])["logp"]
+    nll = -logp
+    loss = losses.aggregate(nll, batch["loss_mask"], mode="token-mean", num_tokens=num_tokens)
+    return loss, {"loss": loss}
+
+
+def make_supervised_step(policy: Policy, optimizer: optax.GradientTransformation, *,
+                         micro_batches: int = 1):
+    """jit(params, opt_state, batch) -> (params, opt_state, metrics)."""
+
+    @functools.partial(jax.jit, donate_argnums=(0, 1))
+    def step(params, opt_state, batch):
+        num_tokens = jnp.maximum(jnp.sum(batch["loss_mask"].astype(jnp.float32)), 1.0)
+        loss_fn = functools.partial(supervised_loss, policy=policy, num_tokens=num_tokens)
+        loss, grads, metrics = accumulate_gradients(loss_fn, params, batch, micro_batches)
+        metrics["grad_norm"] = optax.global_norm(grads)
+        updates, opt_state = optimizer.update(grads, opt_state, params)
+        params = optax.apply_updates(params, updates)
+        return params, opt_state, metrics
+
+    return step

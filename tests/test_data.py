@@ -25,7 +25,7 @@ def example_module(monkeypatch):
             prompt: str
             answer: str
             solution: str | None = None
-            difficulty: int = 0
+            difficulty: int = 1
             meta: dict = dataclasses.field(default_factory=dict)
 
         module = types.ModuleType("grpo_jax.tasks.base")
@@ -116,12 +116,9 @@ def test_jsonl_to_examples_maps_fields(tmp_path, example_module):
         2,
     )
     assert first.meta == {"src": "x"}
-    assert (second.id, second.answer, second.solution, second.difficulty) == (
-        "math-1",
-        "2",
-        None,
-        0,
-    )
+    default_difficulty = example_module.Example(id="x", prompt="", answer="").difficulty
+    assert (second.id, second.answer, second.solution) == ("math-1", "2", None)
+    assert second.difficulty == default_difficulty  # the field is absent: Example's default
 
 
 def test_jsonl_to_examples_schema_error(tmp_path, example_module):

@@ -141,7 +141,7 @@ def records_to_examples(
         records: row dicts (e.g. from `load_jsonl`).
         prompt_field / answer_field / solution_field / difficulty_field / id_field: the row
             fields for Example.prompt / answer / solution / difficulty / id (None: not read;
-            solution None, difficulty 0, id f"{id_prefix}-{index}").
+            solution None, difficulty the Example default, id f"{id_prefix}-{index}").
         id_prefix: prefix of generated ids.
         answer_fn: maps the raw answer field to the reference answer string (default `str`).
         source: names the records in error messages (e.g. the file path).
@@ -162,7 +162,7 @@ def records_to_examples(
             answer = answer_fn(row[answer_field])
         except ValueError as e:
             raise ValueError(f"{source} row {index}: field {answer_field!r}: {e}") from None
-        difficulty = 0
+        difficulty = None
         if difficulty_field is not None and row.get(difficulty_field) is not None:
             difficulty = row[difficulty_field]
             if not _matches(difficulty, int):
@@ -174,6 +174,7 @@ def records_to_examples(
             example_id = str(row[id_field])
         else:
             example_id = f"{id_prefix}-{index}"
+        optional = {} if difficulty is None else {"difficulty": int(difficulty)}
         examples.append(
             example_cls(
                 id=example_id,
@@ -184,8 +185,8 @@ def records_to_examples(
                     if solution_field is None or row.get(solution_field) is None
                     else str(row[solution_field])
                 ),
-                difficulty=int(difficulty),
                 meta={k: v for k, v in row.items() if k not in used},
+                **optional,
             )
         )
     return examples

@@ -1,0 +1,30 @@
+"""Verifiable tasks: examples from a seed, prompt templates, noisy worked solutions, scoring.
+
+Built-in tasks: "arithmetic", "countdown". Add one with `@register_task("name")` on a
+`Task` subclass (see README).
+"""
+
+from grpo_jax.tasks.base import Example, Task, malform, split_of, stable_hash
+from grpo_jax.tasks.registry import available_tasks, get_task, register_task
+from grpo_jax.tasks.templates import TEMPLATES, apply_template, format_completion, get_template
+
+# Built-in tasks register themselves on import.
+from grpo_jax.tasks.arithmetic import ArithmeticTask  # noqa: E402  isort: skip
+from grpo_jax.tasks.countdown import CountdownTask  # noqa: E402  isort: skip
+
+__all__ = [
+    "ArithmeticTask",
+    "CountdownTask",
+    "Example",
+    "TEMPLATES",
+    "Task",
+    "apply_template",
+    "available_tasks",
+    "format_completion",
+    "get_task",
+    "get_template",
+    "malform",
+    "register_task",
+    "split_of",
+    "stable_hash",
+]

@@ -1,0 +1,139 @@
+"""Multi-step integer arithmetic with written intermediate steps.
+
+Problem: an expression of operands and + - * (usual precedence), e.g. "7+5*3".
+Worked solution: one step per operator, products first, then left to right:
+"<think>5*3=15 7+15=22</think><answer>22</answer>".
+
+Noisy solutions: each step is independently miscomputed with probability `error_rate`,
+written as the correct result of that step (given its inputs) plus a small non-zero delta
+in +/-1..3; later steps use the wrong value. Deltas that would bring the final value back to
+the true answer are never chosen, so the final answer is wrong iff some step was wrong and
+P(correct trace) = (1 - error_rate)^steps. With error_rate < 0.5 the correct value stays the
+most likely one at every step.
+"""
+
+from __future__ import annotations
+
+from typing import Sequence
+
+import numpy as np
+
+from grpo_jax.tasks.base import Example, Task, check_rate, perturb
+from grpo_jax.tasks.registry import register_task
+
+OPERATORS = "+-*"
+# difficulty -> (min operators, max operators, max operand)
+_LEVELS = {1: (2, 3, 9), 2: (3, 4, 20), 3: (4, 5, 50)}
+
+
+def _apply(left: int, operator: str, right: int) -> int:
+    if operator == "+":
+        return left + right
+    if operator == "-":
+        return left - right
+    return left * right
+
+
+def _next_step(operators: Sequence[str]) -> int:
+    """Index of the next operator to apply: first "*", else the leftmost one."""
+    return operators.index("*") if "*" in operators else 0
+
+
+def evaluate(operands: Sequence[int], operators: Sequence[str]) -> int:
+    """Value of operands[0] op[0] operands[1] ... with * before + and -."""
+    values, ops = list(operands), list(operators)
+    while ops:
+        i = _next_step(ops)
+        values[i : i + 2] = [_apply(values[i], ops[i], values[i + 1])]
+        del ops[i]
+    return values[0]
+
+
+def expression_text(operands: Sequence[int], operators: Sequence[str]) -> str:
+    """ "7+5*3" from [7, 5, 3], ["+", "*"]."""
+    parts = [str(operands[0])]
+    for operator, operand in zip(operators, operands[1:]):
+        parts += [operator, str(operand)]
+    return "".join(parts)
+
+
+@register_task("arithmetic")
+class ArithmeticTask(Task):
+    """Integer expressions with + - *; difficulty d: more operators and larger operands.
+
+    Difficulty 1: 2-3 operators, operands 1-9; 2: 3-4 operators, 1-20; 3: 4-5 operators,
+    1-50; d > 3: d+1 to d+2 operators, 1-99.
+    """
+
+    name = "arithmetic"
+
+    def __init__(self, difficulty: int | Sequence[int] = 1):
+        super().__init__(difficulty)
+
+    @staticmethod
+    def level(difficulty: int) -> tuple[int, int, int]:
+        """(min operators, max operators, max operand) at a difficulty."""
+        return _LEVELS.get(difficulty, (difficulty + 1, difficulty + 2, 99))
+
+    def generate(self, rng: np.random.Generator, difficulty: int) -> Example:
+        low, high, max_operand = self.level(difficulty)
+        count = int(rng.integers(low, high + 1))
+        operands = [int(v) for v in rng.integers(1, max_operand + 1, size=count + 1)]
+        operators = [OPERATORS[int(k)] for k in rng.integers(len(OPERATORS), size=count)]
+        expression = expression_text(operands, operators)
+        thinking, answer = self._trace(operands, operators, errors=[False] * count, rng=None)
+        return Example(
+            id=f"arithmetic:{expression}",
+            prompt=expression,
+            answer=str(answer),
+            solution=f"<think>{thinking}</think><answer>{answer}</answer>",
+            difficulty=difficulty,
+            meta={"operands": operands, "operators": operators, "steps": count},
+        )
+
+    @staticmethod
+    def _trace(operands, operators, *, errors, rng) -> tuple[str, int]:
+        """Step-by-step trace; steps flagged in `errors` are miscomputed (see module doc)."""
+        values, ops = list(operands), list(operators)
+        true_final = evaluate(operands, operators)
+        lines = []
+        for wrong in errors:
+            i = _next_step(ops)
+            left, operator, right = values[i], ops[i], values[i + 1]
+            written = _apply(left, operator, right)
+            rest_values, rest_ops = values[:i] + [None] + values[i + 2 :], ops[:i] + ops[i + 1 :]
+
+            def excluded(candidate, i=i, operator=operator, rest_values=rest_values, rest_ops=rest_ops):
+                if operator == "*" and candidate < 1:  # products stay positive
+                    return True
+                rest_values[i] = candidate
+                return evaluate(rest_values, rest_ops) == true_final
+
+            if wrong:
+                candidate = perturb(written, rng, exclude=excluded)
+                written = written if candidate is None else candidate
+            lines.append(f"{left}{operator}{right}={written}")
+            values[i : i + 2] = [written]
+            del ops[i]
+        return " ".join(lines), values[0]
+
+    def solution(self, example: Example, *, rng, error_rate: float,
+                 format_error_rate: float = 0.0) -> tuple[str, bool]:
+        """Worked solution with per-step error probability `error_rate` (see module docstring).
+
+        Args:
+          example: an arithmetic Example (uses meta "operands" / "operators").
+          rng: numpy Generator or int seed.
+          error_rate: probability that each step is miscomputed.
+          format_error_rate: probability that the trace is malformed.
+
+        Returns:
+          (completion, is_correct); is_correct is False iff a step was wrong or the layout broken.
+        """
+        rng = np.random.default_rng(rng)
+        check_rate("error_rate", error_rate)
+        check_rate("format_error_rate", format_error_rate)
+        operands, operators = example.meta["operands"], example.meta["operators"]
+        errors = list(rng.random(len(operators)) < error_rate)
+        thinking, answer = self._trace(operands, operators, errors=errors, rng=rng)
+        return self.finish_solution(example, thinking, str(answer), rng, format_error_rate)

@@ -1,4 +1,4 @@
-"""GSM8K offline: answer parsing, local JSONL, TFDS data_source (mock_data and real array_record)."""
+"""GSM8K offline: answer parsing, local JSONL, TFDS data_source (mock_data, real array_record)."""
 
 import dataclasses
 import json

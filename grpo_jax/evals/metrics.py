@@ -1,0 +1,198 @@
+"""Sample-based evaluation metrics: pass@k, maj@k, format rate, length, by difficulty."""
+
+from __future__ import annotations
+
+import numbers
+from collections.abc import Mapping, Sequence
+from typing import Any
+
+import numpy as np
+
+__all__ = ["evaluate_samples", "maj_at_k", "majority_vote", "pass_at_k"]
+
+
+def pass_at_k(n: int, c: int, k: int) -> float:
+    """Unbiased pass@k from n samples of which c are correct.
+
+    pass@k = 1 - C(n-c, k) / C(n, k) = 1 - prod_{i=n-c+1}^{n} (1 - k / i), computed as
+    the product (no large binomials). Chen et al. (2021), https://arxiv.org/abs/2107.03374.
+
+    Args:
+      n: samples drawn for the problem (>= 1).
+      c: correct samples (0 <= c <= n).
+      k: budget (1 <= k <= n).
+
+    Returns:
+      the probability that at least one of k samples drawn without replacement from the n
+      is correct (float in [0, 1]).
+    """
+    for name, value in (("n", n), ("c", c), ("k", k)):
+        if isinstance(value, bool) or not isinstance(value, int):
+            raise ValueError(f"pass_at_k: {name} must be an int, got {value!r}")
+    if n < 1 or not 0 <= c <= n:
+        raise ValueError(f"pass_at_k: need n >= 1 and 0 <= c <= n, got n={n}, c={c}")
+    if not 1 <= k <= n:
+        raise ValueError(f"pass_at_k: need 1 <= k <= n, got k={k}, n={n}")
+    if n - c < k:
+        return 1.0
+    product = 1.0
+    for i in range(n - c + 1, n + 1):
+        product *= 1.0 - k / i
+    return 1.0 - product
+
+
+def majority_vote(answers: Sequence[str | None]) -> tuple[str | None, int]:
+    """The most frequent non-None answer; ties go to the answer that appears first.
+
+    Args:
+      answers: extracted answers, None where none could be extracted.
+
+    Returns:
+      (winning answer or None if no answer votes, its index of first appearance or -1).
+    """
+    counts: dict[str, int] = {}
+    first: dict[str, int] = {}
+    for index, answer in enumerate(answers):
+        if answer is None:
+            continue
+        counts[answer] = counts.get(answer, 0) + 1
+        first.setdefault(answer, index)
+    if not counts:
+        return None, -1
+    winner = min(counts, key=lambda a: (-counts[a], first[a]))
+    return winner, first[winner]
+
+
+def maj_at_k(answers: Sequence[str | None], correct: Sequence[bool], k: int) -> float:
+    """maj@k (cons@k): 1.0 if the majority answer of the first k samples is correct.
+
+    None answers do not vote; ties go to the answer seen first; the winning answer is
+    graded by the `correct` flag of its first sample. No vote at all scores 0.
+
+    Args:
+      answers: extracted answers of the n samples [n].
+      correct: correctness of each sample [n].
+      k: samples voting (1 <= k <= n).
+
+    Returns:
+      1.0 or 0.0.
+    """
+    if len(answers) != len(correct):
+        raise ValueError(
+            f"maj_at_k: answers and correct differ in length ({len(answers)} vs {len(correct)})"
+        )
+    if isinstance(k, bool) or not isinstance(k, int) or not 1 <= k <= len(answers):
+        raise ValueError(f"maj_at_k: need an int 1 <= k <= n={len(answers)}, got k={k!r}")
+    winner, index = majority_vote(answers[:k])
+    return float(bool(correct[index])) if winner is not None else 0.0
+
+
+def _is_bool(value) -> bool:
+    return isinstance(value, (bool, np.bool_))
+
+
+def _is_int(value) -> bool:
+    return isinstance(value, numbers.Integral) and not _is_bool(value)
+
+
+def _is_answer(value) -> bool:
+    return value is None or isinstance(value, str)
+
+
+_SAMPLE_FIELDS = {
+    "answer": (_is_answer, "str or None"),
+    "correct": (_is_bool, "bool"),
+    "formatted": (_is_bool, "bool"),
+    "length": (_is_int, "int"),
+}
+
+
+def _check_problem(index: int, problem: Mapping[str, Any]) -> list[Mapping[str, Any]]:
+    samples = problem.get("samples")
+    if not isinstance(samples, Sequence) or isinstance(samples, str) or not samples:
+        raise ValueError(f"problem {index}: 'samples' must be a non-empty list of sample dicts")
+    for j, sample in enumerate(samples):
+        for field, (is_valid, expected) in _SAMPLE_FIELDS.items():
+            if field not in sample:
+                raise ValueError(f"problem {index} sample {j}: missing field {field!r}")
+            if not is_valid(sample[field]):
+                raise ValueError(
+                    f"problem {index} sample {j}: field {field!r} must be {expected}, "
+                    f"got {type(sample[field]).__name__}"
+                )
+    return samples
+
+
+def _summarise(problems: Sequence[Sequence[Mapping[str, Any]]], ks, maj_ks) -> dict[str, Any]:
+    num_samples = sum(len(s) for s in problems)
+    metrics: dict[str, Any] = {"num_problems": len(problems), "num_samples": num_samples}
+    for k in ks:
+        metrics[f"pass@{k}"] = sum(
+            pass_at_k(len(s), sum(bool(x["correct"]) for x in s), k) for s in problems
+        ) / len(problems)
+    for k in maj_ks:
+        metrics[f"maj@{k}"] = sum(
+            maj_at_k([x["answer"] for x in s], [x["correct"] for x in s], k) for s in problems
+        ) / len(problems)
+    metrics["format_rate"] = sum(bool(x["formatted"]) for s in problems for x in s) / num_samples
+    metrics["mean_length"] = sum(int(x["length"]) for s in problems for x in s) / num_samples
+    return metrics
+
+
+def _default_ks(n: int) -> list[int]:
+    ks, k = [], 1
+    while k <= n:
+        ks.append(k)
+        k *= 2
+    if ks[-1] != n:
+        ks.append(n)
+    return ks
+
+
+def evaluate_samples(
+    problems: Sequence[Mapping[str, Any]],
+    *,
+    ks: Sequence[int] | None = None,
+    maj_ks: Sequence[int] | None = None,
+) -> dict[str, Any]:
+    """Aggregates per-problem samples into pass@k, maj@k, format rate and mean length.
+
+    pass@k / maj@k are per-problem values averaged over problems; format_rate and
+    mean_length are averaged over all samples. The same figures are computed for each
+    difficulty level under "by_difficulty".
+
+    Args:
+      problems: one mapping per problem with "samples" (list of dicts with "answer"
+        str | None, "correct" bool, "formatted" bool, "length" int tokens) and optional
+        "difficulty" (int, default 0).
+      ks: pass@k budgets; default 1, 2, 4, ... and n, where n is the fewest samples of
+        any problem.
+      maj_ks: maj@k budgets; default the ks above 1 (maj@1 is the first sample's
+        accuracy).
+
+    Returns:
+      {"num_problems", "num_samples", "pass@k"..., "maj@k"..., "format_rate",
+       "mean_length", "by_difficulty": {difficulty: same keys}}.
+    """
+    if not problems:
+        raise ValueError("problems: expected at least one problem, got none")
+    checked = [_check_problem(i, p) for i, p in enumerate(problems)]
+    min_n = min(len(s) for s in checked)
+    ks = list(ks) if ks is not None else _default_ks(min_n)
+    maj_ks = list(maj_ks) if maj_ks is not None else [k for k in ks if k > 1]
+    for name, budget in (("ks", ks), ("maj_ks", maj_ks)):
+        for k in budget:
+            if isinstance(k, bool) or not isinstance(k, int) or not 1 <= k <= min_n:
+                raise ValueError(
+                    f"{name}: each k must be an int in [1, {min_n}] (the fewest samples of "
+                    f"any problem), got {k!r}"
+                )
+    metrics = _summarise(checked, ks, maj_ks)
+    groups: dict[Any, list] = {}
+    for problem, samples in zip(problems, checked):
+        groups.setdefault(problem.get("difficulty", 0), []).append(samples)
+    metrics["by_difficulty"] = {
+        d: _summarise(groups[d], ks, maj_ks)
+        for d in sorted(groups, key=lambda d: (str(type(d)), d))
+    }
+    return metrics

@@ -1,0 +1,197 @@
+"""Evaluation reports: a Markdown table, a JSON file with the same figures, PNG plots."""
+
+from __future__ import annotations
+
+import json
+import math
+import numbers
+import os
+import re
+from collections.abc import Mapping, Sequence
+from typing import Any
+
+__all__ = ["flatten_metrics", "format_value", "load_history", "write_report"]
+
+
+def flatten_metrics(metrics: Mapping[str, Any], prefix: str = "") -> dict[str, Any]:
+    """Flattens nested metric dicts with "/" ("by_difficulty/3/pass@1").
+
+    Args:
+      metrics: possibly nested dict of numbers.
+      prefix: key prefix.
+
+    Returns:
+      flat dict in insertion order.
+    """
+    flat: dict[str, Any] = {}
+    for key, value in metrics.items():
+        name = f"{prefix}{key}"
+        if isinstance(value, Mapping):
+            flat.update(flatten_metrics(value, prefix=f"{name}/"))
+        else:
+            flat[name] = value
+    return flat
+
+
+def format_value(value: Any) -> str:
+    """The table text of one figure: ints as is, floats with 4 significant digits."""
+    if value is None:
+        return ""
+    if isinstance(value, bool):
+        return str(value)
+    if isinstance(value, numbers.Integral):
+        return str(int(value))
+    if isinstance(value, numbers.Real):
+        return f"{float(value):.4g}"
+    return str(value).replace("|", "\\|")
+
+
+def _json_value(value: Any) -> Any:
+    if isinstance(value, bool) or value is None or isinstance(value, str):
+        return value
+    if isinstance(value, numbers.Integral):
+        return int(value)
+    if isinstance(value, numbers.Real):
+        value = float(value)
+        return value if math.isfinite(value) else None
+    if isinstance(value, Mapping):
+        return {str(k): _json_value(v) for k, v in value.items()}
+    if isinstance(value, (list, tuple)):
+        return [_json_value(v) for v in value]
+    return str(value)
+
+
+def load_history(path: str | os.PathLike) -> list[dict[str, Any]]:
+    """Reads a metrics.jsonl written by the metric writer: one {"step": ..., ...} per line.
+
+    Args:
+      path: the metrics.jsonl file.
+
+    Returns:
+      list of per-step dicts.
+    """
+    rows = []
+    with open(path, encoding="utf-8") as f:
+        for line_number, line in enumerate(f, start=1):
+            if line.strip():
+                try:
+                    rows.append(json.loads(line))
+                except json.JSONDecodeError as e:
+                    raise ValueError(f"{path}:{line_number}: invalid JSON ({e.msg})") from None
+    return rows
+
+
+def _plot_series(path: str, name: str, steps: list, values: list, title: str) -> None:
+    # Figure + FigureCanvasAgg directly: no global matplotlib backend switch.
+    from matplotlib.backends.backend_agg import FigureCanvasAgg
+    from matplotlib.figure import Figure
+
+    figure = Figure(figsize=(5.0, 3.2), dpi=100)
+    FigureCanvasAgg(figure)
+    axes = figure.add_subplot()
+    axes.plot(steps, values, marker="." if len(steps) < 50 else None)
+    axes.set_xlabel("step")
+    axes.set_ylabel(name)
+    axes.set_title(title)
+    axes.grid(alpha=0.3)
+    figure.tight_layout()
+    figure.savefig(path)
+
+
+def _file_name(series: str) -> str:
+    return "plot_" + re.sub(r"[^A-Za-z0-9_.-]+", "_", series).strip("_") + ".png"
+
+
+def write_report(
+    workdir: str | os.PathLike,
+    *,
+    title: str,
+    summary: Mapping[str, Mapping[str, Any]],
+    history: Sequence[Mapping[str, Any]] = (),
+    plots: Sequence[str] = ("reward_mean", "pass@1"),
+    step_key: str = "step",
+) -> dict[str, str]:
+    """Writes report.md, report.json and one PNG per plotted series into `workdir`.
+
+    The table has one row per (flattened) metric and one column per summary entry, e.g.
+    {"before": metrics, "after": metrics}; report.json holds the same figures (the table
+    rounds floats to 4 significant digits, the JSON keeps them whole).
+
+    Args:
+      workdir: output directory (created).
+      title: report heading.
+      summary: column name -> metrics dict (nested dicts are flattened with "/").
+      history: per-step metric dicts (e.g. `load_history(workdir/metrics.jsonl)`), each
+        with `step_key`.
+      plots: series of `history` to plot against step; absent series are skipped.
+      step_key: the step field of history rows.
+
+    Returns:
+      {"markdown": path, "json": path, "plot:<series>": path, ...}.
+    """
+    if not isinstance(summary, Mapping) or not summary:
+        raise ValueError("summary: expected a non-empty dict of column name -> metrics dict")
+    for column, metrics in summary.items():
+        if not isinstance(metrics, Mapping):
+            raise ValueError(
+                f"summary[{column!r}]: expected a metrics dict, got {type(metrics).__name__}"
+            )
+    workdir = os.fspath(workdir)
+    os.makedirs(workdir, exist_ok=True)
+    columns = [str(c) for c in summary]
+    flat = {str(c): flatten_metrics(m) for c, m in summary.items()}
+    rows: list[str] = []
+    for metrics in flat.values():
+        rows.extend(name for name in metrics if name not in rows)
+
+    paths: dict[str, str] = {}
+    plotted: dict[str, str] = {}
+    for series in plots:
+        points = [
+            (row[step_key], row[series])
+            for row in history
+            if step_key in row
+            and isinstance(row.get(series), numbers.Real)
+            and not isinstance(row.get(series), bool)
+            and math.isfinite(float(row[series]))
+        ]
+        if not points:
+            continue
+        file_name = _file_name(series)
+        _plot_series(
+            os.path.join(workdir, file_name),
+            series,
+            [p[0] for p in points],
+            [float(p[1]) for p in points],
+            title,
+        )
+        plotted[series] = file_name
+        paths[f"plot:{series}"] = os.path.join(workdir, file_name)
+
+    lines = [f"# {title}", "", "| metric | " + " | ".join(columns) + " |"]
+    lines.append("|---|" + "---:|" * len(columns))
+    for name in rows:
+        cells = [format_value(flat[c].get(name)) for c in columns]
+        lines.append(f"| {name} | " + " | ".join(cells) + " |")
+    if history:
+        lines += ["", f"Training history: {len(history)} logged steps."]
+    for series, file_name in plotted.items():
+        lines += ["", f"![{series}]({file_name})"]
+    markdown_path = os.path.join(workdir, "report.md")
+    with open(markdown_path, "w", encoding="utf-8") as f:
+        f.write("\n".join(lines) + "\n")
+
+    report = {
+        "title": title,
+        "columns": columns,
+        "metrics": {name: {c: _json_value(flat[c].get(name)) for c in columns} for name in rows},
+        "summary": _json_value(summary),
+        "num_history_steps": len(history),
+        "plots": plotted,
+    }
+    json_path = os.path.join(workdir, "report.json")
+    with open(json_path, "w", encoding="utf-8") as f:
+        json.dump(report, f, indent=2)
+    paths["markdown"] = markdown_path
+    paths["json"] = json_path
+    return paths

@@ -1,0 +1,211 @@
+"""Trust-region pieces: conjugate gradient, Fisher-vector products, natural step, line search.
+
+Every function works on pytrees of parameters (flat arrays are the one-leaf case) and is
+jittable; the Fisher matrix is never formed.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from typing import Any, NamedTuple
+
+import jax
+import jax.numpy as jnp
+import optax.tree_utils as otu
+
+PyTree = Any
+
+
+def conjugate_gradient(
+    matvec: Callable[[PyTree], PyTree], b: PyTree, *, iters: int = 10, tol: float = 1e-10
+) -> PyTree:
+    """Solve A x = b for symmetric positive-definite A given only x -> A x.
+
+    Conjugate gradient from x_0 = 0: alpha_k = r_k.r_k / p_k.A p_k,
+    x_{k+1} = x_k + alpha_k p_k, r_{k+1} = r_k - alpha_k A p_k,
+    p_{k+1} = r_{k+1} + (r_{k+1}.r_{k+1} / r_k.r_k) p_k; stops after `iters` steps or when
+    r.r <= `tol` (Hestenes & Stiefel 1952, https://doi.org/10.6028/jres.049.044; used by
+    TRPO, Schulman et al. 2015, https://arxiv.org/abs/1502.05477, appendix C).
+
+    Args:
+      matvec: function v -> A v on pytrees shaped like `b`.
+      b: right-hand side, a pytree (e.g. a flat [P] array or a parameter tree).
+      iters: maximum number of iterations (exact in at most P steps for P unknowns).
+      tol: stop once the squared residual norm r.r is at most this.
+
+    Returns:
+      x, a pytree shaped like `b`.
+    """
+    if not isinstance(iters, int) or iters < 0:
+        raise ValueError(f"conjugate_gradient: `iters` must be an int >= 0, got {iters!r}")
+    x = otu.tree_zeros_like(b)
+    rr = otu.tree_vdot(b, b)
+
+    def cond(state):
+        i, _, _, _, rr = state
+        return (i < iters) & (rr > tol)
+
+    def body(state):
+        i, x, r, p, rr = state
+        a_p = matvec(p)
+        alpha = rr / otu.tree_vdot(p, a_p)
+        x = otu.tree_add_scale(x, alpha, p)
+        r = otu.tree_add_scale(r, -alpha, a_p)
+        rr_new = otu.tree_vdot(r, r)
+        p = otu.tree_add_scale(r, rr_new / rr, p)
+        return i + 1, x, r, p, rr_new
+
+    _, x, _, _, _ = jax.lax.while_loop(cond, body, (jnp.zeros((), jnp.int32), x, b, b, rr))
+    return x
+
+
+def fisher_vector_product(
+    kl_fn: Callable[[PyTree], jax.Array], params: PyTree, v: PyTree, *, damping: float = 0.0
+) -> PyTree:
+    """Fisher-vector product as the Hessian of the mean KL times v, by forward-over-reverse.
+
+    F v = d/de grad KL(pi_old || pi_{params + e v}) at e = 0, + damping v, where
+    `kl_fn(params)` is the mean KL from the (fixed) old policy, minimised at `params`; there
+    its Hessian equals the Fisher information matrix (Schulman et al. 2015,
+    https://arxiv.org/abs/1502.05477, appendix C; Pearlmutter 1994,
+    https://doi.org/10.1162/neco.1994.6.1.147).
+
+    Args:
+      kl_fn: params -> scalar mean KL from the old policy.
+      params: the parameters at which to evaluate (the old policy's), a pytree.
+      v: a pytree shaped like `params`.
+      damping: added multiple of v (Tikhonov damping).
+
+    Returns:
+      F v, a pytree shaped like `params`.
+    """
+    _, hvp = jax.jvp(jax.grad(kl_fn), (params,), (v,))
+    if damping:
+        hvp = otu.tree_add_scale(hvp, damping, v)
+    return hvp
+
+
+def natural_gradient_step(
+    grad: PyTree,
+    fvp: Callable[[PyTree], PyTree],
+    *,
+    max_kl: float,
+    cg_iters: int = 10,
+    cg_tol: float = 1e-10,
+) -> PyTree:
+    """TRPO's full step: the natural gradient scaled to the trust-region boundary.
+
+    x = F^{-1} g by conjugate gradient, d = sqrt(2 delta / x^T F x) x, so that
+    0.5 d^T F d = delta (Schulman et al. 2015, https://arxiv.org/abs/1502.05477, appendix C;
+    natural gradient: Kakade 2001, https://papers.nips.cc/paper/2073-a-natural-policy-gradient).
+    Returns zeros if x^T F x is not positive.
+
+    Args:
+      grad: g, the gradient of the surrogate objective to maximise, a pytree.
+      fvp: v -> F v (e.g. `functools.partial(fisher_vector_product, kl_fn, params)`).
+      max_kl: delta, the trust-region radius in mean KL.
+      cg_iters: conjugate gradient iterations.
+      cg_tol: conjugate gradient tolerance on the squared residual.
+
+    Returns:
+      d, a pytree shaped like `grad`; the expected improvement is g.d.
+    """
+    if not max_kl > 0:
+        raise ValueError(f"natural_gradient_step: `max_kl` must be > 0, got {max_kl}")
+    direction = conjugate_gradient(fvp, grad, iters=cg_iters, tol=cg_tol)
+    curvature = otu.tree_vdot(direction, fvp(direction))
+    safe = jnp.where(curvature > 0, curvature, 1.0)
+    scale = jnp.where(curvature > 0, jnp.sqrt(2.0 * max_kl / safe), 0.0)
+    return otu.tree_scale(scale, direction)
+
+
+class LineSearchResult(NamedTuple):
+    """Outcome of `backtracking_line_search`."""
+
+    params: PyTree  # accepted parameters, or the input parameters if nothing was accepted
+    accepted: jax.Array  # bool scalar
+    step_fraction: jax.Array  # beta^k of the accepted candidate (0 if none)
+    improvement: jax.Array  # objective(new) - objective(params) (0 if none)
+    constraint: jax.Array  # constraint(new) (constraint(params) if none)
+
+
+def backtracking_line_search(
+    objective_fn: Callable[[PyTree], jax.Array],
+    constraint_fn: Callable[[PyTree], jax.Array],
+    params: PyTree,
+    step: PyTree,
+    *,
+    max_kl: float,
+    expected_improvement,
+    backtrack_ratio: float = 0.5,
+    max_backtracks: int = 10,
+    accept_ratio: float = 0.1,
+) -> LineSearchResult:
+    """TRPO's backtracking line search on the surrogate under the KL constraint.
+
+    Tries theta + beta^k d for k = 0..max_backtracks-1 and accepts the first with
+    improvement = f(theta + beta^k d) - f(theta) > 0,
+    improvement / (beta^k expected_improvement) > accept_ratio and
+    constraint(theta + beta^k d) <= max_kl (Schulman et al. 2015,
+    https://arxiv.org/abs/1502.05477, appendix C).
+
+    Args:
+      objective_fn: params -> scalar surrogate objective to maximise.
+      constraint_fn: params -> scalar mean KL from the old policy.
+      params: theta, a pytree.
+      step: d, the full step, a pytree shaped like `params`.
+      max_kl: delta, the largest KL accepted.
+      expected_improvement: scalar g.d, the first-order improvement of the full step.
+      backtrack_ratio: beta in (0, 1).
+      max_backtracks: number of candidates tried.
+      accept_ratio: smallest accepted ratio of actual to expected improvement.
+
+    Returns:
+      A `LineSearchResult` (params, accepted, step_fraction, improvement, constraint).
+    """
+    fn = "backtracking_line_search"
+    if not 0 < backtrack_ratio < 1:
+        raise ValueError(f"{fn}: `backtrack_ratio` must be in (0, 1), got {backtrack_ratio}")
+    if not isinstance(max_backtracks, int) or max_backtracks < 1:
+        raise ValueError(f"{fn}: `max_backtracks` must be an int >= 1, got {max_backtracks!r}")
+    base = objective_fn(params)
+    expected_improvement = jnp.asarray(expected_improvement, jnp.float32)
+
+    def evaluate(k):
+        fraction = jnp.asarray(backtrack_ratio, jnp.float32) ** k
+        candidate = otu.tree_add_scale(params, fraction, step)
+        improvement = objective_fn(candidate) - base
+        constraint = constraint_fn(candidate)
+        ok = (
+            (improvement > 0)
+            & (improvement > accept_ratio * fraction * expected_improvement)
+            & (constraint <= max_kl)
+        )
+        return ok, fraction, improvement, constraint
+
+    def cond(state):
+        k, accepted = state[:2]
+        return (k < max_backtracks) & ~accepted
+
+    def body(state):
+        k = state[0]
+        ok, fraction, improvement, constraint = evaluate(k)
+        return jnp.where(ok, k, k + 1), ok, fraction, improvement, constraint
+
+    init = (
+        jnp.zeros((), jnp.int32),
+        jnp.zeros((), bool),
+        jnp.zeros((), jnp.float32),
+        jnp.zeros((), jnp.float32),
+        jnp.zeros((), jnp.float32),
+    )
+    _, accepted, fraction, improvement, constraint = jax.lax.while_loop(cond, body, init)
+    fraction = jnp.where(accepted, fraction, 0.0)
+    new_params = otu.tree_add_scale(params, fraction, step)
+    return LineSearchResult(
+        params=new_params,
+        accepted=accepted,
+        step_fraction=fraction,
+        improvement=jnp.where(accepted, improvement, 0.0),
+        constraint=jnp.where(accepted, constraint, constraint_fn(params)),
+    )

@@ -38,7 +38,7 @@ import jax
 import jax.numpy as jnp
 import orbax.checkpoint as ocp
 
-__all__ = ["Checkpointer", "CheckpointNotFoundError"]
+__all__ = ["CheckpointNotFoundError", "Checkpointer"]
 
 _STATE = "state"
 _META = "meta"
@@ -256,7 +256,7 @@ class Checkpointer:
         self._manager.wait_until_finished()
         self._manager.close()
 
-    def __enter__(self) -> "Checkpointer":
+    def __enter__(self) -> Checkpointer:
         return self
 
     def __exit__(self, *exc) -> None:

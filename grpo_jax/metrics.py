@@ -198,7 +198,7 @@ class MetricWriter:
             self._tb.close()
             self._tb = None
 
-    def __enter__(self) -> "MetricWriter":
+    def __enter__(self) -> MetricWriter:
         return self
 
     def __exit__(self, *exc) -> None:

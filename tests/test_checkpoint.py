@@ -9,7 +9,8 @@ import numpy as np
 import optax
 import pytest
 from flax import nnx
-from jax.sharding import NamedSharding, PartitionSpec as P
+from jax.sharding import NamedSharding
+from jax.sharding import PartitionSpec as P
 
 from grpo_jax.checkpoint import Checkpointer, CheckpointNotFoundError
 
@@ -73,7 +74,7 @@ def test_round_trip_with_target_optax_nnx_and_keys(tmp_path):
     np.testing.assert_array_equal(
         jax.random.normal(restored["rng"], (3,)), jax.random.normal(state["rng"], (3,))
     )
-    plain = lambda t: {k: v for k, v in t.items() if k != "rng"}  # noqa: E731
+    plain = lambda t: {k: v for k, v in t.items() if k != "rng"}
     _tree_equal(plain(restored), plain(state))
     # The restored params load back into an nnx model.
     model = _TinyMLP(nnx.Rngs(3))
@@ -169,3 +170,26 @@ def test_bad_inputs(tmp_path):
         ckpt.save(1, state={"x": jnp.ones(3)})
         with pytest.raises(ValueError, match="target"):
             ckpt.restore(target={"y": jax.ShapeDtypeStruct((3,), jnp.float32)})
+
+
+def test_nnx_state_restores_onto_abstract_sharded_model(tmp_path):
+    from grpo_jax.parallel import abstract_sharded_state, make_mesh
+
+    def factory():
+        return _TinyMLP(nnx.Rngs(0))
+
+    model = factory()
+    x = jnp.arange(8.0).reshape(2, 4)
+    expected = model(x)
+    with Checkpointer(tmp_path, async_=False) as ckpt:
+        ckpt.save(5, state={"params": nnx.state(model).to_pure_dict()}, meta={"stage": "sft"})
+        mesh = make_mesh({"data": 4, "tensor": 2})
+        graphdef, abstract = abstract_sharded_state(factory, mesh)
+        restored, meta = ckpt.restore(target={"params": abstract.to_pure_dict()})
+    assert meta["stage"] == "sft"
+    # Unannotated nnx.Linear params have no logical names: restored replicated on the mesh.
+    kernel = restored["params"]["l1"]["kernel"]
+    assert kernel.sharding == NamedSharding(mesh, P())
+    nnx.replace_by_pure_dict(abstract, restored["params"])
+    restored_model = nnx.merge(graphdef, abstract)
+    np.testing.assert_allclose(restored_model(x), expected, rtol=1e-6)

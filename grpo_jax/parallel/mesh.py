@@ -1,0 +1,181 @@
+"""Device mesh, batch sharding and multi-process start-up.
+
+Mesh axes are ``data`` (pure data parallelism), ``fsdp`` (data parallelism with parameters
+sharded along their ``embed`` dimension) and ``tensor`` (model parallelism over heads,
+MLP hidden units and vocabulary). Batches are split over ``("data", "fsdp")``.
+"""
+
+from __future__ import annotations
+
+import math
+import os
+from collections.abc import Mapping, Sequence
+from typing import Any
+
+import jax
+from jax.sharding import AxisType, Mesh, NamedSharding, PartitionSpec
+
+__all__ = [
+    "BATCH_AXES",
+    "DEFAULT_MESH_SHAPE",
+    "data_parallel_size",
+    "data_sharding",
+    "initialize_distributed",
+    "make_mesh",
+    "multi_process_environment",
+    "replicated_sharding",
+]
+
+DEFAULT_MESH_SHAPE = {"data": -1, "fsdp": 1, "tensor": 1}
+BATCH_AXES = ("data", "fsdp")
+
+_AXIS_TYPES = {"auto": AxisType.Auto, "explicit": AxisType.Explicit}
+
+
+def _as_dict(shape: Any) -> dict[str, Any]:
+    if shape is None:
+        return dict(DEFAULT_MESH_SHAPE)
+    if hasattr(shape, "items"):  # dict, ml_collections.ConfigDict, FrozenConfigDict
+        return {str(k): v for k, v in shape.items()}
+    raise ValueError(
+        f"mesh: expected a mapping axis name -> size such as {DEFAULT_MESH_SHAPE}, got {shape!r}"
+    )
+
+
+def resolve_mesh_shape(shape: Mapping[str, int] | None, num_devices: int) -> dict[str, int]:
+    """Replaces the single -1 entry by the remaining device count and checks the product.
+
+    Args:
+      shape: axis name -> size; at most one size may be -1 ("all remaining devices").
+      num_devices: number of devices the mesh spans.
+
+    Returns:
+      dict axis name -> positive size whose product is `num_devices`.
+    """
+    sizes = _as_dict(shape)
+    if not sizes:
+        raise ValueError("mesh: expected at least one axis")
+    for name, size in sizes.items():
+        if isinstance(size, bool) or not isinstance(size, int) or (size < 1 and size != -1):
+            raise ValueError(f"mesh.{name}: expected a positive int or -1, got {size!r}")
+    free = [name for name, size in sizes.items() if size == -1]
+    if len(free) > 1:
+        raise ValueError(f"mesh: at most one axis may be -1, got {free}")
+    fixed = math.prod(size for size in sizes.values() if size != -1)
+    if free:
+        if num_devices % fixed:
+            raise ValueError(
+                f"mesh: the fixed axis sizes multiply to {fixed}, which does not divide the "
+                f"{num_devices} devices"
+            )
+        sizes[free[0]] = num_devices // fixed
+    elif fixed != num_devices:
+        raise ValueError(
+            f"mesh: axis sizes {sizes} multiply to {fixed}, expected the device count "
+            f"{num_devices} (use -1 for one axis to take the remaining devices)"
+        )
+    return sizes
+
+
+def make_mesh(
+    shape: Mapping[str, int] | None = None,
+    *,
+    devices: Sequence[jax.Device] | None = None,
+    axis_types: str = "auto",
+) -> Mesh:
+    """Builds a device mesh with `jax.make_mesh` from {axis name: size}.
+
+    Args:
+      shape: axis name -> size, e.g. ``{"data": -1, "fsdp": 1, "tensor": 1}`` (the default)
+        or a config section such as ``config.mesh``; one size may be -1.
+      devices: devices to use (default: all of `jax.devices()`).
+      axis_types: "auto" (default: GSPMD propagates shardings from the jit in/out shardings
+        and parameter layouts, which is what the logical-axis rules assume) or "explicit"
+        (sharding in types; jax 0.10's own default for `jax.make_mesh`).
+
+    Returns:
+      a `jax.sharding.Mesh` with the axes in the order given.
+    """
+    if axis_types not in _AXIS_TYPES:
+        raise ValueError(f"axis_types: expected one of {sorted(_AXIS_TYPES)}, got {axis_types!r}")
+    devices = list(jax.devices() if devices is None else devices)
+    sizes = resolve_mesh_shape(shape, len(devices))
+    return jax.make_mesh(
+        tuple(sizes.values()),
+        tuple(sizes.keys()),
+        axis_types=(_AXIS_TYPES[axis_types],) * len(sizes),
+        devices=devices,
+    )
+
+
+def _batch_axes(mesh: Mesh, axes: Sequence[str]) -> tuple[str, ...]:
+    return tuple(axis for axis in axes if axis in mesh.axis_names)
+
+
+def data_parallel_size(mesh: Mesh, axes: Sequence[str] = BATCH_AXES) -> int:
+    """Number of batch shards: the product of the mesh sizes of the batch axes present."""
+    return math.prod(mesh.shape[axis] for axis in _batch_axes(mesh, axes))
+
+
+def data_sharding(mesh: Mesh, axes: Sequence[str] = BATCH_AXES) -> NamedSharding:
+    """Sharding for batch arrays [B, ...]: B split over ("data", "fsdp"), the rest replicated.
+
+    The batch size must be divisible by `data_parallel_size(mesh)`.
+    """
+    present = _batch_axes(mesh, axes)
+    return NamedSharding(mesh, PartitionSpec(present if present else None))
+
+
+def replicated_sharding(mesh: Mesh) -> NamedSharding:
+    """Sharding that keeps a full copy of an array on every device of `mesh`."""
+    return NamedSharding(mesh, PartitionSpec())
+
+
+def _int_env(name: str) -> int:
+    try:
+        return int(os.environ.get(name, "0"))
+    except ValueError:
+        return 0
+
+
+def multi_process_environment() -> str | None:
+    """Names the detected multi-process launcher, or None for a single-process run.
+
+    Detected: an explicit coordinator (``JAX_COORDINATOR_ADDRESS``, with
+    ``JAX_NUM_PROCESSES`` > 1 when given), SLURM (``SLURM_NTASKS`` > 1), Open MPI
+    (``OMPI_COMM_WORLD_SIZE`` > 1), multi-host Cloud TPU (``TPU_WORKER_HOSTNAMES`` listing
+    several hosts, or ``MEGASCALE_COORDINATOR_ADDRESS``).
+    """
+    if os.environ.get("JAX_COORDINATOR_ADDRESS"):
+        if "JAX_NUM_PROCESSES" not in os.environ or _int_env("JAX_NUM_PROCESSES") > 1:
+            return "coordinator"
+    if _int_env("SLURM_NTASKS") > 1 or _int_env("SLURM_NPROCS") > 1:
+        return "slurm"
+    if _int_env("OMPI_COMM_WORLD_SIZE") > 1:
+        return "openmpi"
+    hosts = [h for h in os.environ.get("TPU_WORKER_HOSTNAMES", "").split(",") if h.strip()]
+    if len(hosts) > 1 or os.environ.get("MEGASCALE_COORDINATOR_ADDRESS"):
+        return "cloud_tpu"
+    return None
+
+
+def initialize_distributed(**kwargs: Any) -> bool:
+    """Calls `jax.distributed.initialize(**kwargs)` when a multi-process launch is detected.
+
+    Must run before any other JAX call that touches devices. A no-op for single-process
+    runs and when JAX's distributed runtime is already initialised.
+
+    Returns:
+      True when `jax.distributed.initialize` was called.
+    """
+    environment = multi_process_environment()
+    if environment is None and not kwargs:
+        return False
+    if jax.distributed.is_initialized():
+        return False
+    if environment == "coordinator" and "JAX_NUM_PROCESSES" in os.environ:
+        kwargs.setdefault("num_processes", _int_env("JAX_NUM_PROCESSES"))
+        if "JAX_PROCESS_ID" in os.environ:
+            kwargs.setdefault("process_id", _int_env("JAX_PROCESS_ID"))
+    jax.distributed.initialize(**kwargs)
+    return True

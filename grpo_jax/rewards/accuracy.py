@@ -127,8 +127,8 @@ def _as_latex(text: str) -> str:
 def answers_match(predicted: str | None, reference: str | None, *, symbolic: bool = True) -> bool:
     """Whether a predicted answer equals the reference answer.
 
-    Order: exact rational comparison when both parse as numbers; then math-verify (if
-    `symbolic`, on pre-screened short inputs); then normalised string equality.
+    Exact rational comparison when both parse as numbers; otherwise equal if math-verify
+    (when `symbolic`, on pre-screened short inputs) or normalised string equality says so.
 
     Args:
       predicted: the model's answer (e.g. from `extract_answer`), or None.
@@ -146,9 +146,8 @@ def answers_match(predicted: str | None, reference: str | None, *, symbolic: boo
     if predicted_number is not None and reference_number is not None:
         return predicted_number == reference_number
     if symbolic and _safe_for_symbolic(predicted) and _safe_for_symbolic(reference):
-        verdict = _math_verify_equal(predicted, reference)
-        if verdict is not None:
-            return verdict
+        if _math_verify_equal(predicted, reference):
+            return True
     return normalize_text(predicted) == normalize_text(reference)
 
 

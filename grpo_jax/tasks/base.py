@@ -16,7 +16,7 @@ from typing import Any, Callable, Sequence
 import numpy as np
 
 from grpo_jax.rewards.accuracy import answers_match, parse_number
-from grpo_jax.rewards.format import strict_format_reward
+from grpo_jax.rewards.format import soft_format_reward, strict_format_reward
 from grpo_jax.rewards.parsing import extract_answer as _extract_answer
 from grpo_jax.tasks.templates import format_completion
 
@@ -229,8 +229,9 @@ class Task(abc.ABC):
         return 1.0 if self.is_correct(completion, example) else 0.0
 
     def reward_fns(self) -> dict[str, Callable[[str, Any], float]]:
-        """Named rewards `(completion, example) -> float`: "accuracy" and "format" (strict)."""
-        return {"accuracy": self.accuracy_reward, "format": strict_format_reward}
+        """Named rewards `(completion, example) -> float`: "accuracy", "format" (strict), "format_soft"."""
+        return {"accuracy": self.accuracy_reward, "format": strict_format_reward,
+                "format_soft": soft_format_reward}
 
     def score(self, completion: str, example: Example) -> dict[str, float]:
         """Every reward component of `reward_fns()` plus "correct" (0/1)."""

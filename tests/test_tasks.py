@@ -1,0 +1,213 @@
+"""Tasks: registry, templates, determinism, disjoint splits, noisy solutions."""
+
+import math
+
+import numpy as np
+import pytest
+
+from grpo_jax.rewards import check_countdown
+from grpo_jax.tasks import (
+    Example,
+    Task,
+    apply_template,
+    available_tasks,
+    format_completion,
+    get_task,
+    register_task,
+)
+from grpo_jax.tasks.arithmetic import ArithmeticTask, evaluate
+from grpo_jax.tasks.countdown import plan_expression, run_plan
+
+TASKS = ["arithmetic", "countdown"]
+
+
+def test_registry():
+    assert {"arithmetic", "countdown"} <= set(available_tasks())
+    assert isinstance(get_task("arithmetic", difficulty=2), ArithmeticTask)
+    with pytest.raises(ValueError, match=r"unknown task 'nope'; available: \[.*'arithmetic'"):
+        get_task("nope")
+    with pytest.raises(ValueError, match="bad arguments"):
+        get_task("arithmetic", colour="red")
+
+
+def test_custom_task_in_one_file():
+    @register_task("test_double")
+    class Double(Task):
+        def generate(self, rng, difficulty):
+            x = int(rng.integers(1, 10 ** difficulty))
+            return Example(id=f"double:{x}", prompt=f"2*{x}", answer=str(2 * x), difficulty=difficulty)
+
+    task = get_task("test_double", difficulty=2)
+    assert task.name == "test_double"
+    train = task.examples("train", 20, seed=0)
+    test = task.examples("test", 5, seed=0)
+    assert not {e.id for e in train} & {e.id for e in test}
+    example = train[0]
+    assert task.score(format_completion("", example.answer), example) == {
+        "accuracy": 1.0, "format": 1.0, "format_soft": 1.0, "correct": 1.0}
+    text, correct = task.solution(example, rng=0, error_rate=1.0)
+    assert not correct and task.score(text, example)["accuracy"] == 0.0
+    with pytest.raises(ValueError, match="already registered"):
+        register_task("arithmetic")(Double)
+
+
+def test_templates():
+    example = Example(id="x", prompt="7+5*3", answer="22")
+    assert apply_template(example, "plain") == "Q: 7+5*3\nA: "
+    prompt = apply_template("What is {x}?", "r1_zero")
+    assert "What is {x}?" in prompt and prompt.endswith("Assistant:")
+    assert prompt.index("<think>") < prompt.index("</think>") < prompt.index("<answer>")
+    assert prompt.index("User:") < prompt.index("Assistant:")
+    assert apply_template("q", "Question: {question}\n") == "Question: q\n"
+    assert format_completion("t", "a") == "<think>t</think><answer>a</answer>"
+    with pytest.raises(ValueError, match="unknown 'fancy'"):
+        apply_template("q", "fancy")
+
+
+@pytest.mark.parametrize("name", TASKS)
+def test_examples_deterministic_and_splits_disjoint(name):
+    task = get_task(name, difficulty=(1, 2))
+    a = task.examples("train", 300, seed=7)
+    assert a == task.examples("train", 300, seed=7)
+    assert a != task.examples("train", 300, seed=8)
+    test = task.examples("test", 100, seed=7)
+    assert len({e.id for e in test}) == 100  # test problems are unique
+    assert not {e.id for e in a} & {e.id for e in test}
+    # another seed of the test split never meets the train split either
+    assert not {e.id for e in task.examples("test", 50, seed=99)} & {e.id for e in a}
+    assert {e.difficulty for e in a} == {1, 2}
+    with pytest.raises(ValueError, match="split"):
+        task.examples("validation", 1, seed=0)
+
+
+@pytest.mark.parametrize("name", TASKS)
+def test_reference_solutions_score_correct(name):
+    task = get_task(name, difficulty=(1, 2, 3, 4))
+    for example in task.examples("train", 200, seed=1):
+        assert task.score(example.solution, example)["accuracy"] == 1.0
+        text, correct = task.solution(example, rng=0, error_rate=0.0)
+        assert correct and text == example.solution
+        assert task.extract_answer(text) == example.answer
+
+
+def test_arithmetic_by_hand():
+    task = ArithmeticTask()
+    assert evaluate([7, 5, 3], ["+", "*"]) == 22
+    assert evaluate([2, 3, 4, 5], ["*", "-", "*"]) == -14
+    example = Example(id="a", prompt="7+5*3", answer="22",
+                      meta={"operands": [7, 5, 3], "operators": ["+", "*"]})
+    text, correct = task.solution(example, rng=0, error_rate=0.0)
+    assert text == "<think>5*3=15 7+15=22</think><answer>22</answer>" and correct
+    example = task.examples("train", 1, seed=0)[0]
+    assert str(evaluate(example.meta["operands"], example.meta["operators"])) == example.answer
+    assert example.prompt.replace("*", "").replace("+", "").replace("-", "").isdigit()
+
+
+def test_arithmetic_levels():
+    for difficulty, (low, high, largest) in [(1, (2, 3, 9)), (3, (4, 5, 50))]:
+        for example in get_task("arithmetic", difficulty=difficulty).examples("train", 200, seed=0):
+            assert low <= example.meta["steps"] <= high
+            assert max(example.meta["operands"]) <= largest
+
+
+def _steps_consistent(thinking):
+    """Each written step a op b = r uses the previous results; returns the wrong-step count."""
+    wrong = 0
+    for step in thinking.split():
+        lhs, rhs = step.rsplit("=", 1)
+        for op in "+*-":
+            head, sep, tail = lhs[1:].partition(op)  # skip a leading minus sign
+            if sep:
+                a, b = int(lhs[0] + head), int(tail)
+                break
+        true = {"+": a + b, "-": a - b, "*": a * b}[op]
+        wrong += int(rhs) != true
+        assert abs(int(rhs) - true) <= 3
+    return wrong
+
+
+@pytest.mark.parametrize("error_rate", [0.1, 0.3])
+def test_arithmetic_error_rate_matches_closed_form(error_rate):
+    """P(correct) = (1 - e)^steps; wrong answer iff a wrong step; errors are +/-1..3."""
+    task = get_task("arithmetic", difficulty=1)
+    rng = np.random.default_rng(0)
+    examples = task.examples("train", 1500, seed=2)
+    correct, expected = 0, 0.0
+    for example in examples:
+        text, is_correct = task.solution(example, rng=rng, error_rate=error_rate)
+        thinking = text[len("<think>"): text.index("</think>")]
+        wrong_steps = _steps_consistent(thinking)
+        assert is_correct == (wrong_steps == 0) == (task.extract_answer(text) == example.answer)
+        correct += is_correct
+        expected += (1 - error_rate) ** example.meta["steps"]
+    n = len(examples)
+    sigma = math.sqrt(expected * (1 - expected / n))
+    assert abs(correct - expected) < 4 * sigma, (correct, expected)
+
+
+def test_format_error_rate():
+    task = get_task("arithmetic")
+    rng = np.random.default_rng(1)
+    examples = task.examples("train", 1000, seed=0)
+    results = [task.solution(e, rng=rng, error_rate=0.0, format_error_rate=0.3) for e in examples]
+    malformed = [not task.score(t, e)["format"] for (t, _), e in zip(results, examples)]
+    assert abs(np.mean(malformed) - 0.3) < 4 * math.sqrt(0.3 * 0.7 / 1000)
+    for (text, correct), bad in zip(results, malformed):
+        assert correct == (not bad)  # a malformed trace has no closed answer tag
+
+
+def test_countdown_by_hand():
+    numbers, plan = [3, 4, 5], [[0, 1], [3, 2]]
+    assert run_plan(numbers, plan, ["*", "+"]) == [12, 17]
+    assert plan_expression(numbers, plan, ["*", "+"]) == "3*4+5"
+    assert plan_expression(numbers, plan, ["+", "*"]) == "(3+4)*5"
+    assert plan_expression([8, 2, 4], [[1, 2], [0, 3]], ["-", "-"]) == "8-(2-4)"
+    assert plan_expression([8, 2, 4], [[1, 2], [0, 3]], ["*", "/"]) == "8/(2*4)"
+    assert run_plan([3, 4, 5], [[0, 1], [2, 3]], ["-", "/"]) == [-1, -5]
+    assert run_plan([3, 3, 5], [[0, 1], [2, 3]], ["-", "/"]) is None  # 5/(3-3)
+    assert run_plan([3, 4, 5], [[0, 1], [2, 3]], ["+", "/"]) is None  # 5/7 is not an integer
+    task = get_task("countdown")
+    example = task.examples("train", 1, seed=0)[0]
+    assert example.prompt == f"Use {' '.join(map(str, example.meta['numbers']))} to make {example.meta['target']}"
+    assert check_countdown(example.answer, example.meta["numbers"], example.meta["target"])
+
+
+@pytest.mark.parametrize("difficulty", [1, 2, 4])
+def test_countdown_levels_and_validity(difficulty):
+    task = get_task("countdown", difficulty=difficulty)
+    count, largest = task.level(difficulty)
+    for example in task.examples("train", 100, seed=difficulty):
+        numbers, target = example.meta["numbers"], example.meta["target"]
+        assert len(numbers) == count and max(numbers) <= largest and 1 <= target <= 100
+        assert check_countdown(example.answer, numbers, target)
+
+
+def test_countdown_noisy_solutions():
+    task = get_task("countdown", difficulty=2)
+    rng = np.random.default_rng(0)
+    examples = task.examples("train", 600, seed=0)
+    error_rate, correct = 0.2, 0
+    for example in examples:
+        text, is_correct = task.solution(example, rng=rng, error_rate=error_rate)
+        # the flag is honest: the independent checker agrees
+        answer = task.extract_answer(text)
+        assert is_correct == check_countdown(answer, example.meta["numbers"], example.meta["target"])
+        assert task.score(text, example)["tinyzero"] == (1.0 if is_correct else 0.1)
+        correct += is_correct
+    expected = (1 - error_rate) ** 3 * len(examples)  # 3 steps with 4 numbers
+    # a step keeps its operator when no alternative is valid, so slightly above the closed form
+    assert expected - 4 * math.sqrt(expected * 0.5) < correct < expected + 0.08 * len(examples)
+
+
+def test_solution_rejects_bad_rates():
+    task = get_task("arithmetic")
+    example = task.examples("train", 1, seed=0)[0]
+    with pytest.raises(ValueError, match="error_rate"):
+        task.solution(example, rng=0, error_rate=1.5)
+
+
+def test_example_dict_round_trip():
+    example = get_task("countdown").examples("train", 1, seed=0)[0]
+    assert Example.from_dict(example.to_dict()) == example
+    with pytest.raises(ValueError, match="unknown fields"):
+        Example.from_dict({**example.to_dict(), "extra": 1})

@@ -198,6 +198,34 @@ class Checkpointer:
         return bool(saved)
 
     # ------------------------------------------------------------------ restore
+    def _check_step(self, step: int | None) -> int:
+        self.wait()
+        steps = self.all_steps()
+        if not steps:
+            raise CheckpointNotFoundError(
+                f"no finished checkpoint in {self.directory}: run training (which saves "
+                "checkpoints) first, or point the workdir at an existing run"
+            )
+        if step is None:
+            return steps[-1]
+        if step not in steps:
+            raise CheckpointNotFoundError(
+                f"step {step} not found in {self.directory}; available steps: {steps}"
+            )
+        return step
+
+    def _restore_meta(self, step: int) -> dict:
+        restored = self._manager.restore(
+            step, args=ocp.args.Composite(**{_META: ocp.args.JsonRestore()})
+        )
+        return dict(restored[_META])
+
+    def restore_meta(self, step: int | None = None) -> dict:
+        """Only the metadata dict of `step` (default: latest); reads no arrays."""
+        meta = self._restore_meta(self._check_step(step))
+        meta.pop(_TYPED_KEYS_FIELD, None)
+        return meta
+
     def restore(self, step: int | None = None, *, target: Any = None) -> tuple[Any, dict]:
         """Restores (state, meta) of `step` (default: the latest finished step).
 
@@ -212,23 +240,8 @@ class Checkpointer:
         Returns:
           (state, meta): the restored pytree and the metadata dict.
         """
-        self.wait()
-        steps = self.all_steps()
-        if not steps:
-            raise CheckpointNotFoundError(
-                f"no finished checkpoint in {self.directory}: run training (which saves "
-                "checkpoints) first, or point the workdir at an existing run"
-            )
-        if step is None:
-            step = steps[-1]
-        elif step not in steps:
-            raise CheckpointNotFoundError(
-                f"step {step} not found in {self.directory}; available steps: {steps}"
-            )
-        meta = self._manager.restore(
-            step, args=ocp.args.Composite(**{_META: ocp.args.JsonRestore()})
-        )[_META]
-        meta = dict(meta)
+        step = self._check_step(step)
+        meta = self._restore_meta(step)
         typed = meta.pop(_TYPED_KEYS_FIELD, {}) or {}
         if target is None:
             state_args = ocp.args.StandardRestore()

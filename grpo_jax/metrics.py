@@ -5,10 +5,11 @@ jax / numpy scalars converted to Python numbers. TensorBoard scalars are written
 tensorboardX when it is installed (imported lazily; silently skipped otherwise), tagged
 ``<stage>/<name>``.
 
-Resume: reopening a writer appends to the existing file. Call ``truncate_after(stage, step)``
-right after restoring a checkpoint of (stage, step): it drops the lines of that stage logged
-after the checkpoint (and of any stage logged after it), so a resumed run does not repeat
-steps in the log.
+Resume: reopening a writer appends to the existing file. Call ``truncate_after(step)``
+(global step numbering) or ``truncate_after(step, stage=name)`` (per-stage numbering) right
+after restoring the checkpoint of that step: it drops the lines logged after the checkpoint,
+so a resumed run does not repeat steps in the log. (TensorBoard event files are append-only;
+TensorBoard shows the re-logged points after the old ones.)
 """
 
 from __future__ import annotations
@@ -149,14 +150,16 @@ class MetricWriter:
                 self._tb.add_scalar(prefix + name, float(value), int(step))
         return record
 
-    def truncate_after(self, stage: str | None, step: int) -> int:
-        """Drops logged lines that come after (stage, step); returns how many were dropped.
+    def truncate_after(self, step: int, *, stage: str | None = None) -> int:
+        """Drops logged lines that come after a resumed checkpoint; returns how many.
 
-        Keeps everything up to and including the last line of `stage` with a step <= `step`
-        and drops the rest (later steps of `stage` and any later stage, which ran after the
-        checkpoint). If `stage` has no such line, the cut is at its first line with a step
-        greater than `step` (nothing is dropped when there is none). Stage names are
-        assumed unique within a run (e.g. "eval_before" / "eval_after").
+        Without `stage` (steps numbered globally and increasing through the run, as the
+        pipeline does) everything from the first line with a step greater than `step` on
+        is dropped. With `stage` (steps counted per stage), everything after the last line
+        of `stage` with a step <= `step` is dropped (later steps of `stage` and any later
+        stage, which ran after the checkpoint); if `stage` has no such line, the cut is at
+        its first line with a larger step (nothing is dropped when there is none). Stage
+        names are assumed unique within a run (e.g. "eval_before" / "eval_after").
         """
         self._file.flush()
         with open(self.path, encoding="utf-8") as f:
@@ -169,13 +172,17 @@ class MetricWriter:
                 raise ValueError(
                     f"{self.path}:{number}: expected one JSON object per line"
                 ) from None
-        in_stage = [i for i, r in enumerate(records) if r.get("stage") == stage]
-        kept = [i for i in in_stage if records[i].get("step", -1) <= step]
-        if kept:
-            cut = kept[-1] + 1
-        else:
-            later = [i for i in in_stage if records[i].get("step", -1) > step]
+        if stage is None:
+            later = [i for i, r in enumerate(records) if r.get("step", -1) > step]
             cut = later[0] if later else len(lines)
+        else:
+            in_stage = [i for i, r in enumerate(records) if r.get("stage") == stage]
+            kept = [i for i in in_stage if records[i].get("step", -1) <= step]
+            if kept:
+                cut = kept[-1] + 1
+            else:
+                later = [i for i in in_stage if records[i].get("step", -1) > step]
+                cut = later[0] if later else len(lines)
         dropped = len(lines) - cut
         if dropped:
             self._file.close()

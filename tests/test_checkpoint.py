@@ -59,6 +59,7 @@ def test_round_trip_with_target_optax_nnx_and_keys(tmp_path):
     assert ckpt.save(1, state=state, meta=meta)
     ckpt.wait()
     assert ckpt.latest_step() == 1
+    assert ckpt.restore_meta() == meta
 
     target = jax.tree.map(lambda x: jnp.zeros_like(x), _train_state(seed=5))
     restored, restored_meta = ckpt.restore(target=target)
@@ -157,6 +158,8 @@ def test_empty_dir_restore_error(tmp_path):
         assert ckpt.latest_step() is None
         with pytest.raises(CheckpointNotFoundError, match="no finished checkpoint in"):
             ckpt.restore()
+        with pytest.raises(CheckpointNotFoundError, match="no finished checkpoint in"):
+            ckpt.restore_meta()
 
 
 def test_bad_inputs(tmp_path):

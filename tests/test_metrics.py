@@ -41,7 +41,7 @@ def test_reopen_appends_and_truncate_after_resume(tmp_path):
         writer.write(0, {"pass_at_1": 0.5}, stage="eval_after")
     # Crash; the latest checkpoint is (rl, 3). Reopen, truncate, re-log steps 4, 5.
     with MetricWriter(tmp_path, tensorboard=False) as writer:
-        dropped = writer.truncate_after("rl", 3)
+        dropped = writer.truncate_after(3, stage="rl")
         assert dropped == 3  # rl 4, rl 5, eval_after 0
         writer.write(4, {"loss": 99.0}, stage="rl")
     records = read_metrics(tmp_path)
@@ -57,9 +57,9 @@ def test_truncate_when_checkpoint_precedes_first_logged_step(tmp_path):
         writer.write(5, {"loss": 2.0}, stage="rl")
         writer.write(6, {"loss": 3.0}, stage="rl")
         # Resume at (rl, 0): nothing of rl logged at <= 0 -> cut at the first rl line.
-        assert writer.truncate_after("rl", 0) == 2
-        assert writer.truncate_after("rl", 0) == 0
-        assert writer.truncate_after("unknown_stage", 0) == 0
+        assert writer.truncate_after(0, stage="rl") == 2
+        assert writer.truncate_after(0, stage="rl") == 0
+        assert writer.truncate_after(0, stage="unknown_stage") == 0
     assert [(r["stage"], r["step"]) for r in read_metrics(tmp_path)] == [("sft", 1)]
 
 
@@ -127,3 +127,17 @@ def test_missing_tensorboardx_is_skipped(tmp_path, monkeypatch):
         writer.write(1, {"loss": 1.0})
     assert read_metrics(tmp_path)[0]["loss"] == 1.0
     assert not (tmp_path / "tensorboard").exists()
+
+
+def test_truncate_after_global_step(tmp_path):
+    """Pipeline numbering: one global step increasing through all stages."""
+    with MetricWriter(tmp_path, tensorboard=False) as writer:
+        for step, stage in [(1, "pretrain"), (2, "pretrain"), (3, "eval_before"), (4, "rl"),
+                            (5, "rl"), (6, "rl")]:
+            writer.write(step, {"loss": float(step)}, stage=stage)
+        assert writer.truncate_after(4) == 2
+        assert writer.truncate_after(4) == 0
+        writer.write(5, {"loss": 50.0}, stage="rl")
+    records = read_metrics(tmp_path)
+    assert [r["step"] for r in records] == [1, 2, 3, 4, 5]
+    assert records[-1]["loss"] == 50.0

@@ -12,6 +12,7 @@ once with + - * / to reach the target.
 from __future__ import annotations
 
 import ast
+import warnings
 from fractions import Fraction
 from typing import Sequence
 
@@ -90,7 +91,9 @@ def parse_expression(
     if not text.strip() or "**" in text or "//" in text:
         return None
     try:
-        tree = ast.parse(text.strip(), mode="eval")
+        with warnings.catch_warnings():  # e.g. SyntaxWarning "invalid decimal literal"
+            warnings.simplefilter("ignore")
+            tree = ast.parse(text.strip(), mode="eval")
         if sum(1 for _ in ast.walk(tree)) > max_nodes:
             return None
         numbers: list[int] = []

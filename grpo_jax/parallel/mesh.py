@@ -162,7 +162,8 @@ def multi_process_environment() -> str | None:
 def initialize_distributed(**kwargs: Any) -> bool:
     """Calls `jax.distributed.initialize(**kwargs)` when a multi-process launch is detected.
 
-    Must run before any other JAX call that touches devices. A no-op for single-process
+    Also calls it when explicit `kwargs` (coordinator_address, num_processes, process_id)
+    are given. Must run before any other JAX call that touches devices. A no-op for single-process
     runs and when JAX's distributed runtime is already initialised.
 
     Returns:

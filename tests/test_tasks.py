@@ -47,6 +47,13 @@ def test_custom_task_in_one_file():
         "accuracy": 1.0, "format": 1.0, "format_soft": 1.0, "correct": 1.0}
     text, correct = task.solution(example, rng=0, error_rate=1.0)
     assert not correct and task.score(text, example)["accuracy"] == 0.0
+    # the default noisy solution keeps a given rationale as the thinking part
+    gsm = Example(id="g", prompt="q", answer="1,000", solution="10*100 = 1000")
+    assert task.solution(gsm, rng=0, error_rate=0.0) == (
+        "<think>10*100 = 1000</think><answer>1,000</answer>", True)
+    text, correct = task.solution(gsm, rng=0, error_rate=1.0)
+    assert not correct and text.startswith("<think>10*100 = 1000</think><answer>")
+    assert 997 <= int(task.extract_answer(text)) <= 1003
     with pytest.raises(ValueError, match="already registered"):
         register_task("arithmetic")(Double)
 

@@ -18,6 +18,7 @@ import numpy as np
 from grpo_jax.rewards.accuracy import answers_match, parse_number
 from grpo_jax.rewards.format import soft_format_reward, strict_format_reward
 from grpo_jax.rewards.parsing import extract_answer as _extract_answer
+from grpo_jax.rewards.parsing import extract_thinking
 from grpo_jax.tasks.templates import format_completion
 
 SPLITS = ("train", "test")
@@ -174,8 +175,9 @@ class Task(abc.ABC):
     ) -> tuple[str, bool]:
         """A worked solution, wrong with probability `error_rate`, malformed w.p. `format_error_rate`.
 
-        Default: no thinking; a numeric answer is perturbed by +/-1..3 when wrong. Synthetic
-        tasks override this with step-by-step traces.
+        Default: the thinking is `example.solution` (its think part when it has tags, e.g. the
+        GSM8K rationale otherwise) and a numeric answer is perturbed by +/-1..3 when wrong.
+        Synthetic tasks override this with step-by-step traces whose steps can be wrong.
 
         Args:
           example: the problem.
@@ -190,13 +192,14 @@ class Task(abc.ABC):
         check_rate("error_rate", error_rate)
         check_rate("format_error_rate", format_error_rate)
         answer = example.answer
+        thinking = extract_thinking(example.solution).strip() if example.solution else ""
         if rng.random() < error_rate:
             value = parse_number(answer)
             if value is None:
                 raise NotImplementedError(
                     f"{self.name}: noisy solutions of non-numeric answers need Task.solution")
             answer = _format_number(value + int(rng.choice([-3, -2, -1, 1, 2, 3])))
-        return self.finish_solution(example, "", answer, rng, format_error_rate)
+        return self.finish_solution(example, thinking, answer, rng, format_error_rate)
 
     def finish_solution(self, example, thinking, answer, rng, format_error_rate):
         """Lays out (thinking, answer), maybe malformed, and scores it honestly."""

@@ -33,6 +33,9 @@ def default_workdir(config_arg: str) -> str:
 
 def main(argv) -> None:
     del argv
+    from absl import logging
+
+    logging.set_verbosity(logging.WARNING)  # orbax logs every checkpoint write at INFO
     from grpo_jax.config_validation import ConfigError
     from grpo_jax.pipeline import train_and_evaluate
 

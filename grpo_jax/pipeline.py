@@ -24,7 +24,7 @@ from flax import nnx
 from grpo_jax import tasks as tasks_lib
 from grpo_jax.checkpoint import Checkpointer
 from grpo_jax.metrics import MetricWriter
-from grpo_jax.models import Transformer, from_pretrained, named_config
+from grpo_jax.models import Transformer, named_config
 from grpo_jax.training import Params, Policy
 
 StageRunner = Callable[["Run", "StageSpec"], None]
@@ -128,6 +128,8 @@ def build_tokenizer(config, task, workdir):
 
 def build_model(config, tokenizer):
     if config.model.init_from:
+        from grpo_jax.models import from_pretrained
+
         model, model_config = from_pretrained(config.model.init_from, dtype=config.model.dtype)
         return model_config, model
     model_config = named_config(
@@ -141,19 +143,19 @@ def build_model(config, tokenizer):
     return model_config, model
 
 
-def _resume_point(run: Run) -> tuple[int, dict | None]:
-    """(first stage index to run, meta of an unfinished stage checkpoint or None)."""
+def _resume_point(run: Run) -> tuple[int, dict | None, str | None]:
+    """(first stage to run, meta of an unfinished stage checkpoint, last checkpointed stage)."""
     step = run.checkpointer.latest_step()
     if step is None:
-        return 0, None
+        return 0, None, None
     meta = run.checkpointer.restore_meta(step)
     run.global_step = int(meta["global_step"])
     run.evals = dict(meta.get("evals", {}))
     if meta["stage_done"]:
         state, _ = run.checkpointer.restore(step, target={"params": run.params})
         run.params = state["params"]
-        return int(meta["stage_index"]) + 1, None
-    return int(meta["stage_index"]), meta
+        return int(meta["stage_index"]) + 1, None, meta["stage"]
+    return int(meta["stage_index"]), meta, meta["stage"]
 
 
 def train_and_evaluate(config: ml_collections.ConfigDict, workdir: str) -> dict:
@@ -163,8 +165,8 @@ def train_and_evaluate(config: ml_collections.ConfigDict, workdir: str) -> dict:
 
     run = Run(config, workdir)
     try:
-        start, resume_meta = _resume_point(run)
-        if start > 0 or resume_meta is not None:
+        start, resume_meta, last_stage = _resume_point(run)
+        if last_stage is not None:
             run.writer.truncate_after(run.global_step)
         for index, name in enumerate(run.stage_names):
             if index < start:

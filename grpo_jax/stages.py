@@ -16,6 +16,7 @@ from grpo_jax.rl.algorithms import compute_advantages, get_algorithm
 from grpo_jax.rl.rollout import rollout
 from grpo_jax.rl.update import LossSettings, build_batch, make_logp_fn, make_train_step
 from grpo_jax.sampling import SamplingConfig
+from grpo_jax.tasks.data import prompt_iterator
 from grpo_jax.sft.data import encode_pairs, epoch_batches
 from grpo_jax.sft.loss import make_supervised_step
 from grpo_jax.training import make_optimizer
@@ -174,8 +175,18 @@ def eval_stage(run: Run, stage: StageSpec) -> None:
     records = sample_and_score(run, examples, num_samples=section.num_samples,
                                batch_size=section.batch_size, sampling=sampling,
                                key=run.stage_key(stage.index, 0))
-    per_problem = evals_lib.group_records(records, task, num_samples=section.num_samples)
-    figures = evals_lib.evaluate_samples(per_problem, ks=(1, section.num_samples))
+    per_problem = []
+    for start in range(0, len(records), section.num_samples):
+        group = records[start:start + section.num_samples]
+        per_problem.append({"difficulty": group[0]["example"].difficulty, "samples": [{
+            "answer": task.extract_answer(r["text"]),
+            "correct": r["components"]["accuracy"] >= 1.0,
+            "formatted": r["components"]["format"] >= 1.0,
+            "length": r["length"],
+        } for r in group]})
+    k = section.num_samples
+    figures = evals_lib.evaluate_samples(per_problem, ks=sorted({1, k}),
+                                         maj_ks=(k,) if k > 1 else ())
     figures["eval_time_s"] = time.time() - t0
     run.evals[stage.name] = figures
     flat = {k: v for k, v in figures.items() if isinstance(v, (int, float))}
@@ -218,7 +229,7 @@ def rl_stage(run: Run, stage: StageSpec) -> None:
     if section.beta != 0.0:
         state["ref_params"] = jax.tree.map(jnp.copy, run.params)
     train_examples = task.examples("train", cfg.task.train_size, seed=cfg.seed)
-    iterator = tasks_lib.data.prompt_iterator(train_examples, batch_size=n,
+    iterator = prompt_iterator(train_examples, batch_size=n,
                                               seed=cfg.seed + stage.index)
     start = 0
     if stage.resume_meta is not None:
@@ -316,7 +327,7 @@ def write_run_report(run: Run) -> dict:
             summary["after"] = run.evals[names[-1]]
     for n in names[1:-1]:
         summary[n] = run.evals[n]
-    history = [r for r in run.writer.read() if r.get("stage") in
+    history = [r for r in evals_lib.load_history(run.writer.path) if r.get("stage") in
                {s for s in run.stage_names if run.config[s].kind == "rl"}]
     evals_lib.write_report(
         run.workdir, title=f"grpo_jax run: {run.config.task.name}", summary=summary,

@@ -1,0 +1,180 @@
+"""The RL trainer and the staged main job on a shrunken default config."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+import pytest
+
+from grpo_jax.config_validation import ConfigError, validate
+from grpo_jax.metrics import MetricWriter, read_metrics
+from grpo_jax.pipeline import train_and_evaluate
+
+REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+sys.path.insert(0, REPO)
+from configs import default as default_config  # noqa: E402
+
+
+def smoke_config(**rl):
+    config = default_config.get_config("smoke")
+    for key, value in rl.items():
+        config.rl[key] = value
+    return config
+
+
+def rl_only(config):
+    config.stages = "rl"
+    return config
+
+
+def final_params(workdir):
+    from grpo_jax.checkpoint import Checkpointer
+
+    with Checkpointer(os.path.join(workdir, "checkpoints")) as ckpt:
+        state, meta = ckpt.restore()
+    assert meta["stage_done"]
+    return state["params"]
+
+
+def test_main_job_smoke_writes_report(tmp_path):
+    summary = train_and_evaluate(default_config.get_config("smoke"), str(tmp_path))
+    assert {"before", "after"} <= set(summary)
+    for name in ("report.md", "report.json", "metrics.jsonl", "config.json"):
+        assert (tmp_path / name).exists(), name
+    report = json.loads((tmp_path / "report.json").read_text())
+    assert 0.0 <= report["summary"]["after"]["pass@1"] <= 1.0
+    stages = [r["stage"] for r in read_metrics(tmp_path / "metrics.jsonl")]
+    assert stages.count("pretrain") == 3 and stages.count("rl") == 2
+    rl_lines = [r for r in read_metrics(tmp_path / "metrics.jsonl") if r["stage"] == "rl"]
+    for key in ("reward_mean", "clip_frac", "completion_length", "loss", "grad_norm",
+                "learning_rate", "step_time_s"):
+        assert np.isfinite(rl_lines[-1][key]), key
+
+
+@pytest.mark.parametrize("algorithm", ["grpo", "dr_grpo", "rloo", "reinforce",
+                                       "expert_iteration"])
+def test_one_step_of_each_estimator(tmp_path, algorithm):
+    config = rl_only(smoke_config(algorithm=algorithm, steps=1, beta=0.04))
+    train_and_evaluate(config, str(tmp_path))
+    (line,) = [r for r in read_metrics(tmp_path / "metrics.jsonl") if r["stage"] == "rl"]
+    assert np.isfinite(line["loss"]) and np.isfinite(line["grad_norm"])
+    # The KL to the reference is computed at step 0 and is exactly zero there.
+    assert line["kl"] == pytest.approx(0.0, abs=1e-6)
+
+
+def test_restart_gives_identical_parameters(tmp_path, monkeypatch):
+    config = rl_only(smoke_config(steps=4, checkpoint_every=2, beta=0.04))
+    straight = tmp_path / "straight"
+    train_and_evaluate(config, str(straight))
+
+    resumed = tmp_path / "resumed"
+    original_write = MetricWriter.write
+
+    def crash_after_two(self, step, metrics, *, stage=None):
+        if stage == "rl" and metrics.get("stage_step") == 3:
+            raise KeyboardInterrupt("simulated crash")
+        return original_write(self, step, metrics, stage=stage)
+
+    monkeypatch.setattr(MetricWriter, "write", crash_after_two)
+    with pytest.raises(KeyboardInterrupt):
+        train_and_evaluate(config, str(resumed))
+    monkeypatch.setattr(MetricWriter, "write", original_write)
+    train_and_evaluate(config, str(resumed))
+
+    a, b = final_params(straight), final_params(resumed)
+    jax.tree.map(lambda x, y: np.testing.assert_array_equal(np.asarray(x), np.asarray(y)), a, b)
+    lines_a = [r for r in read_metrics(straight / "metrics.jsonl")]
+    lines_b = [r for r in read_metrics(resumed / "metrics.jsonl")]
+    assert [r["stage_step"] for r in lines_b] == [1, 2, 3, 4]
+    for ra, rb in zip(lines_a, lines_b):
+        assert ra["reward_mean"] == rb["reward_mean"] and ra["loss"] == rb["loss"]
+
+
+def test_same_seed_same_metrics(tmp_path):
+    config = rl_only(smoke_config(steps=2))
+    train_and_evaluate(config, str(tmp_path / "a"))
+    train_and_evaluate(config, str(tmp_path / "b"))
+    strip = lambda rows: [{k: v for k, v in r.items() if not k.endswith("time_s") and  # noqa: E731
+                           k != "wall_time"} for r in rows]
+    assert strip(read_metrics(tmp_path / "a" / "metrics.jsonl")) == strip(
+        read_metrics(tmp_path / "b" / "metrics.jsonl"))
+
+
+def test_micro_batches_give_the_same_update():
+    from grpo_jax.models import Transformer, named_config
+    from grpo_jax.rl.update import LossSettings, make_train_step
+    from grpo_jax.training import Policy, make_optimizer
+    from flax import nnx
+
+    model = Transformer(named_config("tiny-1m", vocab_size=16, hidden_size=32, num_layers=1,
+                                     num_heads=2, num_kv_heads=1, head_dim=16, mlp_size=64,
+                                     max_seq_len=16), rngs=nnx.Rngs(0))
+    policy, params = Policy.from_model(model)
+    rng = np.random.default_rng(0)
+    rows, prompt_len, new = 8, 4, 6
+    tokens = rng.integers(0, 16, (rows, prompt_len + new)).astype(np.int32)
+    prompt_mask = np.ones((rows, prompt_len), bool)
+    prompt_mask[::2, 0] = False  # some left padding
+    lengths = rng.integers(0, new + 1, rows)
+    completion_mask = np.arange(new)[None] < lengths[:, None]
+    batch = {
+        "tokens": jnp.asarray(tokens),
+        "attention_mask": jnp.asarray(np.concatenate([prompt_mask, completion_mask], 1)),
+        "completion_mask": jnp.asarray(completion_mask),
+        "advantages": jnp.asarray(rng.normal(size=rows), jnp.float32),
+        "ref_logp": jnp.asarray(-rng.uniform(0.5, 3.0, (rows, new)), jnp.float32),
+        "old_logp": jnp.asarray(-rng.uniform(0.5, 3.0, (rows, new)), jnp.float32),
+    }
+    optimizer, _ = make_optimizer(lr=1e-2, steps=10, warmup_frac=0.0, clip_norm=0.0)
+    for agg in ("token-mean", "seq-mean-token-mean", "seq-mean-token-sum",
+                "seq-mean-token-sum-norm"):
+        settings = LossSettings(beta=0.1, loss_agg=agg, on_policy=False)
+        results = []
+        for micro in (1, 4):
+            step = make_train_step(policy, optimizer, settings, prompt_len=prompt_len,
+                                   micro_batches=micro)
+            p = jax.tree.map(jnp.copy, params)
+            p, _, metrics = step(p, optimizer.init(p), batch)
+            results.append((p, metrics))
+        (p1, m1), (p4, m4) = results
+        jax.tree.map(lambda x, y: np.testing.assert_allclose(x, y, rtol=2e-5, atol=1e-6), p1, p4)
+        np.testing.assert_allclose(m1["loss"], m4["loss"], rtol=1e-5, atol=1e-7)
+        np.testing.assert_allclose(m1["grad_norm"], m4["grad_norm"], rtol=1e-4)
+
+
+@pytest.mark.parametrize("field,value,needle", [
+    ("rl.group_size", 1, "rl.group_size"),
+    ("rl.algorithm", "ppo2", "rl.algorithm"),
+    ("rl.loss_agg", "mean", "rl.loss_agg"),
+    ("rl.max_new_tokens", 500, "rl.max_new_tokens"),
+    ("rl.num_minibatches", 3, "rl.num_minibatches"),
+    ("pretrain.batch_size", 7, "pretrain.batch_size"),
+    ("task.name", "nope", "task.name"),
+    ("stages", "pretrain,missing", "stages"),
+])
+def test_config_errors_name_the_field(field, value, needle):
+    config = default_config.get_config("smoke")
+    section, _, key = field.rpartition(".")
+    target = config[section] if section else config
+    target[key] = value
+    with pytest.raises(ConfigError, match=needle.replace(".", r"\.")):
+        validate(config)
+
+
+def test_config_error_exits_with_one_line(tmp_path):
+    result = subprocess.run(
+        [sys.executable, "-m", "grpo_jax.main", "--config=configs/default.py:smoke",
+         "--config.rl.group_size=1", f"--workdir={tmp_path}"],
+        cwd=REPO, capture_output=True, text=True, timeout=120,
+        env={**os.environ, "JAX_PLATFORMS": "cpu"},
+    )
+    assert result.returncode != 0
+    lines = [l for l in result.stderr.strip().splitlines() if l.strip()]
+    assert len(lines) == 1 and "rl.group_size" in lines[0], result.stderr
+    assert "Traceback" not in result.stderr

@@ -30,3 +30,8 @@ __all__ = [
     "ModelConfig", "named_config", "Transformer", "KVCache", "logprobs", "attend",
     "apply_rope", "default_positions", "rope_inverse_frequencies",
 ]
+
+from grpo_jax.models.hf import (config_from_hf, config_to_hf, from_pretrained,  # noqa: E402
+                                save_pretrained)
+
+__all__ += ["from_pretrained", "save_pretrained", "config_from_hf", "config_to_hf"]

@@ -20,10 +20,12 @@ def test_policy_gradient_treats_advantages_as_constants_and_upcasts():
     advantages = jnp.array([2.0, -0.5], jnp.bfloat16)
     assert losses.policy_gradient(logp, advantages).dtype == jnp.float32
     grad_a = jax.grad(lambda a: losses.policy_gradient(jnp.array([-1.0, -2.0]), a).sum())(
-        jnp.array([2.0, -0.5]))
+        jnp.array([2.0, -0.5])
+    )
     np.testing.assert_array_equal(grad_a, [0.0, 0.0])
     grad_logp = jax.grad(lambda lp: losses.policy_gradient(lp, jnp.array([2.0, -0.5])).sum())(
-        jnp.array([-1.0, -2.0]))
+        jnp.array([-1.0, -2.0])
+    )
     np.testing.assert_allclose(grad_logp, [-2.0, 0.5])
 
 
@@ -56,7 +58,8 @@ def test_equal_rewards_give_exact_zero_not_nan(scale, eps):
     adv = losses.group_advantages(rewards, group_size=3, scale=scale, eps=eps)
     np.testing.assert_array_equal(adv, np.zeros(6))
     grad = jax.grad(lambda r: losses.group_advantages(r, group_size=3, scale=scale, eps=eps)[0])(
-        rewards)
+        rewards
+    )
     assert np.all(np.isfinite(grad))
 
 
@@ -67,15 +70,21 @@ def test_rloo_literal_and_equivalence():
     rewards = jax.random.normal(jax.random.key(0), (12,))
     grouped = np.asarray(rewards).reshape(3, 4)
     others = (grouped.sum(-1, keepdims=True) - grouped) / 3
-    np.testing.assert_allclose(losses.rloo_advantages(rewards, group_size=4).reshape(3, 4),
-                               grouped - others, rtol=1e-5, atol=1e-6)
+    np.testing.assert_allclose(
+        losses.rloo_advantages(rewards, group_size=4).reshape(3, 4),
+        grouped - others,
+        rtol=1e-5,
+        atol=1e-6,
+    )
 
 
 def test_optimal_baseline_literal_and_minimises_variance():
     np.testing.assert_allclose(
-        losses.optimal_baseline(jnp.array([1.0, 0.0, 2.0]), jnp.array([1.0, 2.0, 1.0])), 0.75)
+        losses.optimal_baseline(jnp.array([1.0, 0.0, 2.0]), jnp.array([1.0, 2.0, 1.0])), 0.75
+    )
     np.testing.assert_allclose(
-        losses.optimal_baseline(jnp.array([1.0, 0.0, 2.0]), jnp.zeros(3)), 1.0)
+        losses.optimal_baseline(jnp.array([1.0, 0.0, 2.0]), jnp.zeros(3)), 1.0
+    )
     # Exact expectation over a 4-action softmax policy: Var(b) = sum_a pi ||g_a||^2 (R_a - b)^2
     # (the mean term does not depend on b), minimised by the baseline from pi-weighted norms.
     logits = jnp.array([0.3, -1.0, 0.5, 1.2])
@@ -108,8 +117,11 @@ def test_state_dependent_baseline_leaves_expected_gradient_unchanged():
         return jnp.sum(state_probs[:, None] * jax.nn.softmax(theta, axis=-1) * rewards)
 
     grad_true = jax.grad(true_objective)(theta)
-    for baseline in [jnp.zeros(3), jax.random.normal(keys[2], (3,)) * 5.0,
-                     jnp.sum(jax.nn.softmax(theta) * rewards, axis=-1)]:
+    for baseline in [
+        jnp.zeros(3),
+        jax.random.normal(keys[2], (3,)) * 5.0,
+        jnp.sum(jax.nn.softmax(theta) * rewards, axis=-1),
+    ]:
         grad = jax.grad(expected_loss)(theta, baseline)
         np.testing.assert_allclose(grad, -grad_true, atol=1e-5)
 
@@ -119,15 +131,18 @@ def test_whiten_literal():
     mask = jnp.array([True, True, True, False])
     s = 1.2247449  # 1 / sqrt(2/3)
     np.testing.assert_allclose(losses.whiten(x, mask), [-s, 0.0, s, 0.0], rtol=1e-6)
-    np.testing.assert_allclose(losses.whiten(x, mask, shift_mean=False),
-                               [2.0 - s, 2.0, 2.0 + s, 0.0], rtol=1e-6)
+    np.testing.assert_allclose(
+        losses.whiten(x, mask, shift_mean=False), [2.0 - s, 2.0, 2.0 + s, 0.0], rtol=1e-6
+    )
     y = losses.whiten(jnp.array([[1.0, 3.0], [5.0, 7.0]]))
     np.testing.assert_allclose(y, np.array([[-3.0, -1.0], [1.0, 3.0]]) / np.sqrt(5.0), rtol=1e-6)
 
 
 @settings(max_examples=20, deadline=None)
-@given(st.lists(st.floats(-10, 10, width=32), min_size=6, max_size=6),
-       st.sampled_from(["group", "batch", "none"]))
+@given(
+    st.lists(st.floats(-10, 10, width=32), min_size=6, max_size=6),
+    st.sampled_from(["group", "batch", "none"]),
+)
 def test_group_advantages_properties(rewards, scale):
     """Finite, zero mean within each group, unit unbiased std for "group" when spread."""
     rewards = jnp.array(rewards, jnp.float32)
@@ -141,14 +156,20 @@ def test_group_advantages_properties(rewards, scale):
             np.testing.assert_allclose(row.std(ddof=1), 1.0, rtol=1e-3)
 
 
-@pytest.mark.parametrize("call, message", [
-    (lambda: losses.group_advantages(jnp.ones(7), group_size=4), "not a multiple"),
-    (lambda: losses.group_advantages(jnp.ones(8), group_size=4, scale="std"), "`scale`"),
-    (lambda: losses.group_advantages(jnp.ones((2, 4)), group_size=4), "`rewards` must have rank 1"),
-    (lambda: losses.rloo_advantages(jnp.ones(4), group_size=1), ">= 2"),
-    (lambda: losses.policy_gradient(jnp.ones(3), jnp.ones(4)), "logp(3,), advantages(4,)"),
-    (lambda: losses.whiten(jnp.ones(3), jnp.ones(4, bool)), "mask"),
-])
+@pytest.mark.parametrize(
+    "call, message",
+    [
+        (lambda: losses.group_advantages(jnp.ones(7), group_size=4), "not a multiple"),
+        (lambda: losses.group_advantages(jnp.ones(8), group_size=4, scale="std"), "`scale`"),
+        (
+            lambda: losses.group_advantages(jnp.ones((2, 4)), group_size=4),
+            "`rewards` must have rank 1",
+        ),
+        (lambda: losses.rloo_advantages(jnp.ones(4), group_size=1), ">= 2"),
+        (lambda: losses.policy_gradient(jnp.ones(3), jnp.ones(4)), "logp(3,), advantages(4,)"),
+        (lambda: losses.whiten(jnp.ones(3), jnp.ones(4, bool)), "mask"),
+    ],
+)
 def test_bad_input_gives_value_error(call, message):
     with pytest.raises(ValueError, match=None) as info:
         call()

@@ -16,13 +16,15 @@ ADVANTAGES = jnp.array([[1.0, 1.0, 1.0, -1.0, -1.0, -1.0]])
 def test_clipped_surrogate_literal():
     logp = jnp.log(RATIOS)
     old_logp = jnp.zeros_like(logp)
-    loss, clipped = losses.clipped_surrogate(logp, old_logp, ADVANTAGES, epsilon=0.2,
-                                             epsilon_high=0.3)
+    loss, clipped = losses.clipped_surrogate(
+        logp, old_logp, ADVANTAGES, epsilon=0.2, epsilon_high=0.3
+    )
     # A>0: -r unless r > 1.3 (-> -1.3); A<0: r unless r < 0.8 (-> 0.8).
     np.testing.assert_allclose(loss, [[-0.5, -1.1, -1.3, 0.8, 1.1, 4.0]], rtol=1e-6)
     np.testing.assert_array_equal(clipped, [[False, False, True, True, False, False]])
-    loss, clipped = losses.clipped_surrogate(logp, old_logp, ADVANTAGES, epsilon=0.2,
-                                             epsilon_high=0.3, dual_clip=3.0)
+    loss, clipped = losses.clipped_surrogate(
+        logp, old_logp, ADVANTAGES, epsilon=0.2, epsilon_high=0.3, dual_clip=3.0
+    )
     # Dual clip bounds the negative-advantage loss by -3 A = 3.
     np.testing.assert_allclose(loss, [[-0.5, -1.1, -1.3, 0.8, 1.1, 3.0]], rtol=1e-6)
     np.testing.assert_array_equal(clipped, [[False, False, True, True, False, True]])
@@ -36,29 +38,38 @@ def test_gspo_sequence_ratio_literal():
     old_logp = jnp.zeros_like(logp)
     mask = jnp.array([[True, True, False]])
     # s = exp(mean(0.2, -0.4)) = exp(-0.1) = 0.9048374 for every token.
-    loss, clipped = losses.clipped_surrogate(logp, old_logp, jnp.ones((1, 3)), epsilon=0.05,
-                                             mask=mask, ratio_level="sequence")
+    loss, clipped = losses.clipped_surrogate(
+        logp, old_logp, jnp.ones((1, 3)), epsilon=0.05, mask=mask, ratio_level="sequence"
+    )
     np.testing.assert_allclose(loss, [[-0.9048374] * 3], rtol=1e-6)
     np.testing.assert_array_equal(clipped, [[False, False, False]])
-    grad = jax.grad(lambda lp: losses.aggregate(
-        losses.clipped_surrogate(lp, old_logp, jnp.ones((1, 3)), epsilon=0.05, mask=mask,
-                                 ratio_level="sequence")[0], mask, mode="seq-mean-token-mean"))(
-        logp)
+    grad = jax.grad(
+        lambda lp: losses.aggregate(
+            losses.clipped_surrogate(
+                lp, old_logp, jnp.ones((1, 3)), epsilon=0.05, mask=mask, ratio_level="sequence"
+            )[0],
+            mask,
+            mode="seq-mean-token-mean",
+        )
+    )(logp)
     np.testing.assert_allclose(grad, [[-0.9048374 / 2, -0.9048374 / 2, 0.0]], rtol=1e-6)
     # Negative advantage: s < 0.95 binds; loss -0.95 * A = 0.95, clipped on valid tokens only.
-    loss, clipped = losses.clipped_surrogate(logp, old_logp, -jnp.ones((1, 3)), epsilon=0.05,
-                                             mask=mask, ratio_level="sequence")
+    loss, clipped = losses.clipped_surrogate(
+        logp, old_logp, -jnp.ones((1, 3)), epsilon=0.05, mask=mask, ratio_level="sequence"
+    )
     np.testing.assert_allclose(loss, [[0.95] * 3], rtol=1e-6)
     np.testing.assert_array_equal(clipped, [[True, True, False]])
     with pytest.raises(ValueError, match="needs `mask`"):
-        losses.clipped_surrogate(logp, old_logp, jnp.ones((1, 3)), epsilon=0.05,
-                                 ratio_level="sequence")
+        losses.clipped_surrogate(
+            logp, old_logp, jnp.ones((1, 3)), epsilon=0.05, ratio_level="sequence"
+        )
 
 
 @pytest.mark.parametrize("dual_clip", [None, 3.0])
 @pytest.mark.parametrize("epsilon_high", [None, 0.28])
-def test_clipped_surrogate_matches_min_formula_and_gradient_zero_where_clipped(dual_clip,
-                                                                              epsilon_high):
+def test_clipped_surrogate_matches_min_formula_and_gradient_zero_where_clipped(
+    dual_clip, epsilon_high
+):
     keys = jax.random.split(jax.random.key(0), 3)
     logp = jax.random.normal(keys[0], (4, 16)) * 0.6
     old_logp = jax.random.normal(keys[1], (4, 16)) * 0.6
@@ -66,12 +77,14 @@ def test_clipped_surrogate_matches_min_formula_and_gradient_zero_where_clipped(d
     eps, eps_high = 0.2, 0.2 if epsilon_high is None else epsilon_high
 
     def total(lp):
-        loss, _ = losses.clipped_surrogate(lp, old_logp, advantages, epsilon=0.2,
-                                           epsilon_high=epsilon_high, dual_clip=dual_clip)
+        loss, _ = losses.clipped_surrogate(
+            lp, old_logp, advantages, epsilon=0.2, epsilon_high=epsilon_high, dual_clip=dual_clip
+        )
         return loss.sum()
 
-    loss, clipped = losses.clipped_surrogate(logp, old_logp, advantages, epsilon=0.2,
-                                             epsilon_high=epsilon_high, dual_clip=dual_clip)
+    loss, clipped = losses.clipped_surrogate(
+        logp, old_logp, advantages, epsilon=0.2, epsilon_high=epsilon_high, dual_clip=dual_clip
+    )
     r, a = np.exp(np.asarray(logp - old_logp)), np.asarray(advantages)
     objective = np.minimum(r * a, np.clip(r, 1 - eps, 1 + eps_high) * a)
     if dual_clip is not None:
@@ -93,8 +106,9 @@ def test_clipped_surrogate_matches_min_formula_and_gradient_zero_where_clipped(d
 def test_value_loss_literal():
     values, old, returns = jnp.array([1.0, 1.0]), jnp.array([0.0, 0.8]), jnp.array([2.0, 0.0])
     # t0: max((1-2)^2, (0.2-2)^2) / 2 = 1.62; t1: max(1, (1.0-0)^2) / 2 = 0.5.
-    np.testing.assert_allclose(losses.value_loss(values, old, returns, clip=0.2), [1.62, 0.5],
-                               rtol=1e-6)
+    np.testing.assert_allclose(
+        losses.value_loss(values, old, returns, clip=0.2), [1.62, 0.5], rtol=1e-6
+    )
     np.testing.assert_allclose(losses.value_loss(values, old, returns, clip=None), [0.5, 0.5])
 
 
@@ -103,8 +117,9 @@ def test_kl_penalty_literal():
     np.testing.assert_allclose(losses.kl_penalty(logp, ref_logp, kind="k1"), [1.0, -1.0])
     np.testing.assert_allclose(losses.kl_penalty(logp, ref_logp, kind="k2"), [0.5, 0.5])
     # d = [-1, 1]: e^-1 - 1 + 1 = 0.36787944, e - 1 - 1 = 0.71828183.
-    np.testing.assert_allclose(losses.kl_penalty(logp, ref_logp, kind="k3"),
-                               [0.36787944, 0.71828183], rtol=1e-6)
+    np.testing.assert_allclose(
+        losses.kl_penalty(logp, ref_logp, kind="k3"), [0.36787944, 0.71828183], rtol=1e-6
+    )
 
 
 def test_full_kl_literal():
@@ -113,8 +128,7 @@ def test_full_kl_literal():
     np.testing.assert_allclose(kl, [0.14384104], rtol=1e-6)
     # A vocabulary entry with zero probability contributes 0 (no 0 * inf = NaN).
     kl = losses.full_kl(jnp.array([[0.0, 0.0, -jnp.inf]]), jnp.array([[0.0, np.log(3.0), 0.0]]))
-    np.testing.assert_allclose(kl, [0.5 * np.log(0.5 / 0.2) + 0.5 * np.log(0.5 / 0.6)],
-                               rtol=1e-6)
+    np.testing.assert_allclose(kl, [0.5 * np.log(0.5 / 0.2) + 0.5 * np.log(0.5 / 0.6)], rtol=1e-6)
 
 
 def test_k3_and_k1_expectations_equal_exact_kl():
@@ -145,8 +159,10 @@ def test_k3_is_not_negative_from_cancellation():
 
 
 @settings(max_examples=30, deadline=None)
-@given(st.lists(st.floats(-30, 30, width=32), min_size=4, max_size=4),
-       st.lists(st.floats(-30, 30, width=32), min_size=4, max_size=4))
+@given(
+    st.lists(st.floats(-30, 30, width=32), min_size=4, max_size=4),
+    st.lists(st.floats(-30, 30, width=32), min_size=4, max_size=4),
+)
 def test_k3_nonnegative_property(logp, ref_logp):
     k3 = losses.kl_penalty(jnp.array(logp), jnp.array(ref_logp), kind="k3")
     assert np.all(np.asarray(k3) >= 0)

@@ -20,146 +20,193 @@ import time
 
 os.environ.setdefault("JAX_PLATFORMS", "cpu")
 
-import jax  # noqa: E402
-import jax.numpy as jnp  # noqa: E402
-import numpy as np  # noqa: E402
-import torch  # noqa: E402
-import transformers  # noqa: E402
-from flax import nnx  # noqa: E402
+import jax
+import jax.numpy as jnp
+import numpy as np
+import torch
+import transformers
+from flax import nnx
 
-from grpo_jax.models import from_pretrained  # noqa: E402
-from grpo_jax.sampling import SamplingConfig, generate  # noqa: E402
+from grpo_jax.models import from_pretrained
+from grpo_jax.sampling import SamplingConfig, generate
 
-SHAPE = dict(vocab_size=512, hidden_size=256, num_hidden_layers=4, num_attention_heads=4,
-             num_key_value_heads=2, intermediate_size=688, max_position_embeddings=256)
+SHAPE = dict(
+    vocab_size=512,
+    hidden_size=256,
+    num_hidden_layers=4,
+    num_attention_heads=4,
+    num_key_value_heads=2,
+    intermediate_size=688,
+    max_position_embeddings=256,
+)
 PROMPT_LEN, NEW_TOKENS = 16, 64
 
 
 def decode_matmul_flops(config, batch: int) -> int:
-  """2 * B * (weights touched by one decode step's matmuls), output head included."""
-  d, n, k, h, f = (config.hidden_size, config.num_heads, config.num_kv_heads, config.head_dim,
-                   config.mlp_size)
-  per_layer = d * n * h + 2 * d * k * h + n * h * d + 3 * d * f
-  return 2 * batch * (config.num_layers * per_layer + d * config.vocab_size)
+    """2 * B * (weights touched by one decode step's matmuls), output head included."""
+    d, n, k, h, f = (
+        config.hidden_size,
+        config.num_heads,
+        config.num_kv_heads,
+        config.head_dim,
+        config.mlp_size,
+    )
+    per_layer = d * n * h + 2 * d * k * h + n * h * d + 3 * d * f
+    return 2 * batch * (config.num_layers * per_layer + d * config.vocab_size)
 
 
 def generate_flops(config, batch: int) -> int:
-  """Model FLOPs of one generate call: prefill + decode matmuls + attention scores/values."""
-  matmul = decode_matmul_flops(config, 1) // 2  # weights per token
-  tokens = PROMPT_LEN + NEW_TOKENS
-  flops = 2 * matmul * batch * tokens  # every prompt and generated position
-  attention = 0
-  for position in range(tokens):  # q.k and p.v over the causal context
-    attention += 4 * config.num_layers * config.num_heads * config.head_dim * (position + 1)
-  return flops + batch * attention
+    """Model FLOPs of one generate call: prefill + decode matmuls + attention scores/values."""
+    matmul = decode_matmul_flops(config, 1) // 2  # weights per token
+    tokens = PROMPT_LEN + NEW_TOKENS
+    flops = 2 * matmul * batch * tokens  # every prompt and generated position
+    attention = 0
+    for position in range(tokens):  # q.k and p.v over the causal context
+        attention += 4 * config.num_layers * config.num_heads * config.head_dim * (position + 1)
+    return flops + batch * attention
 
 
 def measured_matmul_flops_per_s(config, batch: int, iters: int = 200) -> float:
-  """FLOP/s of a chain of matmuls with exactly the decode step's shapes, in one XLA loop."""
-  d, n, k, h, f = (config.hidden_size, config.num_heads, config.num_kv_heads, config.head_dim,
-                   config.mlp_size)
-  key = jax.random.key(0)
-  ks = jax.random.split(key, 5)
-  w_qkv = jax.random.normal(ks[0], (config.num_layers, d, (n + 2 * k) * h)) * 0.05
-  w_o = jax.random.normal(ks[1], (config.num_layers, n * h, d)) * 0.05
-  w_gu = jax.random.normal(ks[2], (config.num_layers, d, 2 * f)) * 0.05
-  w_down = jax.random.normal(ks[3], (config.num_layers, f, d)) * 0.05
-  w_head = jax.random.normal(ks[4], (d, config.vocab_size)) * 0.05
-  x0 = jnp.ones((batch, d))
+    """FLOP/s of a chain of matmuls with exactly the decode step's shapes, in one XLA loop."""
+    d, n, k, h, f = (
+        config.hidden_size,
+        config.num_heads,
+        config.num_kv_heads,
+        config.head_dim,
+        config.mlp_size,
+    )
+    key = jax.random.key(0)
+    ks = jax.random.split(key, 5)
+    w_qkv = jax.random.normal(ks[0], (config.num_layers, d, (n + 2 * k) * h)) * 0.05
+    w_o = jax.random.normal(ks[1], (config.num_layers, n * h, d)) * 0.05
+    w_gu = jax.random.normal(ks[2], (config.num_layers, d, 2 * f)) * 0.05
+    w_down = jax.random.normal(ks[3], (config.num_layers, f, d)) * 0.05
+    w_head = jax.random.normal(ks[4], (d, config.vocab_size)) * 0.05
+    x0 = jnp.ones((batch, d))
 
-  @jax.jit
-  def chain(x):
-    def one_step(_, x):
-      for layer in range(config.num_layers):
-        qkv = x @ w_qkv[layer]
-        x = qkv[:, :n * h] @ w_o[layer]
-        gu = x @ w_gu[layer]
-        x = gu[:, :f] @ w_down[layer]
-      logits = x @ w_head
-      return x + 1e-3 * logits[:, :1]
-    return jax.lax.fori_loop(0, iters, one_step, x)
+    @jax.jit
+    def chain(x):
+        def one_step(_, x):
+            for layer in range(config.num_layers):
+                qkv = x @ w_qkv[layer]
+                x = qkv[:, : n * h] @ w_o[layer]
+                gu = x @ w_gu[layer]
+                x = gu[:, :f] @ w_down[layer]
+            logits = x @ w_head
+            return x + 1e-3 * logits[:, :1]
 
-  chain(x0).block_until_ready()
-  times = []
-  for _ in range(5):
-    start = time.perf_counter()
+        return jax.lax.fori_loop(0, iters, one_step, x)
+
     chain(x0).block_until_ready()
-    times.append(time.perf_counter() - start)
-  return decode_matmul_flops(config, batch) * iters / min(times)
+    times = []
+    for _ in range(5):
+        start = time.perf_counter()
+        chain(x0).block_until_ready()
+        times.append(time.perf_counter() - start)
+    return decode_matmul_flops(config, batch) * iters / min(times)
 
 
 def timed(fn, repeats: int) -> float:
-  fn()  # warm-up (compilation for JAX)
-  times = []
-  for _ in range(repeats):
-    start = time.perf_counter()
-    fn()
-    times.append(time.perf_counter() - start)
-  return statistics.median(times)
+    fn()  # warm-up (compilation for JAX)
+    times = []
+    for _ in range(repeats):
+        start = time.perf_counter()
+        fn()
+        times.append(time.perf_counter() - start)
+    return statistics.median(times)
 
 
 def main():
-  parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-  parser.add_argument("--repeats", type=int, default=5)
-  parser.add_argument("--batches", default="1,64")
-  args = parser.parse_args()
-  torch.set_num_threads(os.cpu_count() or 1)
-  torch.manual_seed(0)
-  hf_model = transformers.Qwen2ForCausalLM(transformers.Qwen2Config(**SHAPE)).float().eval()
-  with tempfile.TemporaryDirectory() as tmp:
-    hf_model.save_pretrained(tmp)
-    model, config = from_pretrained(tmp, dtype="float32")
-  graphdef, state = nnx.split(model)
-  print(f"devices: jax {jax.devices()[0].platform} x{len(jax.devices())}, torch threads "
-        f"{torch.get_num_threads()}, cpu_count {os.cpu_count()}")
-  print(f"model: {config.num_params():,} parameters ({config.num_layers} layers, hidden "
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--repeats", type=int, default=5)
+    parser.add_argument("--batches", default="1,64")
+    args = parser.parse_args()
+    torch.set_num_threads(os.cpu_count() or 1)
+    torch.manual_seed(0)
+    hf_model = transformers.Qwen2ForCausalLM(transformers.Qwen2Config(**SHAPE)).float().eval()
+    with tempfile.TemporaryDirectory() as tmp:
+        hf_model.save_pretrained(tmp)
+        model, config = from_pretrained(tmp, dtype="float32")
+    graphdef, state = nnx.split(model)
+    print(
+        f"devices: jax {jax.devices()[0].platform} x{len(jax.devices())}, torch threads "
+        f"{torch.get_num_threads()}, cpu_count {os.cpu_count()}"
+    )
+    print(
+        f"model: {config.num_params():,} parameters ({config.num_layers} layers, hidden "
         f"{config.hidden_size}, heads {config.num_heads}/{config.num_kv_heads}, mlp "
-        f"{config.mlp_size}, vocab {config.vocab_size}); prompt {PROMPT_LEN}, new {NEW_TOKENS}")
-  sampling = SamplingConfig(max_new_tokens=NEW_TOKENS, temperature=1.0)
-  rows = []
-  for batch in [int(b) for b in args.batches.split(",")]:
-    rng = np.random.default_rng(batch)
-    prompts = rng.integers(0, config.vocab_size, (batch, PROMPT_LEN)).astype(np.int32)
-    mask = np.ones_like(prompts, bool)
-    jax_prompts, jax_mask = jnp.asarray(prompts), jnp.asarray(mask)
-    keys = iter(range(10**6))
+        f"{config.mlp_size}, vocab {config.vocab_size}); prompt {PROMPT_LEN}, new {NEW_TOKENS}"
+    )
+    sampling = SamplingConfig(max_new_tokens=NEW_TOKENS, temperature=1.0)
+    rows = []
+    for batch in [int(b) for b in args.batches.split(",")]:
+        rng = np.random.default_rng(batch)
+        prompts = rng.integers(0, config.vocab_size, (batch, PROMPT_LEN)).astype(np.int32)
+        mask = np.ones_like(prompts, bool)
+        jax_prompts, jax_mask = jnp.asarray(prompts), jnp.asarray(mask)
+        keys = iter(range(10**6))
 
-    def ours():
-      out = generate(graphdef, state, jax_prompts, jax_mask, jax.random.key(next(keys)),
-                     config=sampling)
-      out.tokens.block_until_ready()
-      assert int(out.lengths.sum()) == batch * NEW_TOKENS
+        def ours():
+            out = generate(
+                graphdef, state, jax_prompts, jax_mask, jax.random.key(next(keys)), config=sampling
+            )
+            out.tokens.block_until_ready()
+            assert int(out.lengths.sum()) == batch * NEW_TOKENS
 
-    torch_prompts, torch_mask = torch.tensor(prompts, dtype=torch.long), torch.tensor(mask.astype(int))
+        torch_prompts, torch_mask = (
+            torch.tensor(prompts, dtype=torch.long),
+            torch.tensor(mask.astype(int)),
+        )
 
-    def theirs():
-      with torch.no_grad():
-        out = hf_model.generate(input_ids=torch_prompts, attention_mask=torch_mask,
-                                do_sample=True, temperature=1.0, top_k=0, top_p=1.0,
-                                max_new_tokens=NEW_TOKENS, min_new_tokens=NEW_TOKENS,
-                                eos_token_id=None, pad_token_id=0)
-      assert out.shape == (batch, PROMPT_LEN + NEW_TOKENS)
+        def theirs():
+            with torch.no_grad():
+                out = hf_model.generate(
+                    input_ids=torch_prompts,
+                    attention_mask=torch_mask,
+                    do_sample=True,
+                    temperature=1.0,
+                    top_k=0,
+                    top_p=1.0,
+                    max_new_tokens=NEW_TOKENS,
+                    min_new_tokens=NEW_TOKENS,
+                    eos_token_id=None,
+                    pad_token_id=0,
+                )
+            assert out.shape == (batch, PROMPT_LEN + NEW_TOKENS)
 
-    ours_s = timed(ours, args.repeats)
-    theirs_s = timed(theirs, args.repeats)
-    peak = measured_matmul_flops_per_s(config, batch)
-    flops = generate_flops(config, batch)
-    tokens = batch * NEW_TOKENS
-    row = dict(batch=batch, ours_tok_s=tokens / ours_s, hf_tok_s=tokens / theirs_s,
-               ratio=theirs_s / ours_s, matmul_gflops=peak / 1e9,
-               ours_fraction=flops / ours_s / peak, hf_fraction=flops / theirs_s / peak)
-    rows.append(row)
-    print(f"batch {batch:3d}: ours {row['ours_tok_s']:10.0f} tok/s | transformers "
-          f"{row['hf_tok_s']:8.0f} tok/s | ratio {row['ratio']:6.1f}x | matmul at decode "
-          f"shapes {row['matmul_gflops']:6.1f} GFLOP/s | model FLOP/s fraction: ours "
-          f"{row['ours_fraction']:.2f}, transformers {row['hf_fraction']:.3f}", flush=True)
-  print("\n| batch | grpo_jax tok/s | transformers tok/s | ratio | matmul GFLOP/s at decode "
-        "shapes | grpo_jax fraction | transformers fraction |")
-  print("|---|---|---|---|---|---|---|")
-  for r in rows:
-    print(f"| {r['batch']} | {r['ours_tok_s']:.0f} | {r['hf_tok_s']:.0f} | {r['ratio']:.1f}x | "
-          f"{r['matmul_gflops']:.1f} | {r['ours_fraction']:.2f} | {r['hf_fraction']:.3f} |")
+        ours_s = timed(ours, args.repeats)
+        theirs_s = timed(theirs, args.repeats)
+        peak = measured_matmul_flops_per_s(config, batch)
+        flops = generate_flops(config, batch)
+        tokens = batch * NEW_TOKENS
+        row = dict(
+            batch=batch,
+            ours_tok_s=tokens / ours_s,
+            hf_tok_s=tokens / theirs_s,
+            ratio=theirs_s / ours_s,
+            matmul_gflops=peak / 1e9,
+            ours_fraction=flops / ours_s / peak,
+            hf_fraction=flops / theirs_s / peak,
+        )
+        rows.append(row)
+        print(
+            f"batch {batch:3d}: ours {row['ours_tok_s']:10.0f} tok/s | transformers "
+            f"{row['hf_tok_s']:8.0f} tok/s | ratio {row['ratio']:6.1f}x | matmul at decode "
+            f"shapes {row['matmul_gflops']:6.1f} GFLOP/s | model FLOP/s fraction: ours "
+            f"{row['ours_fraction']:.2f}, transformers {row['hf_fraction']:.3f}",
+            flush=True,
+        )
+    print(
+        "\n| batch | grpo_jax tok/s | transformers tok/s | ratio | matmul GFLOP/s at decode "
+        "shapes | grpo_jax fraction | transformers fraction |"
+    )
+    print("|---|---|---|---|---|---|---|")
+    for r in rows:
+        print(
+            f"| {r['batch']} | {r['ours_tok_s']:.0f} | {r['hf_tok_s']:.0f} | {r['ratio']:.1f}x | "
+            f"{r['matmul_gflops']:.1f} | {r['ours_fraction']:.2f} | {r['hf_fraction']:.3f} |"
+        )
 
 
 if __name__ == "__main__":
-  main()
+    main()

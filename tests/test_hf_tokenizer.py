@@ -6,7 +6,7 @@ import pytest
 
 tokenizers = pytest.importorskip("tokenizers")
 
-from grpo_jax.text.hf import HFTokenizer  # noqa: E402
+from grpo_jax.text.hf import HFTokenizer
 
 SPECIALS = ["<|endoftext|>", "<s>", "</s>", "<think>", "</think>"]
 CORPUS = ["12 + 34 = 46", "the answer is 46", "think step by step", "7 * 6 = 42"] * 20
@@ -18,13 +18,19 @@ def build(tmp_path, with_config=True):
     tokenizer = tokenizers.Tokenizer(models.BPE(unk_token=None))
     tokenizer.pre_tokenizer = pre_tokenizers.ByteLevel(add_prefix_space=False)
     tokenizer.decoder = decoders.ByteLevel()
-    trainer = trainers.BpeTrainer(vocab_size=300, special_tokens=SPECIALS,
-                                  initial_alphabet=pre_tokenizers.ByteLevel.alphabet())
+    trainer = trainers.BpeTrainer(
+        vocab_size=300,
+        special_tokens=SPECIALS,
+        initial_alphabet=pre_tokenizers.ByteLevel.alphabet(),
+    )
     tokenizer.train_from_iterator(CORPUS, trainer=trainer)
     tokenizer.save(str(tmp_path / "tokenizer.json"))
     if with_config:
-        (tmp_path / "tokenizer_config.json").write_text(json.dumps(
-            {"pad_token": "<|endoftext|>", "bos_token": {"content": "<s>"}, "eos_token": "</s>"}))
+        (tmp_path / "tokenizer_config.json").write_text(
+            json.dumps(
+                {"pad_token": "<|endoftext|>", "bos_token": {"content": "<s>"}, "eos_token": "</s>"}
+            )
+        )
     return tokenizer
 
 

@@ -11,157 +11,186 @@ from grpo_jax.models import ModelConfig, Transformer
 from grpo_jax.sampling import SamplingConfig, generate, pad_prompts
 from grpo_jax.sampling import sampler as sampler_module
 
-CONFIG = ModelConfig(vocab_size=29, hidden_size=32, num_layers=2, num_heads=4, num_kv_heads=2,
-                     head_dim=8, mlp_size=48, max_seq_len=64, qkv_bias=True)
+CONFIG = ModelConfig(
+    vocab_size=29,
+    hidden_size=32,
+    num_layers=2,
+    num_heads=4,
+    num_kv_heads=2,
+    head_dim=8,
+    mlp_size=48,
+    max_seq_len=64,
+    qkv_bias=True,
+)
 N = 6
 
 
 @pytest.fixture(scope="module")
 def setup():
-  model = Transformer(CONFIG, rngs=nnx.Rngs(0))
-  # Larger embeddings make the next-token distribution peaked enough to be interesting.
-  model.embedding.value = model.embedding.value * 3
-  graphdef, state = nnx.split(model)
-  prompts, mask = pad_prompts([[1, 2, 3], [4, 5, 6, 7, 8], [9]], 5)
-  forward = jax.jit(lambda t, m: nnx.merge(graphdef, state)(t, attention_mask=m))
-  return graphdef, state, jnp.asarray(prompts), jnp.asarray(mask), forward
+    model = Transformer(CONFIG, rngs=nnx.Rngs(0))
+    # Larger embeddings make the next-token distribution peaked enough to be interesting.
+    model.embedding.value = model.embedding.value * 3
+    graphdef, state = nnx.split(model)
+    prompts, mask = pad_prompts([[1, 2, 3], [4, 5, 6, 7, 8], [9]], 5)
+    forward = jax.jit(lambda t, m: nnx.merge(graphdef, state)(t, attention_mask=m))
+    return graphdef, state, jnp.asarray(prompts), jnp.asarray(mask), forward
 
 
 def full_logits(setup, out):
-  """Logits for each completion position from a full (uncached) forward pass."""
-  _, _, prompts, mask, forward = setup
-  tokens = jnp.concatenate([prompts, out.tokens], axis=1)
-  full_mask = jnp.concatenate([mask, out.mask], axis=1)
-  logits = forward(tokens, full_mask)
-  p = prompts.shape[1]
-  return logits[:, p - 1:p - 1 + out.tokens.shape[1]]
+    """Logits for each completion position from a full (uncached) forward pass."""
+    _, _, prompts, mask, forward = setup
+    tokens = jnp.concatenate([prompts, out.tokens], axis=1)
+    full_mask = jnp.concatenate([mask, out.mask], axis=1)
+    logits = forward(tokens, full_mask)
+    p = prompts.shape[1]
+    return logits[:, p - 1 : p - 1 + out.tokens.shape[1]]
 
 
 def run(setup, key=0, **kwargs):
-  graphdef, state, prompts, mask, _ = setup
-  return generate(graphdef, state, prompts, mask, jax.random.key(key),
-                  config=SamplingConfig(max_new_tokens=N, **kwargs))
+    graphdef, state, prompts, mask, _ = setup
+    return generate(
+        graphdef,
+        state,
+        prompts,
+        mask,
+        jax.random.key(key),
+        config=SamplingConfig(max_new_tokens=N, **kwargs),
+    )
 
 
 def test_greedy_equals_uncached_argmax_and_top_k_one(setup):
-  out = run(setup, greedy=True)
-  logits = full_logits(setup, out)
-  np.testing.assert_array_equal(out.tokens, jnp.argmax(logits, -1))
-  expected_logp = jnp.take_along_axis(jax.nn.log_softmax(logits, -1), out.tokens[..., None],
-                                      -1)[..., 0]
-  np.testing.assert_allclose(out.logp, expected_logp, atol=1e-5)
-  assert out.mask.all() and (out.lengths == N).all() and not out.forced.any()
-  top1 = run(setup, key=5, top_k=1, temperature=0.7)
-  np.testing.assert_array_equal(top1.tokens, out.tokens)
-  np.testing.assert_allclose(top1.logp, 0.0, atol=1e-6)  # a point mass after top-1
+    out = run(setup, greedy=True)
+    logits = full_logits(setup, out)
+    np.testing.assert_array_equal(out.tokens, jnp.argmax(logits, -1))
+    expected_logp = jnp.take_along_axis(jax.nn.log_softmax(logits, -1), out.tokens[..., None], -1)[
+        ..., 0
+    ]
+    np.testing.assert_allclose(out.logp, expected_logp, atol=1e-5)
+    assert out.mask.all() and (out.lengths == N).all() and not out.forced.any()
+    top1 = run(setup, key=5, top_k=1, temperature=0.7)
+    np.testing.assert_array_equal(top1.tokens, out.tokens)
+    np.testing.assert_allclose(top1.logp, 0.0, atol=1e-6)  # a point mass after top-1
 
 
 def test_sampled_logp_under_temperature_and_top_k(setup):
-  out = run(setup, key=1, temperature=0.7)
-  scaled = full_logits(setup, out) / 0.7
-  expected = jnp.take_along_axis(jax.nn.log_softmax(scaled, -1), out.tokens[..., None], -1)
-  np.testing.assert_allclose(out.logp, expected[..., 0], atol=1e-4)
+    out = run(setup, key=1, temperature=0.7)
+    scaled = full_logits(setup, out) / 0.7
+    expected = jnp.take_along_axis(jax.nn.log_softmax(scaled, -1), out.tokens[..., None], -1)
+    np.testing.assert_allclose(out.logp, expected[..., 0], atol=1e-4)
 
-  out = run(setup, key=2, temperature=1.3, top_k=4)
-  scaled = full_logits(setup, out) / 1.3
-  top_values = jax.lax.top_k(scaled, 4)[0]
-  chosen = jnp.take_along_axis(scaled, out.tokens[..., None], -1)[..., 0]
-  assert bool(jnp.all(chosen >= top_values[..., -1] - 1e-5))  # always inside the top 4
-  np.testing.assert_allclose(out.logp, chosen - jax.nn.logsumexp(top_values, -1), atol=1e-4)
+    out = run(setup, key=2, temperature=1.3, top_k=4)
+    scaled = full_logits(setup, out) / 1.3
+    top_values = jax.lax.top_k(scaled, 4)[0]
+    chosen = jnp.take_along_axis(scaled, out.tokens[..., None], -1)[..., 0]
+    assert bool(jnp.all(chosen >= top_values[..., -1] - 1e-5))  # always inside the top 4
+    np.testing.assert_allclose(out.logp, chosen - jax.nn.logsumexp(top_values, -1), atol=1e-4)
 
 
 def test_top_p_keeps_nucleus(setup):
-  out = run(setup, key=3, top_p=0.5)
-  probs = jax.nn.softmax(full_logits(setup, out), -1)                     # [B, N, V]
-  # Token v is in the nucleus iff the mass of strictly more likely tokens is < top_p.
-  mass_above = jnp.sum(jnp.where(probs[..., None, :] > probs[..., :, None], probs[..., None, :],
-                                 0), -1)                                  # [B, N, V]
-  nucleus = mass_above < 0.5
-  chosen = out.tokens[..., None]
-  assert bool(jnp.all(jnp.take_along_axis(nucleus, chosen, -1)))
-  expected = (jnp.log(jnp.take_along_axis(probs, chosen, -1)[..., 0])
-              - jnp.log(jnp.sum(jnp.where(nucleus, probs, 0), -1)))
-  np.testing.assert_allclose(out.logp, expected, atol=1e-4)
+    out = run(setup, key=3, top_p=0.5)
+    probs = jax.nn.softmax(full_logits(setup, out), -1)  # [B, N, V]
+    # Token v is in the nucleus iff the mass of strictly more likely tokens is < top_p.
+    mass_above = jnp.sum(
+        jnp.where(probs[..., None, :] > probs[..., :, None], probs[..., None, :], 0), -1
+    )  # [B, N, V]
+    nucleus = mass_above < 0.5
+    chosen = out.tokens[..., None]
+    assert bool(jnp.all(jnp.take_along_axis(nucleus, chosen, -1)))
+    expected = jnp.log(jnp.take_along_axis(probs, chosen, -1)[..., 0]) - jnp.log(
+        jnp.sum(jnp.where(nucleus, probs, 0), -1)
+    )
+    np.testing.assert_allclose(out.logp, expected, atol=1e-4)
 
 
 def test_fixed_key_is_deterministic(setup):
-  a, b, c = run(setup, key=7), run(setup, key=7), run(setup, key=8)
-  np.testing.assert_array_equal(a.tokens, b.tokens)
-  np.testing.assert_array_equal(a.logp, b.logp)
-  assert not np.array_equal(a.tokens, c.tokens)
+    a, b, c = run(setup, key=7), run(setup, key=7), run(setup, key=8)
+    np.testing.assert_array_equal(a.tokens, b.tokens)
+    np.testing.assert_array_equal(a.logp, b.logp)
+    assert not np.array_equal(a.tokens, c.tokens)
 
 
 def test_eos_rows_stop_and_are_masked(setup):
-  greedy = run(setup, greedy=True)
-  eos = int(greedy.tokens[0, 2])
-  out = run(setup, greedy=True, eos_ids=(eos, 28), pad_id=0)
-  for row in range(3):
-    row_tokens = np.asarray(greedy.tokens[row])
-    hits = np.flatnonzero(np.isin(row_tokens, [eos, 28]))
-    length = int(hits[0]) + 1 if hits.size else N
-    assert int(out.lengths[row]) == length
-    np.testing.assert_array_equal(out.tokens[row, :length], row_tokens[:length])
-    np.testing.assert_array_equal(out.tokens[row, length:], 0)
-    np.testing.assert_array_equal(out.mask[row], np.arange(N) < length)
-    np.testing.assert_array_equal(out.logp[row, length:], 0.0)
-  assert int(out.lengths[0]) <= 3
+    greedy = run(setup, greedy=True)
+    eos = int(greedy.tokens[0, 2])
+    out = run(setup, greedy=True, eos_ids=(eos, 28), pad_id=0)
+    for row in range(3):
+        row_tokens = np.asarray(greedy.tokens[row])
+        hits = np.flatnonzero(np.isin(row_tokens, [eos, 28]))
+        length = int(hits[0]) + 1 if hits.size else N
+        assert int(out.lengths[row]) == length
+        np.testing.assert_array_equal(out.tokens[row, :length], row_tokens[:length])
+        np.testing.assert_array_equal(out.tokens[row, length:], 0)
+        np.testing.assert_array_equal(out.mask[row], np.arange(N) < length)
+        np.testing.assert_array_equal(out.logp[row, length:], 0.0)
+    assert int(out.lengths[0]) <= 3
 
 
 def test_one_compile_per_shape(setup, monkeypatch):
-  graphdef, state, prompts, mask, _ = setup
-  traced = jax.jit(chex.assert_max_traces(sampler_module._generate_core, n=1),
-                   static_argnames=("graphdef", "config"))
-  monkeypatch.setattr(sampler_module, "_generate_jit", traced)
-  config = SamplingConfig(max_new_tokens=4, top_k=3)
-  for seed in range(3):
-    generate(graphdef, state, (prompts + seed) % 29, mask, jax.random.key(seed), config=config)
-  _, state_again = nnx.split(nnx.merge(graphdef, state))
-  generate(graphdef, state_again, prompts, mask, jax.random.key(9), config=config)
-  with pytest.raises(AssertionError):  # a new batch size is a new shape: a second trace
-    generate(graphdef, state, prompts[:2], mask[:2], jax.random.key(0), config=config)
+    graphdef, state, prompts, mask, _ = setup
+    traced = jax.jit(
+        chex.assert_max_traces(sampler_module._generate_core, n=1),
+        static_argnames=("graphdef", "config"),
+    )
+    monkeypatch.setattr(sampler_module, "_generate_jit", traced)
+    config = SamplingConfig(max_new_tokens=4, top_k=3)
+    for seed in range(3):
+        generate(graphdef, state, (prompts + seed) % 29, mask, jax.random.key(seed), config=config)
+    _, state_again = nnx.split(nnx.merge(graphdef, state))
+    generate(graphdef, state_again, prompts, mask, jax.random.key(9), config=config)
+    with pytest.raises(AssertionError):  # a new batch size is a new shape: a second trace
+        generate(graphdef, state, prompts[:2], mask[:2], jax.random.key(0), config=config)
 
 
 def test_bad_input_errors(setup):
-  graphdef, state, prompts, mask, _ = setup
-  with pytest.raises(ValueError, match="prompt row 1 has 6 tokens, longer than the bucket of 5"):
-    pad_prompts([[1], [1, 2, 3, 4, 5, 6]], 5)
-  config = SamplingConfig(max_new_tokens=2)
-  with pytest.raises(ValueError, match="row 0 is not left-padded"):
-    generate(graphdef, state, prompts, mask.at[0, 4].set(False), jax.random.key(0), config=config)
-  with pytest.raises(ValueError, match="row 2 is empty"):
-    generate(graphdef, state, prompts, mask.at[2].set(False), jax.random.key(0), config=config)
-  with pytest.raises(ValueError, match="prompt_mask shape"):
-    generate(graphdef, state, prompts, mask[:, 1:], jax.random.key(0), config=config)
-  with pytest.raises(ValueError, match="top_p"):
-    SamplingConfig(max_new_tokens=2, top_p=0.0)
-  with pytest.raises(ValueError, match="end_thinking_ids"):
-    SamplingConfig(max_new_tokens=2, min_thinking_tokens=3)
+    graphdef, state, prompts, mask, _ = setup
+    with pytest.raises(ValueError, match="prompt row 1 has 6 tokens, longer than the bucket of 5"):
+        pad_prompts([[1], [1, 2, 3, 4, 5, 6]], 5)
+    config = SamplingConfig(max_new_tokens=2)
+    with pytest.raises(ValueError, match="row 0 is not left-padded"):
+        generate(
+            graphdef, state, prompts, mask.at[0, 4].set(False), jax.random.key(0), config=config
+        )
+    with pytest.raises(ValueError, match="row 2 is empty"):
+        generate(graphdef, state, prompts, mask.at[2].set(False), jax.random.key(0), config=config)
+    with pytest.raises(ValueError, match="prompt_mask shape"):
+        generate(graphdef, state, prompts, mask[:, 1:], jax.random.key(0), config=config)
+    with pytest.raises(ValueError, match="top_p"):
+        SamplingConfig(max_new_tokens=2, top_p=0.0)
+    with pytest.raises(ValueError, match="end_thinking_ids"):
+        SamplingConfig(max_new_tokens=2, min_thinking_tokens=3)
 
 
 def test_budget_forcing(setup):
-  greedy = run(setup, greedy=True)
-  first = np.asarray(greedy.tokens[:, 0])
-  # 1) A premature end-of-thinking is replaced by the continuation (s1 "Wait").
-  end = int(first[0])
-  out = run(setup, greedy=True, end_thinking_ids=(end,), min_thinking_tokens=2,
-            continuation_ids=(26, 27))
-  np.testing.assert_array_equal(out.tokens[0, :2], [26, 27])
-  np.testing.assert_array_equal(out.forced[0, :2], [True, True])
-  for row in np.flatnonzero(first != end):  # rows that did not try to end keep greedy token 0
-    assert int(out.tokens[row, 0]) == int(first[row]) and not bool(out.forced[row, 0])
+    greedy = run(setup, greedy=True)
+    first = np.asarray(greedy.tokens[:, 0])
+    # 1) A premature end-of-thinking is replaced by the continuation (s1 "Wait").
+    end = int(first[0])
+    out = run(
+        setup,
+        greedy=True,
+        end_thinking_ids=(end,),
+        min_thinking_tokens=2,
+        continuation_ids=(26, 27),
+    )
+    np.testing.assert_array_equal(out.tokens[0, :2], [26, 27])
+    np.testing.assert_array_equal(out.forced[0, :2], [True, True])
+    for row in np.flatnonzero(first != end):  # rows that did not try to end keep greedy token 0
+        assert int(out.tokens[row, 0]) == int(first[row]) and not bool(out.forced[row, 0])
 
-  # 2) Without a continuation the delimiter (and EOS) are masked out before the minimum.
-  out = run(setup, greedy=True, end_thinking_ids=(end,), eos_ids=(28,), min_thinking_tokens=N)
-  assert not np.isin(np.asarray(out.tokens), [end, 28]).any()
-  logits0 = full_logits(setup, out)[:, 0]
-  np.testing.assert_array_equal(
-      out.tokens[:, 0], jnp.argmax(logits0.at[:, end].set(-jnp.inf).at[:, 28].set(-jnp.inf), -1))
-  assert not out.forced.any()
+    # 2) Without a continuation the delimiter (and EOS) are masked out before the minimum.
+    out = run(setup, greedy=True, end_thinking_ids=(end,), eos_ids=(28,), min_thinking_tokens=N)
+    assert not np.isin(np.asarray(out.tokens), [end, 28]).any()
+    logits0 = full_logits(setup, out)[:, 0]
+    np.testing.assert_array_equal(
+        out.tokens[:, 0], jnp.argmax(logits0.at[:, end].set(-jnp.inf).at[:, 28].set(-jnp.inf), -1)
+    )
+    assert not out.forced.any()
 
-  # 3) At the maximum the (two-token) delimiter is forced, once.
-  out = run(setup, greedy=True, end_thinking_ids=(25, 24), max_thinking_tokens=3)
-  np.testing.assert_array_equal(out.tokens[:, 3:5], [[25, 24]] * 3)
-  np.testing.assert_array_equal(out.forced, np.tile(np.arange(N) == 3, (3, 1))
-                                | np.tile(np.arange(N) == 4, (3, 1)))
-  # Forced tokens carry the model's log-probability (finite, negative).
-  assert bool(jnp.all(jnp.isfinite(out.logp))) and bool(jnp.all(out.logp[:, 3:5] < 0))
+    # 3) At the maximum the (two-token) delimiter is forced, once.
+    out = run(setup, greedy=True, end_thinking_ids=(25, 24), max_thinking_tokens=3)
+    np.testing.assert_array_equal(out.tokens[:, 3:5], [[25, 24]] * 3)
+    np.testing.assert_array_equal(
+        out.forced, np.tile(np.arange(N) == 3, (3, 1)) | np.tile(np.arange(N) == 4, (3, 1))
+    )
+    # Forced tokens carry the model's log-probability (finite, negative).
+    assert bool(jnp.all(jnp.isfinite(out.logp))) and bool(jnp.all(out.logp[:, 3:5] < 0))

@@ -22,16 +22,33 @@ None (replicated).
 """
 
 from grpo_jax.models.config import ModelConfig, named_config
-from grpo_jax.models.transformer import (KVCache, Transformer, apply_rope, attend,
-                                         default_positions, logprobs,
-                                         rope_inverse_frequencies)
+from grpo_jax.models.transformer import (
+    KVCache,
+    Transformer,
+    apply_rope,
+    attend,
+    default_positions,
+    logprobs,
+    rope_inverse_frequencies,
+)
 
 __all__ = [
-    "ModelConfig", "named_config", "Transformer", "KVCache", "logprobs", "attend",
-    "apply_rope", "default_positions", "rope_inverse_frequencies",
+    "KVCache",
+    "ModelConfig",
+    "Transformer",
+    "apply_rope",
+    "attend",
+    "default_positions",
+    "logprobs",
+    "named_config",
+    "rope_inverse_frequencies",
 ]
 
-from grpo_jax.models.hf import (config_from_hf, config_to_hf, from_pretrained,  # noqa: E402
-                                save_pretrained)
+from grpo_jax.models.hf import (
+    config_from_hf,
+    config_to_hf,
+    from_pretrained,
+    save_pretrained,
+)
 
-__all__ += ["from_pretrained", "save_pretrained", "config_from_hf", "config_to_hf"]
+__all__ += ["config_from_hf", "config_to_hf", "from_pretrained", "save_pretrained"]

@@ -12,131 +12,204 @@ _DTYPES = ("float32", "bfloat16", "float16")
 
 @dataclasses.dataclass(frozen=True)
 class ModelConfig:
-  """Shape and numerics of a Qwen2 / Llama-family decoder (hashable, usable as a jit static).
+    """Shape and numerics of a Qwen2 / Llama-family decoder (hashable, usable as a jit static).
 
-  Attributes:
-    vocab_size: number of token ids V.
-    hidden_size: residual width D.
-    num_layers: number of decoder blocks L.
-    num_heads: query heads N.
-    num_kv_heads: key/value heads K (grouped-query attention; N % K == 0).
-    head_dim: per-head width H.
-    mlp_size: SwiGLU inner width F.
-    max_seq_len: longest sequence (prompt + completion) the model is used with.
-    rope_theta: rotary base; inverse frequencies theta^(-2i/H).
-    qkv_bias: add biases to the q/k/v projections (Qwen2: True, Llama: False).
-    tie_embeddings: output head is the transposed token embedding.
-    rms_norm_eps: epsilon inside RMSNorm's rsqrt.
-    dtype: compute dtype name ("float32" | "bfloat16" | "float16").
-    param_dtype: parameter storage dtype name.
-    remat: rematerialise each block in the backward pass (jax.checkpoint).
-    value_head: add a scalar value head V(s_t) = w . h_t + b (PPO critic).
-    rope_scaling: None, or Llama-3 frequency scaling as
-      (factor, low_freq_factor, high_freq_factor, original_max_position_embeddings).
-  """
+    Attributes:
+      vocab_size: number of token ids V.
+      hidden_size: residual width D.
+      num_layers: number of decoder blocks L.
+      num_heads: query heads N.
+      num_kv_heads: key/value heads K (grouped-query attention; N % K == 0).
+      head_dim: per-head width H.
+      mlp_size: SwiGLU inner width F.
+      max_seq_len: longest sequence (prompt + completion) the model is used with.
+      rope_theta: rotary base; inverse frequencies theta^(-2i/H).
+      qkv_bias: add biases to the q/k/v projections (Qwen2: True, Llama: False).
+      tie_embeddings: output head is the transposed token embedding.
+      rms_norm_eps: epsilon inside RMSNorm's rsqrt.
+      dtype: compute dtype name ("float32" | "bfloat16" | "float16").
+      param_dtype: parameter storage dtype name.
+      remat: rematerialise each block in the backward pass (jax.checkpoint).
+      value_head: add a scalar value head V(s_t) = w . h_t + b (PPO critic).
+      rope_scaling: None, or Llama-3 frequency scaling as
+        (factor, low_freq_factor, high_freq_factor, original_max_position_embeddings).
+    """
 
-  vocab_size: int
-  hidden_size: int
-  num_layers: int
-  num_heads: int
-  num_kv_heads: int
-  head_dim: int
-  mlp_size: int
-  max_seq_len: int = 512
-  rope_theta: float = 10000.0
-  qkv_bias: bool = False
-  tie_embeddings: bool = True
-  rms_norm_eps: float = 1e-6
-  dtype: str = "float32"
-  param_dtype: str = "float32"
-  remat: bool = False
-  value_head: bool = False
-  rope_scaling: tuple[float, float, float, int] | None = None
+    vocab_size: int
+    hidden_size: int
+    num_layers: int
+    num_heads: int
+    num_kv_heads: int
+    head_dim: int
+    mlp_size: int
+    max_seq_len: int = 512
+    rope_theta: float = 10000.0
+    qkv_bias: bool = False
+    tie_embeddings: bool = True
+    rms_norm_eps: float = 1e-6
+    dtype: str = "float32"
+    param_dtype: str = "float32"
+    remat: bool = False
+    value_head: bool = False
+    rope_scaling: tuple[float, float, float, int] | None = None
 
-  def __post_init__(self):
-    for name in ("vocab_size", "hidden_size", "num_layers", "num_heads", "num_kv_heads",
-                 "head_dim", "mlp_size", "max_seq_len"):
-      value = getattr(self, name)
-      if not isinstance(value, int) or value <= 0:
-        raise ValueError(f"ModelConfig.{name} must be a positive int, got {value!r}")
-    if self.num_heads % self.num_kv_heads:
-      raise ValueError(f"ModelConfig.num_heads={self.num_heads} must be a multiple of "
-                       f"num_kv_heads={self.num_kv_heads}")
-    if self.head_dim % 2:
-      raise ValueError(f"ModelConfig.head_dim={self.head_dim} must be even for rotary embeddings")
-    for name in ("dtype", "param_dtype"):
-      if getattr(self, name) not in _DTYPES:
-        raise ValueError(f"ModelConfig.{name}={getattr(self, name)!r}; expected one of {_DTYPES}")
-    if self.rope_scaling is not None and len(self.rope_scaling) != 4:
-      raise ValueError("ModelConfig.rope_scaling must be (factor, low_freq_factor, "
-                       f"high_freq_factor, original_max_position_embeddings), got "
-                       f"{self.rope_scaling!r}")
+    def __post_init__(self):
+        for name in (
+            "vocab_size",
+            "hidden_size",
+            "num_layers",
+            "num_heads",
+            "num_kv_heads",
+            "head_dim",
+            "mlp_size",
+            "max_seq_len",
+        ):
+            value = getattr(self, name)
+            if not isinstance(value, int) or value <= 0:
+                raise ValueError(f"ModelConfig.{name} must be a positive int, got {value!r}")
+        if self.num_heads % self.num_kv_heads:
+            raise ValueError(
+                f"ModelConfig.num_heads={self.num_heads} must be a multiple of "
+                f"num_kv_heads={self.num_kv_heads}"
+            )
+        if self.head_dim % 2:
+            raise ValueError(
+                f"ModelConfig.head_dim={self.head_dim} must be even for rotary embeddings"
+            )
+        for name in ("dtype", "param_dtype"):
+            if getattr(self, name) not in _DTYPES:
+                raise ValueError(
+                    f"ModelConfig.{name}={getattr(self, name)!r}; expected one of {_DTYPES}"
+                )
+        if self.rope_scaling is not None and len(self.rope_scaling) != 4:
+            raise ValueError(
+                "ModelConfig.rope_scaling must be (factor, low_freq_factor, "
+                f"high_freq_factor, original_max_position_embeddings), got "
+                f"{self.rope_scaling!r}"
+            )
 
-  @property
-  def compute_dtype(self) -> Any:
-    return jnp.dtype(self.dtype)
+    @property
+    def compute_dtype(self) -> Any:
+        return jnp.dtype(self.dtype)
 
-  @property
-  def parameter_dtype(self) -> Any:
-    return jnp.dtype(self.param_dtype)
+    @property
+    def parameter_dtype(self) -> Any:
+        return jnp.dtype(self.param_dtype)
 
-  def replace(self, **overrides) -> "ModelConfig":
-    return dataclasses.replace(self, **overrides)
+    def replace(self, **overrides) -> ModelConfig:
+        return dataclasses.replace(self, **overrides)
 
-  def num_params(self) -> int:
-    """Parameter count implied by the shapes (value head included when enabled)."""
-    d, n, k, h, f = (self.hidden_size, self.num_heads, self.num_kv_heads, self.head_dim,
-                     self.mlp_size)
-    attention = d * n * h + 2 * d * k * h + n * h * d
-    if self.qkv_bias:
-      attention += n * h + 2 * k * h
-    block = attention + 3 * d * f + 2 * d
-    total = self.num_layers * block + self.vocab_size * d + d
-    if not self.tie_embeddings:
-      total += d * self.vocab_size
-    if self.value_head:
-      total += d + 1
-    return total
+    def num_params(self) -> int:
+        """Parameter count implied by the shapes (value head included when enabled)."""
+        d, n, k, h, f = (
+            self.hidden_size,
+            self.num_heads,
+            self.num_kv_heads,
+            self.head_dim,
+            self.mlp_size,
+        )
+        attention = d * n * h + 2 * d * k * h + n * h * d
+        if self.qkv_bias:
+            attention += n * h + 2 * k * h
+        block = attention + 3 * d * f + 2 * d
+        total = self.num_layers * block + self.vocab_size * d + d
+        if not self.tie_embeddings:
+            total += d * self.vocab_size
+        if self.value_head:
+            total += d + 1
+        return total
 
 
 _NAMED = {
     # ~1.0M parameters at vocab 64 (the synthetic tasks use small character vocabularies).
-    "tiny-1m": dict(vocab_size=64, hidden_size=128, num_layers=4, num_heads=4, num_kv_heads=2,
-                    head_dim=32, mlp_size=512, max_seq_len=512),
+    "tiny-1m": dict(
+        vocab_size=64,
+        hidden_size=128,
+        num_layers=4,
+        num_heads=4,
+        num_kv_heads=2,
+        head_dim=32,
+        mlp_size=512,
+        max_seq_len=512,
+    ),
     # ~9.9M parameters at vocab 64.
-    "tiny-10m": dict(vocab_size=64, hidden_size=256, num_layers=10, num_heads=8, num_kv_heads=4,
-                     head_dim=32, mlp_size=1024, max_seq_len=1024),
+    "tiny-10m": dict(
+        vocab_size=64,
+        hidden_size=256,
+        num_layers=10,
+        num_heads=8,
+        num_kv_heads=4,
+        head_dim=32,
+        mlp_size=1024,
+        max_seq_len=1024,
+    ),
     # Shapes from the released config.json files on the Hugging Face hub.
-    "qwen2.5-0.5b": dict(vocab_size=151936, hidden_size=896, num_layers=24, num_heads=14,
-                         num_kv_heads=2, head_dim=64, mlp_size=4864, max_seq_len=32768,
-                         rope_theta=1000000.0, qkv_bias=True, tie_embeddings=True,
-                         rms_norm_eps=1e-6, dtype="bfloat16", param_dtype="bfloat16"),
-    "qwen2.5-1.5b": dict(vocab_size=151936, hidden_size=1536, num_layers=28, num_heads=12,
-                         num_kv_heads=2, head_dim=128, mlp_size=8960, max_seq_len=32768,
-                         rope_theta=1000000.0, qkv_bias=True, tie_embeddings=True,
-                         rms_norm_eps=1e-6, dtype="bfloat16", param_dtype="bfloat16"),
-    "llama-3.2-1b": dict(vocab_size=128256, hidden_size=2048, num_layers=16, num_heads=32,
-                         num_kv_heads=8, head_dim=64, mlp_size=8192, max_seq_len=131072,
-                         rope_theta=500000.0, qkv_bias=False, tie_embeddings=True,
-                         rms_norm_eps=1e-5, dtype="bfloat16", param_dtype="bfloat16",
-                         rope_scaling=(32.0, 1.0, 4.0, 8192)),
+    "qwen2.5-0.5b": dict(
+        vocab_size=151936,
+        hidden_size=896,
+        num_layers=24,
+        num_heads=14,
+        num_kv_heads=2,
+        head_dim=64,
+        mlp_size=4864,
+        max_seq_len=32768,
+        rope_theta=1000000.0,
+        qkv_bias=True,
+        tie_embeddings=True,
+        rms_norm_eps=1e-6,
+        dtype="bfloat16",
+        param_dtype="bfloat16",
+    ),
+    "qwen2.5-1.5b": dict(
+        vocab_size=151936,
+        hidden_size=1536,
+        num_layers=28,
+        num_heads=12,
+        num_kv_heads=2,
+        head_dim=128,
+        mlp_size=8960,
+        max_seq_len=32768,
+        rope_theta=1000000.0,
+        qkv_bias=True,
+        tie_embeddings=True,
+        rms_norm_eps=1e-6,
+        dtype="bfloat16",
+        param_dtype="bfloat16",
+    ),
+    "llama-3.2-1b": dict(
+        vocab_size=128256,
+        hidden_size=2048,
+        num_layers=16,
+        num_heads=32,
+        num_kv_heads=8,
+        head_dim=64,
+        mlp_size=8192,
+        max_seq_len=131072,
+        rope_theta=500000.0,
+        qkv_bias=False,
+        tie_embeddings=True,
+        rms_norm_eps=1e-5,
+        dtype="bfloat16",
+        param_dtype="bfloat16",
+        rope_scaling=(32.0, 1.0, 4.0, 8192),
+    ),
 }
 
 
 def named_config(name: str, **overrides) -> ModelConfig:
-  """Returns the named ModelConfig with field overrides (e.g. vocab_size=48, remat=True).
+    """Returns the named ModelConfig with field overrides (e.g. vocab_size=48, remat=True).
 
-  Args:
-    name: one of "tiny-1m", "tiny-10m", "qwen2.5-0.5b", "qwen2.5-1.5b", "llama-3.2-1b".
-    **overrides: ModelConfig fields to replace.
+    Args:
+      name: one of "tiny-1m", "tiny-10m", "qwen2.5-0.5b", "qwen2.5-1.5b", "llama-3.2-1b".
+      **overrides: ModelConfig fields to replace.
 
-  Returns:
-    The ModelConfig.
-  """
-  if name not in _NAMED:
-    raise ValueError(f"unknown model name {name!r}; expected one of {sorted(_NAMED)}")
-  fields = {f.name for f in dataclasses.fields(ModelConfig)}
-  unknown = sorted(set(overrides) - fields)
-  if unknown:
-    raise ValueError(f"unknown ModelConfig field(s) {unknown} in overrides for {name!r}")
-  return ModelConfig(**{**_NAMED[name], **overrides})
+    Returns:
+      The ModelConfig.
+    """
+    if name not in _NAMED:
+        raise ValueError(f"unknown model name {name!r}; expected one of {sorted(_NAMED)}")
+    fields = {f.name for f in dataclasses.fields(ModelConfig)}
+    unknown = sorted(set(overrides) - fields)
+    if unknown:
+        raise ValueError(f"unknown ModelConfig field(s) {unknown} in overrides for {name!r}")
+    return ModelConfig(**{**_NAMED[name], **overrides})

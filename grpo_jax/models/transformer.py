@@ -16,371 +16,401 @@ _MASKED = -1e30  # finite, so a row with every key masked gives a uniform softma
 
 
 def _param(rngs: nnx.Rngs, init, shape, dtype, names: tuple[str | None, ...]) -> nnx.Param:
-  """A parameter carrying logical axis names (mapped to mesh axes by grpo_jax.parallel)."""
-  return nnx.Param(init(rngs.params(), shape, dtype), sharding_names=names, eager_sharding=False)
+    """A parameter carrying logical axis names (mapped to mesh axes by grpo_jax.parallel)."""
+    return nnx.Param(init(rngs.params(), shape, dtype), sharding_names=names, eager_sharding=False)
 
 
 def rope_inverse_frequencies(config: ModelConfig) -> np.ndarray:
-  """Rotary inverse frequencies inv_freq_i = theta^(-2i/H), with optional Llama-3 scaling.
+    """Rotary inverse frequencies inv_freq_i = theta^(-2i/H), with optional Llama-3 scaling.
 
-  RoFormer, https://arxiv.org/abs/2104.09864; Llama 3 scaling, https://arxiv.org/abs/2407.21783.
+    RoFormer, https://arxiv.org/abs/2104.09864; Llama 3 scaling, https://arxiv.org/abs/2407.21783.
 
-  Returns:
-    float64 numpy array [H/2].
-  """
-  h = config.head_dim
-  inv_freq = 1.0 / (config.rope_theta ** (np.arange(0, h, 2, dtype=np.float64) / h))
-  if config.rope_scaling is not None:
-    factor, low, high, original = config.rope_scaling
-    wavelen = 2 * math.pi / inv_freq
-    low_wavelen, high_wavelen = original / low, original / high
-    scaled = np.where(wavelen > low_wavelen, inv_freq / factor, inv_freq)
-    smooth = (original / wavelen - low) / (high - low)
-    smoothed = (1 - smooth) * scaled / factor + smooth * scaled
-    medium = (wavelen >= high_wavelen) & (wavelen <= low_wavelen)
-    inv_freq = np.where(medium, smoothed, scaled)
-  return inv_freq
+    Returns:
+      float64 numpy array [H/2].
+    """
+    h = config.head_dim
+    inv_freq = 1.0 / (config.rope_theta ** (np.arange(0, h, 2, dtype=np.float64) / h))
+    if config.rope_scaling is not None:
+        factor, low, high, original = config.rope_scaling
+        wavelen = 2 * math.pi / inv_freq
+        low_wavelen, high_wavelen = original / low, original / high
+        scaled = np.where(wavelen > low_wavelen, inv_freq / factor, inv_freq)
+        smooth = (original / wavelen - low) / (high - low)
+        smoothed = (1 - smooth) * scaled / factor + smooth * scaled
+        medium = (wavelen >= high_wavelen) & (wavelen <= low_wavelen)
+        inv_freq = np.where(medium, smoothed, scaled)
+    return inv_freq
 
 
 def apply_rope(x: jax.Array, positions: jax.Array, inv_freq: np.ndarray) -> jax.Array:
-  """Rotates halves: x * cos(p w) + rotate_half(x) * sin(p w) (Hugging Face layout).
+    """Rotates halves: x * cos(p w) + rotate_half(x) * sin(p w) (Hugging Face layout).
 
-  Args:
-    x: [B, T, heads, H].
-    positions: [B, T] int.
-    inv_freq: [H/2].
+    Args:
+      x: [B, T, heads, H].
+      positions: [B, T] int.
+      inv_freq: [H/2].
 
-  Returns:
-    [B, T, heads, H] in x.dtype.
-  """
-  angles = positions.astype(jnp.float32)[..., None] * jnp.asarray(np.asarray(inv_freq), jnp.float32)
-  angles = jnp.concatenate([angles, angles], axis=-1)[:, :, None, :]
-  x32 = x.astype(jnp.float32)
-  half = x.shape[-1] // 2
-  rotated = jnp.concatenate([-x32[..., half:], x32[..., :half]], axis=-1)
-  return (x32 * jnp.cos(angles) + rotated * jnp.sin(angles)).astype(x.dtype)
+    Returns:
+      [B, T, heads, H] in x.dtype.
+    """
+    angles = positions.astype(jnp.float32)[..., None] * jnp.asarray(
+        np.asarray(inv_freq), jnp.float32
+    )
+    angles = jnp.concatenate([angles, angles], axis=-1)[:, :, None, :]
+    x32 = x.astype(jnp.float32)
+    half = x.shape[-1] // 2
+    rotated = jnp.concatenate([-x32[..., half:], x32[..., :half]], axis=-1)
+    return (x32 * jnp.cos(angles) + rotated * jnp.sin(angles)).astype(x.dtype)
 
 
 @flax.struct.dataclass
 class KVCache:
-  """Per-layer key/value buffers of fixed size S, written in place at `index`.
+    """Per-layer key/value buffers of fixed size S, written in place at `index`.
 
-  Attributes:
-    keys: tuple over layers of [B, S, K, H].
-    values: tuple over layers of [B, S, K, H].
-    key_valid: [B, S] bool, True for slots holding a real (non-pad) token.
-    index: [] int32, the next slot to write.
-  """
+    Attributes:
+      keys: tuple over layers of [B, S, K, H].
+      values: tuple over layers of [B, S, K, H].
+      key_valid: [B, S] bool, True for slots holding a real (non-pad) token.
+      index: [] int32, the next slot to write.
+    """
 
-  keys: tuple
-  values: tuple
-  key_valid: jax.Array
-  index: jax.Array
+    keys: tuple
+    values: tuple
+    key_valid: jax.Array
+    index: jax.Array
 
-  @classmethod
-  def init(cls, config: ModelConfig, batch_size: int, size: int) -> "KVCache":
-    shape = (batch_size, size, config.num_kv_heads, config.head_dim)
-    zeros = lambda: jnp.zeros(shape, config.compute_dtype)  # noqa: E731
-    return cls(keys=tuple(zeros() for _ in range(config.num_layers)),
-               values=tuple(zeros() for _ in range(config.num_layers)),
-               key_valid=jnp.zeros((batch_size, size), bool),
-               index=jnp.zeros((), jnp.int32))
+    @classmethod
+    def init(cls, config: ModelConfig, batch_size: int, size: int) -> KVCache:
+        shape = (batch_size, size, config.num_kv_heads, config.head_dim)
+        zeros = lambda: jnp.zeros(shape, config.compute_dtype)
+        return cls(
+            keys=tuple(zeros() for _ in range(config.num_layers)),
+            values=tuple(zeros() for _ in range(config.num_layers)),
+            key_valid=jnp.zeros((batch_size, size), bool),
+            index=jnp.zeros((), jnp.int32),
+        )
 
 
 def attend(q, k, v, query_slots, key_valid):
-  """Grouped-query softmax(q k^T / sqrt(H) + mask) v with causal and padding masks.
+    """Grouped-query softmax(q k^T / sqrt(H) + mask) v with causal and padding masks.
 
-  Args:
-    q: [B, T, N, H] queries.
-    k: [B, S, K, H] keys; v: [B, S, K, H] values.
-    query_slots: [T] int, the key slot each query sits at (causal: key slot <= query slot).
-    key_valid: [B, S] bool.
+    Args:
+      q: [B, T, N, H] queries.
+      k: [B, S, K, H] keys; v: [B, S, K, H] values.
+      query_slots: [T] int, the key slot each query sits at (causal: key slot <= query slot).
+      key_valid: [B, S] bool.
 
-  Returns:
-    [B, T, N, H] in v.dtype.
-  """
-  b, t, n, h = q.shape
-  s, kv_heads = k.shape[1], k.shape[2]
-  q = q.reshape(b, t, kv_heads, n // kv_heads, h)
-  scores = jnp.einsum("BTKGH,BSKH->BKGTS", q, k, preferred_element_type=jnp.float32)
-  scores = scores * (h ** -0.5)
-  mask = (jnp.arange(s)[None, :] <= query_slots[:, None])[None] & key_valid[:, None, :]
-  scores = jnp.where(mask[:, None, None], scores, _MASKED)
-  probs = jax.nn.softmax(scores, axis=-1).astype(v.dtype)
-  out = jnp.einsum("BKGTS,BSKH->BTKGH", probs, v)
-  return out.reshape(b, t, n, h)
+    Returns:
+      [B, T, N, H] in v.dtype.
+    """
+    b, t, n, h = q.shape
+    s, kv_heads = k.shape[1], k.shape[2]
+    q = q.reshape(b, t, kv_heads, n // kv_heads, h)
+    scores = jnp.einsum("BTKGH,BSKH->BKGTS", q, k, preferred_element_type=jnp.float32)
+    scores = scores * (h**-0.5)
+    mask = (jnp.arange(s)[None, :] <= query_slots[:, None])[None] & key_valid[:, None, :]
+    scores = jnp.where(mask[:, None, None], scores, _MASKED)
+    probs = jax.nn.softmax(scores, axis=-1).astype(v.dtype)
+    out = jnp.einsum("BKGTS,BSKH->BTKGH", probs, v)
+    return out.reshape(b, t, n, h)
 
 
 class RMSNorm(nnx.Module):
-  """y = x / sqrt(mean(x^2) + eps) * scale, computed in float32."""
+    """y = x / sqrt(mean(x^2) + eps) * scale, computed in float32."""
 
-  def __init__(self, config: ModelConfig, *, rngs: nnx.Rngs):
-    self.eps = config.rms_norm_eps
-    self.dtype = config.compute_dtype
-    self.scale = _param(rngs, nnx.initializers.ones, (config.hidden_size,),
-                        config.parameter_dtype, ("norm",))
+    def __init__(self, config: ModelConfig, *, rngs: nnx.Rngs):
+        self.eps = config.rms_norm_eps
+        self.dtype = config.compute_dtype
+        self.scale = _param(
+            rngs, nnx.initializers.ones, (config.hidden_size,), config.parameter_dtype, ("norm",)
+        )
 
-  def __call__(self, x):
-    x32 = x.astype(jnp.float32)
-    x32 = x32 * jax.lax.rsqrt(jnp.mean(x32 * x32, axis=-1, keepdims=True) + self.eps)
-    return (x32 * self.scale.value.astype(jnp.float32)).astype(self.dtype)
+    def __call__(self, x):
+        x32 = x.astype(jnp.float32)
+        x32 = x32 * jax.lax.rsqrt(jnp.mean(x32 * x32, axis=-1, keepdims=True) + self.eps)
+        return (x32 * self.scale.value.astype(jnp.float32)).astype(self.dtype)
 
 
 class Attention(nnx.Module):
-  """Grouped-query self-attention with rotary positions and optional q/k/v bias."""
+    """Grouped-query self-attention with rotary positions and optional q/k/v bias."""
 
-  def __init__(self, config: ModelConfig, *, rngs: nnx.Rngs):
-    d, n, k, h = config.hidden_size, config.num_heads, config.num_kv_heads, config.head_dim
-    pdt = config.parameter_dtype
-    init = nnx.initializers.normal(0.02)
-    out_init = nnx.initializers.normal(0.02 / math.sqrt(2 * config.num_layers))
-    self.dtype = config.compute_dtype
-    self.inv_freq = tuple(float(f) for f in rope_inverse_frequencies(config))
-    self.q_kernel = _param(rngs, init, (d, n, h), pdt, ("embed", "heads", "head_dim"))
-    self.k_kernel = _param(rngs, init, (d, k, h), pdt, ("embed", "kv_heads", "head_dim"))
-    self.v_kernel = _param(rngs, init, (d, k, h), pdt, ("embed", "kv_heads", "head_dim"))
-    self.o_kernel = _param(rngs, out_init, (n, h, d), pdt, ("heads", "head_dim", "embed"))
-    if config.qkv_bias:
-      zeros = nnx.initializers.zeros
-      self.q_bias = _param(rngs, zeros, (n, h), pdt, ("heads", "head_dim"))
-      self.k_bias = _param(rngs, zeros, (k, h), pdt, ("kv_heads", "head_dim"))
-      self.v_bias = _param(rngs, zeros, (k, h), pdt, ("kv_heads", "head_dim"))
-    else:
-      self.q_bias = self.k_bias = self.v_bias = None
+    def __init__(self, config: ModelConfig, *, rngs: nnx.Rngs):
+        d, n, k, h = config.hidden_size, config.num_heads, config.num_kv_heads, config.head_dim
+        pdt = config.parameter_dtype
+        init = nnx.initializers.normal(0.02)
+        out_init = nnx.initializers.normal(0.02 / math.sqrt(2 * config.num_layers))
+        self.dtype = config.compute_dtype
+        self.inv_freq = tuple(float(f) for f in rope_inverse_frequencies(config))
+        self.q_kernel = _param(rngs, init, (d, n, h), pdt, ("embed", "heads", "head_dim"))
+        self.k_kernel = _param(rngs, init, (d, k, h), pdt, ("embed", "kv_heads", "head_dim"))
+        self.v_kernel = _param(rngs, init, (d, k, h), pdt, ("embed", "kv_heads", "head_dim"))
+        self.o_kernel = _param(rngs, out_init, (n, h, d), pdt, ("heads", "head_dim", "embed"))
+        if config.qkv_bias:
+            zeros = nnx.initializers.zeros
+            self.q_bias = _param(rngs, zeros, (n, h), pdt, ("heads", "head_dim"))
+            self.k_bias = _param(rngs, zeros, (k, h), pdt, ("kv_heads", "head_dim"))
+            self.v_bias = _param(rngs, zeros, (k, h), pdt, ("kv_heads", "head_dim"))
+        else:
+            self.q_bias = self.k_bias = self.v_bias = None
 
-  def _project(self, x, kernel, bias):
-    y = jnp.einsum("BTD,DNH->BTNH", x, kernel.value.astype(self.dtype))
-    if bias is not None:
-      y = y + bias.value.astype(self.dtype)
-    return y
+    def _project(self, x, kernel, bias):
+        y = jnp.einsum("BTD,DNH->BTNH", x, kernel.value.astype(self.dtype))
+        if bias is not None:
+            y = y + bias.value.astype(self.dtype)
+        return y
 
-  def qkv(self, x, positions):
-    q = apply_rope(self._project(x, self.q_kernel, self.q_bias), positions, self.inv_freq)
-    k = apply_rope(self._project(x, self.k_kernel, self.k_bias), positions, self.inv_freq)
-    v = self._project(x, self.v_kernel, self.v_bias)
-    return q, k, v
+    def qkv(self, x, positions):
+        q = apply_rope(self._project(x, self.q_kernel, self.q_bias), positions, self.inv_freq)
+        k = apply_rope(self._project(x, self.k_kernel, self.k_bias), positions, self.inv_freq)
+        v = self._project(x, self.v_kernel, self.v_bias)
+        return q, k, v
 
-  def output(self, attended):
-    return jnp.einsum("BTNH,NHD->BTD", attended, self.o_kernel.value.astype(self.dtype))
+    def output(self, attended):
+        return jnp.einsum("BTNH,NHD->BTD", attended, self.o_kernel.value.astype(self.dtype))
 
-  def __call__(self, x, positions, attention_mask):
-    q, k, v = self.qkv(x, positions)
-    return self.output(attend(q, k, v, jnp.arange(x.shape[1]), attention_mask))
+    def __call__(self, x, positions, attention_mask):
+        q, k, v = self.qkv(x, positions)
+        return self.output(attend(q, k, v, jnp.arange(x.shape[1]), attention_mask))
 
-  def cached(self, x, positions, key_valid, index, cache_k, cache_v):
-    q, k, v = self.qkv(x, positions)
-    cache_k = jax.lax.dynamic_update_slice(cache_k, k.astype(cache_k.dtype), (0, index, 0, 0))
-    cache_v = jax.lax.dynamic_update_slice(cache_v, v.astype(cache_v.dtype), (0, index, 0, 0))
-    query_slots = index + jnp.arange(x.shape[1])
-    return self.output(attend(q, cache_k, cache_v, query_slots, key_valid)), cache_k, cache_v
+    def cached(self, x, positions, key_valid, index, cache_k, cache_v):
+        q, k, v = self.qkv(x, positions)
+        cache_k = jax.lax.dynamic_update_slice(cache_k, k.astype(cache_k.dtype), (0, index, 0, 0))
+        cache_v = jax.lax.dynamic_update_slice(cache_v, v.astype(cache_v.dtype), (0, index, 0, 0))
+        query_slots = index + jnp.arange(x.shape[1])
+        return self.output(attend(q, cache_k, cache_v, query_slots, key_valid)), cache_k, cache_v
 
 
 class MLP(nnx.Module):
-  """SwiGLU: down(silu(x W_gate) * (x W_up))."""
+    """SwiGLU: down(silu(x W_gate) * (x W_up))."""
 
-  def __init__(self, config: ModelConfig, *, rngs: nnx.Rngs):
-    d, f, pdt = config.hidden_size, config.mlp_size, config.parameter_dtype
-    init = nnx.initializers.normal(0.02)
-    self.dtype = config.compute_dtype
-    self.gate_kernel = _param(rngs, init, (d, f), pdt, ("embed", "mlp"))
-    self.up_kernel = _param(rngs, init, (d, f), pdt, ("embed", "mlp"))
-    self.down_kernel = _param(rngs, nnx.initializers.normal(0.02 / math.sqrt(2 * config.num_layers)),
-                              (f, d), pdt, ("mlp", "embed"))
+    def __init__(self, config: ModelConfig, *, rngs: nnx.Rngs):
+        d, f, pdt = config.hidden_size, config.mlp_size, config.parameter_dtype
+        init = nnx.initializers.normal(0.02)
+        self.dtype = config.compute_dtype
+        self.gate_kernel = _param(rngs, init, (d, f), pdt, ("embed", "mlp"))
+        self.up_kernel = _param(rngs, init, (d, f), pdt, ("embed", "mlp"))
+        self.down_kernel = _param(
+            rngs,
+            nnx.initializers.normal(0.02 / math.sqrt(2 * config.num_layers)),
+            (f, d),
+            pdt,
+            ("mlp", "embed"),
+        )
 
-  def __call__(self, x):
-    gate = x @ self.gate_kernel.value.astype(self.dtype)
-    up = x @ self.up_kernel.value.astype(self.dtype)
-    return (jax.nn.silu(gate) * up) @ self.down_kernel.value.astype(self.dtype)
+    def __call__(self, x):
+        gate = x @ self.gate_kernel.value.astype(self.dtype)
+        up = x @ self.up_kernel.value.astype(self.dtype)
+        return (jax.nn.silu(gate) * up) @ self.down_kernel.value.astype(self.dtype)
 
 
 class Block(nnx.Module):
-  """Pre-norm residual block: x + attn(norm(x)); x + mlp(norm(x))."""
+    """Pre-norm residual block: x + attn(norm(x)); x + mlp(norm(x))."""
 
-  def __init__(self, config: ModelConfig, *, rngs: nnx.Rngs):
-    self.attention_norm = RMSNorm(config, rngs=rngs)
-    self.attention = Attention(config, rngs=rngs)
-    self.mlp_norm = RMSNorm(config, rngs=rngs)
-    self.mlp = MLP(config, rngs=rngs)
+    def __init__(self, config: ModelConfig, *, rngs: nnx.Rngs):
+        self.attention_norm = RMSNorm(config, rngs=rngs)
+        self.attention = Attention(config, rngs=rngs)
+        self.mlp_norm = RMSNorm(config, rngs=rngs)
+        self.mlp = MLP(config, rngs=rngs)
 
-  def __call__(self, x, positions, attention_mask):
-    x = x + self.attention(self.attention_norm(x), positions, attention_mask)
-    return x + self.mlp(self.mlp_norm(x))
+    def __call__(self, x, positions, attention_mask):
+        x = x + self.attention(self.attention_norm(x), positions, attention_mask)
+        return x + self.mlp(self.mlp_norm(x))
 
-  def cached(self, x, positions, key_valid, index, cache_k, cache_v):
-    attended, cache_k, cache_v = self.attention.cached(
-        self.attention_norm(x), positions, key_valid, index, cache_k, cache_v)
-    x = x + attended
-    return x + self.mlp(self.mlp_norm(x)), cache_k, cache_v
+    def cached(self, x, positions, key_valid, index, cache_k, cache_v):
+        attended, cache_k, cache_v = self.attention.cached(
+            self.attention_norm(x), positions, key_valid, index, cache_k, cache_v
+        )
+        x = x + attended
+        return x + self.mlp(self.mlp_norm(x)), cache_k, cache_v
 
 
 def default_positions(attention_mask: jax.Array) -> jax.Array:
-  """positions = cumsum(mask) - 1, clipped at 0, so left padding does not shift positions."""
-  return jnp.maximum(jnp.cumsum(attention_mask.astype(jnp.int32), axis=-1) - 1, 0)
+    """positions = cumsum(mask) - 1, clipped at 0, so left padding does not shift positions."""
+    return jnp.maximum(jnp.cumsum(attention_mask.astype(jnp.int32), axis=-1) - 1, 0)
 
 
 class Transformer(nnx.Module):
-  """Decoder-only transformer (Qwen2 / Llama family) with optional scalar value head.
+    """Decoder-only transformer (Qwen2 / Llama family) with optional scalar value head.
 
-  Calling the model on int token ids [B, T] returns float32 logits [B, T, V].
-  """
-
-  def __init__(self, config: ModelConfig, *, rngs: nnx.Rngs):
-    self.config = config
-    d, v, pdt = config.hidden_size, config.vocab_size, config.parameter_dtype
-    self.embedding = _param(rngs, nnx.initializers.normal(0.02), (v, d), pdt, ("vocab", "embed"))
-    self.blocks = nnx.List([Block(config, rngs=rngs) for _ in range(config.num_layers)])
-    self.final_norm = RMSNorm(config, rngs=rngs)
-    if config.tie_embeddings:
-      self.lm_head = None
-    else:
-      self.lm_head = _param(rngs, nnx.initializers.normal(0.02), (d, v), pdt, ("embed", "vocab"))
-    if config.value_head:
-      self.value_kernel = _param(rngs, nnx.initializers.zeros, (d,), pdt, ("embed",))
-      self.value_bias = _param(rngs, nnx.initializers.zeros, (), pdt, ())
-    else:
-      self.value_kernel = self.value_bias = None
-
-  def embed(self, tokens: jax.Array) -> jax.Array:
-    return jnp.take(self.embedding.value, tokens, axis=0).astype(self.config.compute_dtype)
-
-  def hidden_states(self, tokens, *, attention_mask=None, positions=None):
-    """Final-normed hidden states.
-
-    Args:
-      tokens: [B, T] int token ids (left-padded).
-      attention_mask: [B, T] bool, False at padding; None means all True.
-      positions: [B, T] int; None means cumsum(attention_mask) - 1.
-
-    Returns:
-      [B, T, D] in the compute dtype.
+    Calling the model on int token ids [B, T] returns float32 logits [B, T, V].
     """
-    if attention_mask is None:
-      attention_mask = jnp.ones(tokens.shape, bool)
-    attention_mask = attention_mask.astype(bool)
-    if positions is None:
-      positions = default_positions(attention_mask)
-    x = self.embed(tokens)
 
-    def run_block(block, x, positions, attention_mask):
-      return block(x, positions, attention_mask)
+    def __init__(self, config: ModelConfig, *, rngs: nnx.Rngs):
+        self.config = config
+        d, v, pdt = config.hidden_size, config.vocab_size, config.parameter_dtype
+        self.embedding = _param(
+            rngs, nnx.initializers.normal(0.02), (v, d), pdt, ("vocab", "embed")
+        )
+        self.blocks = nnx.List([Block(config, rngs=rngs) for _ in range(config.num_layers)])
+        self.final_norm = RMSNorm(config, rngs=rngs)
+        if config.tie_embeddings:
+            self.lm_head = None
+        else:
+            self.lm_head = _param(
+                rngs, nnx.initializers.normal(0.02), (d, v), pdt, ("embed", "vocab")
+            )
+        if config.value_head:
+            self.value_kernel = _param(rngs, nnx.initializers.zeros, (d,), pdt, ("embed",))
+            self.value_bias = _param(rngs, nnx.initializers.zeros, (), pdt, ())
+        else:
+            self.value_kernel = self.value_bias = None
 
-    if self.config.remat:
-      run_block = nnx.remat(run_block)
-    for block in self.blocks:
-      x = run_block(block, x, positions, attention_mask)
-    return self.final_norm(x)
+    def embed(self, tokens: jax.Array) -> jax.Array:
+        return jnp.take(self.embedding.value, tokens, axis=0).astype(self.config.compute_dtype)
 
-  def head_kernel(self) -> jax.Array:
-    """Output projection [D, V] (the transposed embedding when tied)."""
-    return self.embedding.value.T if self.lm_head is None else self.lm_head.value
+    def hidden_states(self, tokens, *, attention_mask=None, positions=None):
+        """Final-normed hidden states.
 
-  def logits(self, hidden: jax.Array) -> jax.Array:
-    """float32 logits [.., V] = hidden [.., D] @ W_out, accumulated in float32."""
-    kernel = self.head_kernel().astype(self.config.compute_dtype)
-    return jnp.einsum("...D,DV->...V", hidden, kernel, preferred_element_type=jnp.float32)
+        Args:
+          tokens: [B, T] int token ids (left-padded).
+          attention_mask: [B, T] bool, False at padding; None means all True.
+          positions: [B, T] int; None means cumsum(attention_mask) - 1.
 
-  def values(self, hidden: jax.Array) -> jax.Array:
-    """Scalar value V(s_t) = w . h_t + b in float32; hidden [.., D] -> [..]."""
-    if self.value_kernel is None:
-      raise ValueError("values requested but ModelConfig.value_head is False")
-    return (jnp.einsum("...D,D->...", hidden.astype(jnp.float32),
-                       self.value_kernel.value.astype(jnp.float32))
-            + self.value_bias.value.astype(jnp.float32))
+        Returns:
+          [B, T, D] in the compute dtype.
+        """
+        if attention_mask is None:
+            attention_mask = jnp.ones(tokens.shape, bool)
+        attention_mask = attention_mask.astype(bool)
+        if positions is None:
+            positions = default_positions(attention_mask)
+        x = self.embed(tokens)
 
-  def __call__(self, tokens, *, attention_mask=None, positions=None):
-    """Logits [B, T, V] float32 for tokens [B, T] (see hidden_states for the arguments)."""
-    return self.logits(self.hidden_states(tokens, attention_mask=attention_mask,
-                                          positions=positions))
+        def run_block(block, x, positions, attention_mask):
+            return block(x, positions, attention_mask)
 
-  def init_cache(self, batch_size: int, size: int) -> KVCache:
-    return KVCache.init(self.config, batch_size, size)
+        if self.config.remat:
+            run_block = nnx.remat(run_block)
+        for block in self.blocks:
+            x = run_block(block, x, positions, attention_mask)
+        return self.final_norm(x)
 
-  def decode(self, tokens, positions, token_mask, cache: KVCache):
-    """Runs T new tokens against the cache, writing their keys/values at cache.index.
+    def head_kernel(self) -> jax.Array:
+        """Output projection [D, V] (the transposed embedding when tied)."""
+        return self.embedding.value.T if self.lm_head is None else self.lm_head.value
 
-    Prefill is one call with the whole left-padded prompt; decoding is one call per token.
+    def logits(self, hidden: jax.Array) -> jax.Array:
+        """float32 logits [.., V] = hidden [.., D] @ W_out, accumulated in float32."""
+        kernel = self.head_kernel().astype(self.config.compute_dtype)
+        return jnp.einsum("...D,DV->...V", hidden, kernel, preferred_element_type=jnp.float32)
 
-    Args:
-      tokens: [B, T] int token ids.
-      positions: [B, T] int rotary positions.
-      token_mask: [B, T] bool, False for padding (these slots are never attended to).
-      cache: KVCache with S >= cache.index + T.
+    def values(self, hidden: jax.Array) -> jax.Array:
+        """Scalar value V(s_t) = w . h_t + b in float32; hidden [.., D] -> [..]."""
+        if self.value_kernel is None:
+            raise ValueError("values requested but ModelConfig.value_head is False")
+        return jnp.einsum(
+            "...D,D->...", hidden.astype(jnp.float32), self.value_kernel.value.astype(jnp.float32)
+        ) + self.value_bias.value.astype(jnp.float32)
 
-    Returns:
-      (hidden [B, T, D] final-normed, updated KVCache with index advanced by T).
-    """
-    index = cache.index
-    key_valid = jax.lax.dynamic_update_slice(cache.key_valid, token_mask.astype(bool),
-                                             (0, index))
-    x = self.embed(tokens)
-    keys, values = [], []
-    for block, cache_k, cache_v in zip(self.blocks, cache.keys, cache.values):
-      x, cache_k, cache_v = block.cached(x, positions, key_valid, index, cache_k, cache_v)
-      keys.append(cache_k)
-      values.append(cache_v)
-    cache = KVCache(keys=tuple(keys), values=tuple(values), key_valid=key_valid,
-                    index=index + tokens.shape[1])
-    return self.final_norm(x), cache
+    def __call__(self, tokens, *, attention_mask=None, positions=None):
+        """Logits [B, T, V] float32 for tokens [B, T] (see hidden_states for the arguments)."""
+        return self.logits(
+            self.hidden_states(tokens, attention_mask=attention_mask, positions=positions)
+        )
+
+    def init_cache(self, batch_size: int, size: int) -> KVCache:
+        return KVCache.init(self.config, batch_size, size)
+
+    def decode(self, tokens, positions, token_mask, cache: KVCache):
+        """Runs T new tokens against the cache, writing their keys/values at cache.index.
+
+        Prefill is one call with the whole left-padded prompt; decoding is one call per token.
+
+        Args:
+          tokens: [B, T] int token ids.
+          positions: [B, T] int rotary positions.
+          token_mask: [B, T] bool, False for padding (these slots are never attended to).
+          cache: KVCache with S >= cache.index + T.
+
+        Returns:
+          (hidden [B, T, D] final-normed, updated KVCache with index advanced by T).
+        """
+        index = cache.index
+        key_valid = jax.lax.dynamic_update_slice(
+            cache.key_valid, token_mask.astype(bool), (0, index)
+        )
+        x = self.embed(tokens)
+        keys, values = [], []
+        for block, cache_k, cache_v in zip(self.blocks, cache.keys, cache.values):
+            x, cache_k, cache_v = block.cached(x, positions, key_valid, index, cache_k, cache_v)
+            keys.append(cache_k)
+            values.append(cache_v)
+        cache = KVCache(
+            keys=tuple(keys),
+            values=tuple(values),
+            key_valid=key_valid,
+            index=index + tokens.shape[1],
+        )
+        return self.final_norm(x), cache
 
 
 def _chunked(fn, hidden, targets, chunk_size):
-  """Applies fn(hidden [B,C,D], targets [B,C]) -> tuple of [B,C] over sequence chunks."""
-  b, t = targets.shape
-  if chunk_size is None or chunk_size >= t:
-    return fn(hidden, targets)
-  num_chunks = -(-t // chunk_size)
-  pad = num_chunks * chunk_size - t
-  hidden = jnp.pad(hidden, ((0, 0), (0, pad), (0, 0)))
-  targets = jnp.pad(targets, ((0, 0), (0, pad)))
-  hidden = hidden.reshape(b, num_chunks, chunk_size, -1).swapaxes(0, 1)
-  targets = targets.reshape(b, num_chunks, chunk_size).swapaxes(0, 1)
-  # checkpoint: the backward pass recomputes each chunk's logits instead of storing them.
-  outputs = jax.lax.map(lambda xs: jax.checkpoint(fn)(*xs), (hidden, targets))
-  return tuple(o.swapaxes(0, 1).reshape(b, -1)[:, :t] for o in outputs)
+    """Applies fn(hidden [B,C,D], targets [B,C]) -> tuple of [B,C] over sequence chunks."""
+    b, t = targets.shape
+    if chunk_size is None or chunk_size >= t:
+        return fn(hidden, targets)
+    num_chunks = -(-t // chunk_size)
+    pad = num_chunks * chunk_size - t
+    hidden = jnp.pad(hidden, ((0, 0), (0, pad), (0, 0)))
+    targets = jnp.pad(targets, ((0, 0), (0, pad)))
+    hidden = hidden.reshape(b, num_chunks, chunk_size, -1).swapaxes(0, 1)
+    targets = targets.reshape(b, num_chunks, chunk_size).swapaxes(0, 1)
+    # checkpoint: the backward pass recomputes each chunk's logits instead of storing them.
+    outputs = jax.lax.map(lambda xs: jax.checkpoint(fn)(*xs), (hidden, targets))
+    return tuple(o.swapaxes(0, 1).reshape(b, -1)[:, :t] for o in outputs)
 
 
-def logprobs(model: Transformer, tokens, attention_mask, *, chunk_size=None,
-             return_entropy=False, return_values=False):
-  """Teacher-forced log p(tokens[:, t] | tokens[:, :t]) and entropies, in float32.
+def logprobs(
+    model: Transformer,
+    tokens,
+    attention_mask,
+    *,
+    chunk_size=None,
+    return_entropy=False,
+    return_values=False,
+):
+    """Teacher-forced log p(tokens[:, t] | tokens[:, :t]) and entropies, in float32.
 
-  log p_t = z_{t-1}[y_t] - logsumexp(z_{t-1}); H_t = -sum_v p_t(v) log p_t(v), where z_{t-1}
-  are the logits read after token t-1. With chunk_size the [B, T, V] logits exist one chunk
-  [B, chunk_size, V] at a time (also in the backward pass).
+    log p_t = z_{t-1}[y_t] - logsumexp(z_{t-1}); H_t = -sum_v p_t(v) log p_t(v), where z_{t-1}
+    are the logits read after token t-1. With chunk_size the [B, T, V] logits exist one chunk
+    [B, chunk_size, V] at a time (also in the backward pass).
 
-  Args:
-    model: the Transformer.
-    tokens: [B, T] int token ids, left-padded.
-    attention_mask: [B, T] bool, False at padding.
-    chunk_size: sequence chunk for the output head; None computes all positions at once.
-    return_entropy: also return the entropy of the next-token distribution.
-    return_values: also return the value head output V(s_t) on the hidden state at t.
+    Args:
+      model: the Transformer.
+      tokens: [B, T] int token ids, left-padded.
+      attention_mask: [B, T] bool, False at padding.
+      chunk_size: sequence chunk for the output head; None computes all positions at once.
+      return_entropy: also return the entropy of the next-token distribution.
+      return_values: also return the value head output V(s_t) on the hidden state at t.
 
-  Returns:
-    dict with logp [B, T] (logp[:, 0] = 0 and 0 wherever attention_mask is False),
-    entropy [B, T] (if asked; same alignment and zeros), values [B, T] (if asked).
-  """
-  chex_rank = (tokens.ndim, attention_mask.ndim)
-  if chex_rank != (2, 2) or tokens.shape != attention_mask.shape:
-    raise ValueError(f"logprobs expects tokens and attention_mask of equal shape [B, T], got "
-                     f"{tokens.shape} and {attention_mask.shape}")
-  attention_mask = attention_mask.astype(bool)
-  hidden = model.hidden_states(tokens, attention_mask=attention_mask)
-  kernel = model.head_kernel().astype(model.config.compute_dtype)
+    Returns:
+      dict with logp [B, T] (logp[:, 0] = 0 and 0 wherever attention_mask is False),
+      entropy [B, T] (if asked; same alignment and zeros), values [B, T] (if asked).
+    """
+    chex_rank = (tokens.ndim, attention_mask.ndim)
+    if chex_rank != (2, 2) or tokens.shape != attention_mask.shape:
+        raise ValueError(
+            f"logprobs expects tokens and attention_mask of equal shape [B, T], got "
+            f"{tokens.shape} and {attention_mask.shape}"
+        )
+    attention_mask = attention_mask.astype(bool)
+    hidden = model.hidden_states(tokens, attention_mask=attention_mask)
+    kernel = model.head_kernel().astype(model.config.compute_dtype)
 
-  def head(h, y):
-    z = jnp.einsum("BCD,DV->BCV", h, kernel, preferred_element_type=jnp.float32)
-    log_probs = jax.nn.log_softmax(z, axis=-1)
-    logp = jnp.take_along_axis(log_probs, y[..., None], axis=-1)[..., 0]
+    def head(h, y):
+        z = jnp.einsum("BCD,DV->BCV", h, kernel, preferred_element_type=jnp.float32)
+        log_probs = jax.nn.log_softmax(z, axis=-1)
+        logp = jnp.take_along_axis(log_probs, y[..., None], axis=-1)[..., 0]
+        if return_entropy:
+            return logp, -jnp.sum(jnp.exp(log_probs) * log_probs, axis=-1)
+        return (logp,)
+
+    outputs = _chunked(head, hidden[:, :-1], tokens[:, 1:], chunk_size)
+    valid = attention_mask[:, 1:] & attention_mask[:, :-1]
+    shift = lambda x: jnp.pad(jnp.where(valid, x, 0.0), ((0, 0), (1, 0)))
+    result = {"logp": shift(outputs[0])}
     if return_entropy:
-      return logp, -jnp.sum(jnp.exp(log_probs) * log_probs, axis=-1)
-    return (logp,)
-
-  outputs = _chunked(head, hidden[:, :-1], tokens[:, 1:], chunk_size)
-  valid = attention_mask[:, 1:] & attention_mask[:, :-1]
-  shift = lambda x: jnp.pad(jnp.where(valid, x, 0.0), ((0, 0), (1, 0)))  # noqa: E731
-  result = {"logp": shift(outputs[0])}
-  if return_entropy:
-    result["entropy"] = shift(outputs[1])
-  if return_values:
-    result["values"] = jnp.where(attention_mask, model.values(hidden), 0.0)
-  return result
+        result["entropy"] = shift(outputs[1])
+    if return_values:
+        result["values"] = jnp.where(attention_mask, model.values(hidden), 0.0)
+    return result

@@ -2,4 +2,4 @@
 
 from grpo_jax.sampling.sampler import SampleOutput, SamplingConfig, generate, pad_prompts
 
-__all__ = ["SamplingConfig", "SampleOutput", "generate", "pad_prompts"]
+__all__ = ["SampleOutput", "SamplingConfig", "generate", "pad_prompts"]

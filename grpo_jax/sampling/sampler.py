@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import dataclasses
-from typing import Sequence
+from collections.abc import Sequence
 
 import flax.struct
 import jax
@@ -16,331 +16,378 @@ from grpo_jax.models.transformer import KVCache, default_positions
 
 @dataclasses.dataclass(frozen=True)
 class SamplingConfig:
-  """Static sampling settings (hashable: a jit static argument; a new value recompiles).
+    """Static sampling settings (hashable: a jit static argument; a new value recompiles).
 
-  Attributes:
-    max_new_tokens: completion buffer length N.
-    temperature: logits are divided by it before sampling (> 0).
-    top_k: keep the k most likely tokens; 0 keeps all.
-    top_p: keep the smallest set of most likely tokens with mass >= top_p; 1.0 keeps all.
-    greedy: take the argmax (temperature/top-k/top-p ignored).
-    eos_ids: token ids that end a row (the EOS is kept in the output and in the mask).
-    pad_id: written after a row ends.
-    min_thinking_tokens: budget forcing (s1, https://arxiv.org/abs/2501.19393): before this
-      many thinking tokens the end-of-thinking delimiter and EOS are not allowed. With
-      continuation_ids they are replaced by that continuation (e.g. "Wait"); without, they
-      are masked out of the sampling distribution.
-    max_thinking_tokens: budget forcing: after this many thinking tokens the delimiter is
-      forced; 0 disables the maximum.
-    end_thinking_ids: the token sequence of the end-of-thinking delimiter (e.g. the ids of
-      "</think>"); thinking is the span from the first generated token to the delimiter.
-    continuation_ids: ids inserted in place of a premature delimiter/EOS.
-  """
+    Attributes:
+      max_new_tokens: completion buffer length N.
+      temperature: logits are divided by it before sampling (> 0).
+      top_k: keep the k most likely tokens; 0 keeps all.
+      top_p: keep the smallest set of most likely tokens with mass >= top_p; 1.0 keeps all.
+      greedy: take the argmax (temperature/top-k/top-p ignored).
+      eos_ids: token ids that end a row (the EOS is kept in the output and in the mask).
+      pad_id: written after a row ends.
+      min_thinking_tokens: budget forcing (s1, https://arxiv.org/abs/2501.19393): before this
+        many thinking tokens the end-of-thinking delimiter and EOS are not allowed. With
+        continuation_ids they are replaced by that continuation (e.g. "Wait"); without, they
+        are masked out of the sampling distribution.
+      max_thinking_tokens: budget forcing: after this many thinking tokens the delimiter is
+        forced; 0 disables the maximum.
+      end_thinking_ids: the token sequence of the end-of-thinking delimiter (e.g. the ids of
+        "</think>"); thinking is the span from the first generated token to the delimiter.
+      continuation_ids: ids inserted in place of a premature delimiter/EOS.
+    """
 
-  max_new_tokens: int
-  temperature: float = 1.0
-  top_k: int = 0
-  top_p: float = 1.0
-  greedy: bool = False
-  eos_ids: tuple[int, ...] = ()
-  pad_id: int = 0
-  min_thinking_tokens: int = 0
-  max_thinking_tokens: int = 0
-  end_thinking_ids: tuple[int, ...] = ()
-  continuation_ids: tuple[int, ...] = ()
+    max_new_tokens: int
+    temperature: float = 1.0
+    top_k: int = 0
+    top_p: float = 1.0
+    greedy: bool = False
+    eos_ids: tuple[int, ...] = ()
+    pad_id: int = 0
+    min_thinking_tokens: int = 0
+    max_thinking_tokens: int = 0
+    end_thinking_ids: tuple[int, ...] = ()
+    continuation_ids: tuple[int, ...] = ()
 
-  def __post_init__(self):
-    for name in ("eos_ids", "end_thinking_ids", "continuation_ids"):
-      value = getattr(self, name)
-      if isinstance(value, (int, np.integer)):
-        value = (value,)
-      object.__setattr__(self, name, tuple(int(v) for v in value))
-    if not isinstance(self.max_new_tokens, int) or self.max_new_tokens <= 0:
-      raise ValueError(f"SamplingConfig.max_new_tokens must be a positive int, got "
-                       f"{self.max_new_tokens!r}")
-    if not self.greedy and not self.temperature > 0:
-      raise ValueError(f"SamplingConfig.temperature must be > 0, got {self.temperature!r}")
-    if self.top_k < 0:
-      raise ValueError(f"SamplingConfig.top_k must be >= 0, got {self.top_k!r}")
-    if not 0 < self.top_p <= 1:
-      raise ValueError(f"SamplingConfig.top_p must be in (0, 1], got {self.top_p!r}")
-    if self.min_thinking_tokens < 0 or self.max_thinking_tokens < 0:
-      raise ValueError("SamplingConfig.min_thinking_tokens/max_thinking_tokens must be >= 0")
-    if (self.min_thinking_tokens or self.max_thinking_tokens) and not self.end_thinking_ids:
-      raise ValueError("SamplingConfig budget forcing needs end_thinking_ids (the delimiter ids)")
-    if self.max_thinking_tokens and self.min_thinking_tokens > self.max_thinking_tokens:
-      raise ValueError(f"SamplingConfig.min_thinking_tokens={self.min_thinking_tokens} exceeds "
-                       f"max_thinking_tokens={self.max_thinking_tokens}")
+    def __post_init__(self):
+        for name in ("eos_ids", "end_thinking_ids", "continuation_ids"):
+            value = getattr(self, name)
+            if isinstance(value, (int, np.integer)):
+                value = (value,)
+            object.__setattr__(self, name, tuple(int(v) for v in value))
+        if not isinstance(self.max_new_tokens, int) or self.max_new_tokens <= 0:
+            raise ValueError(
+                f"SamplingConfig.max_new_tokens must be a positive int, got {self.max_new_tokens!r}"
+            )
+        if not self.greedy and not self.temperature > 0:
+            raise ValueError(f"SamplingConfig.temperature must be > 0, got {self.temperature!r}")
+        if self.top_k < 0:
+            raise ValueError(f"SamplingConfig.top_k must be >= 0, got {self.top_k!r}")
+        if not 0 < self.top_p <= 1:
+            raise ValueError(f"SamplingConfig.top_p must be in (0, 1], got {self.top_p!r}")
+        if self.min_thinking_tokens < 0 or self.max_thinking_tokens < 0:
+            raise ValueError("SamplingConfig.min_thinking_tokens/max_thinking_tokens must be >= 0")
+        if (self.min_thinking_tokens or self.max_thinking_tokens) and not self.end_thinking_ids:
+            raise ValueError(
+                "SamplingConfig budget forcing needs end_thinking_ids (the delimiter ids)"
+            )
+        if self.max_thinking_tokens and self.min_thinking_tokens > self.max_thinking_tokens:
+            raise ValueError(
+                f"SamplingConfig.min_thinking_tokens={self.min_thinking_tokens} exceeds "
+                f"max_thinking_tokens={self.max_thinking_tokens}"
+            )
 
-  @property
-  def budget_forcing(self) -> bool:
-    return bool(self.end_thinking_ids) and bool(self.min_thinking_tokens
-                                                or self.max_thinking_tokens)
+    @property
+    def budget_forcing(self) -> bool:
+        return bool(self.end_thinking_ids) and bool(
+            self.min_thinking_tokens or self.max_thinking_tokens
+        )
 
 
 @flax.struct.dataclass
 class SampleOutput:
-  """Completions of one `generate` call.
+    """Completions of one `generate` call.
 
-  Attributes:
-    tokens: [B, N] int32, pad_id after EOS (EOS included).
-    logp: [B, N] float32 log-probability of each token under the sampling distribution
-      (temperature, top-k, top-p and budget-forcing masks applied); for greedy decoding and
-      for forced tokens, under the temperature-scaled model distribution. 0 where masked.
-    mask: [B, N] bool, True for generated tokens up to and including EOS.
-    lengths: [B] int32 = mask.sum(-1).
-    forced: [B, N] bool, True where budget forcing inserted the token.
-  """
+    Attributes:
+      tokens: [B, N] int32, pad_id after EOS (EOS included).
+      logp: [B, N] float32 log-probability of each token under the sampling distribution
+        (temperature, top-k, top-p and budget-forcing masks applied); for greedy decoding and
+        for forced tokens, under the temperature-scaled model distribution. 0 where masked.
+      mask: [B, N] bool, True for generated tokens up to and including EOS.
+      lengths: [B] int32 = mask.sum(-1).
+      forced: [B, N] bool, True where budget forcing inserted the token.
+    """
 
-  tokens: jax.Array
-  logp: jax.Array
-  mask: jax.Array
-  lengths: jax.Array
-  forced: jax.Array
+    tokens: jax.Array
+    logp: jax.Array
+    mask: jax.Array
+    lengths: jax.Array
+    forced: jax.Array
 
 
 @flax.struct.dataclass
 class _State:
-  step: jax.Array           # [] int32: index of the next completion column
-  last_token: jax.Array     # [B] int32
-  position: jax.Array       # [B] int32 rotary position of the next token
-  done: jax.Array           # [B] bool
-  cache: KVCache
-  tokens: jax.Array         # [B, N]
-  logp: jax.Array           # [B, N]
-  mask: jax.Array           # [B, N]
-  forced: jax.Array         # [B, N]
-  thinking: jax.Array       # [B] bool: still before the end-of-thinking delimiter
-  think_count: jax.Array    # [B] int32: thinking tokens emitted so far
-  history: jax.Array        # [B, E] int32: the last E emitted tokens (E = delimiter length)
-  queue: jax.Array          # [B, Q] int32: forced tokens still to emit
-  queue_pos: jax.Array      # [B] int32
-  queue_len: jax.Array      # [B] int32
+    step: jax.Array  # [] int32: index of the next completion column
+    last_token: jax.Array  # [B] int32
+    position: jax.Array  # [B] int32 rotary position of the next token
+    done: jax.Array  # [B] bool
+    cache: KVCache
+    tokens: jax.Array  # [B, N]
+    logp: jax.Array  # [B, N]
+    mask: jax.Array  # [B, N]
+    forced: jax.Array  # [B, N]
+    thinking: jax.Array  # [B] bool: still before the end-of-thinking delimiter
+    think_count: jax.Array  # [B] int32: thinking tokens emitted so far
+    history: jax.Array  # [B, E] int32: the last E emitted tokens (E = delimiter length)
+    queue: jax.Array  # [B, Q] int32: forced tokens still to emit
+    queue_pos: jax.Array  # [B] int32
+    queue_len: jax.Array  # [B] int32
 
 
 def _padded(ids: Sequence[int], size: int) -> jax.Array:
-  return jnp.asarray(list(ids) + [0] * (size - len(ids)), jnp.int32)
+    return jnp.asarray(list(ids) + [0] * (size - len(ids)), jnp.int32)
 
 
 def _filter_and_sample(logits, key, config: SamplingConfig):
-  """Samples one token per row after temperature / top-k / top-p.
+    """Samples one token per row after temperature / top-k / top-p.
 
-  Args:
-    logits: [B, V] float32, already temperature-scaled with forbidden tokens at -inf.
-    key: PRNG key.
-    config: the SamplingConfig.
+    Args:
+      logits: [B, V] float32, already temperature-scaled with forbidden tokens at -inf.
+      key: PRNG key.
+      config: the SamplingConfig.
 
-  Returns:
-    (token [B] int32, logp [B] float32 under the filtered distribution).
-  """
-  vocab = logits.shape[-1]
-  k = config.top_k if config.top_k > 0 else (vocab if config.top_p < 1.0 else 0)
-  if k == 0:
-    token = jax.random.categorical(key, logits, axis=-1)
-    logp = jnp.take_along_axis(jax.nn.log_softmax(logits, -1), token[:, None], -1)[:, 0]
+    Returns:
+      (token [B] int32, logp [B] float32 under the filtered distribution).
+    """
+    vocab = logits.shape[-1]
+    k = config.top_k if config.top_k > 0 else (vocab if config.top_p < 1.0 else 0)
+    if k == 0:
+        token = jax.random.categorical(key, logits, axis=-1)
+        logp = jnp.take_along_axis(jax.nn.log_softmax(logits, -1), token[:, None], -1)[:, 0]
+        return token.astype(jnp.int32), logp
+    values, indices = jax.lax.top_k(logits, min(k, vocab))
+    if config.top_p < 1.0:
+        probs = jax.nn.softmax(values, axis=-1)
+        mass_before = jnp.cumsum(probs, axis=-1) - probs
+        values = jnp.where(mass_before < config.top_p, values, -jnp.inf)
+    choice = jax.random.categorical(key, values, axis=-1)
+    logp = jnp.take_along_axis(jax.nn.log_softmax(values, -1), choice[:, None], -1)[:, 0]
+    token = jnp.take_along_axis(indices, choice[:, None], -1)[:, 0]
     return token.astype(jnp.int32), logp
-  values, indices = jax.lax.top_k(logits, min(k, vocab))
-  if config.top_p < 1.0:
-    probs = jax.nn.softmax(values, axis=-1)
-    mass_before = jnp.cumsum(probs, axis=-1) - probs
-    values = jnp.where(mass_before < config.top_p, values, -jnp.inf)
-  choice = jax.random.categorical(key, values, axis=-1)
-  logp = jnp.take_along_axis(jax.nn.log_softmax(values, -1), choice[:, None], -1)[:, 0]
-  token = jnp.take_along_axis(indices, choice[:, None], -1)[:, 0]
-  return token.astype(jnp.int32), logp
 
 
 def _choose(state: _State, logits, key, config: SamplingConfig):
-  """One sampling decision per row, including budget forcing; returns the new state."""
-  batch, vocab = logits.shape
-  step = state.step
-  eos = jnp.asarray(config.eos_ids, jnp.int32) if config.eos_ids else None
-  is_eos = lambda t: (jnp.any(t[:, None] == eos, -1) if eos is not None  # noqa: E731
-                      else jnp.zeros(t.shape, bool))
-  scaled = logits if config.greedy else logits / config.temperature
-  model_log_probs = jax.nn.log_softmax(scaled, -1)
-  end_ids = config.end_thinking_ids
+    """One sampling decision per row, including budget forcing; returns the new state."""
+    batch, vocab = logits.shape
+    step = state.step
+    eos = jnp.asarray(config.eos_ids, jnp.int32) if config.eos_ids else None
+    is_eos = lambda t: (
+        jnp.any(t[:, None] == eos, -1) if eos is not None else jnp.zeros(t.shape, bool)
+    )
+    scaled = logits if config.greedy else logits / config.temperature
+    model_log_probs = jax.nn.log_softmax(scaled, -1)
+    end_ids = config.end_thinking_ids
 
-  ends_thinking = None
-  if config.budget_forcing:
-    # A token "ends thinking" if it completes the delimiter (given the last E-1 tokens) or is
-    # an EOS.
-    end = jnp.asarray(end_ids, jnp.int32)
-    prefix_ok = jnp.all(state.history[:, 1:] == end[:-1], axis=-1)            # [B]
-    vocab_ids = jnp.arange(vocab)
-    vocab_ends = (vocab_ids[None, :] == end[-1]) & prefix_ok[:, None]
-    if eos is not None:
-      vocab_ends = vocab_ends | jnp.any(vocab_ids[:, None] == eos[None, :], -1)[None, :]
-    too_early = state.thinking & (state.think_count < config.min_thinking_tokens)
-    if not config.continuation_ids:
-      scaled = jnp.where(too_early[:, None] & vocab_ends, -jnp.inf, scaled)
-    ends_thinking = lambda t: jnp.take_along_axis(vocab_ends, t[:, None], -1)[:, 0]  # noqa
+    ends_thinking = None
+    if config.budget_forcing:
+        # A token "ends thinking" if it completes the delimiter (given the last E-1 tokens) or is
+        # an EOS.
+        end = jnp.asarray(end_ids, jnp.int32)
+        prefix_ok = jnp.all(state.history[:, 1:] == end[:-1], axis=-1)  # [B]
+        vocab_ids = jnp.arange(vocab)
+        vocab_ends = (vocab_ids[None, :] == end[-1]) & prefix_ok[:, None]
+        if eos is not None:
+            vocab_ends = vocab_ends | jnp.any(vocab_ids[:, None] == eos[None, :], -1)[None, :]
+        too_early = state.thinking & (state.think_count < config.min_thinking_tokens)
+        if not config.continuation_ids:
+            scaled = jnp.where(too_early[:, None] & vocab_ends, -jnp.inf, scaled)
+        ends_thinking = lambda t: jnp.take_along_axis(vocab_ends, t[:, None], -1)[:, 0]
 
-  if config.greedy:
-    token = jnp.argmax(scaled, axis=-1).astype(jnp.int32)
-    logp = jnp.take_along_axis(model_log_probs, token[:, None], -1)[:, 0]
-  else:
-    token, logp = _filter_and_sample(scaled, key, config)
-  forced = jnp.zeros((batch,), bool)
+    if config.greedy:
+        token = jnp.argmax(scaled, axis=-1).astype(jnp.int32)
+        logp = jnp.take_along_axis(model_log_probs, token[:, None], -1)[:, 0]
+    else:
+        token, logp = _filter_and_sample(scaled, key, config)
+    forced = jnp.zeros((batch,), bool)
 
-  queue, queue_pos, queue_len = state.queue, state.queue_pos, state.queue_len
-  thinking, think_count, history = state.thinking, state.think_count, state.history
-  if config.budget_forcing:
-    queue_size = queue.shape[1]
-    from_queue = queue_pos < queue_len
-    queued = jnp.take_along_axis(queue, jnp.minimum(queue_pos, queue_size - 1)[:, None], -1)[:, 0]
-    at_max = (~from_queue & thinking & (config.max_thinking_tokens > 0)
-              & (think_count >= config.max_thinking_tokens))
-    premature = ~from_queue & ~at_max & too_early & ends_thinking(token)
-    if not config.continuation_ids:
-      premature = jnp.zeros_like(premature)  # already masked out of the distribution
-    end_queue = _padded(end_ids[1:], queue_size)
-    cont_queue = _padded(config.continuation_ids[1:], queue_size)
-    first_end = end_ids[0]
-    first_cont = config.continuation_ids[0] if config.continuation_ids else 0
-    token = jnp.where(from_queue, queued,
-                      jnp.where(at_max, first_end, jnp.where(premature, first_cont, token)))
-    forced = from_queue | at_max | premature
-    queue = jnp.where(at_max[:, None], end_queue[None],
-                      jnp.where(premature[:, None], cont_queue[None], queue))
-    queue_pos = jnp.where(at_max | premature, 0, queue_pos + from_queue.astype(jnp.int32))
-    queue_len = jnp.where(at_max, len(end_ids) - 1,
-                          jnp.where(premature, max(len(config.continuation_ids) - 1, 0),
-                                    queue_len))
-    forced_logp = jnp.take_along_axis(model_log_probs, token[:, None], -1)[:, 0]
-    logp = jnp.where(forced, forced_logp, logp)
-    think_count = think_count + thinking.astype(jnp.int32)
-    history = jnp.concatenate([history[:, 1:], token[:, None]], axis=1)
-    completed = jnp.all(history == jnp.asarray(end_ids, jnp.int32), axis=-1)
-    thinking = thinking & ~at_max & ~completed
+    queue, queue_pos, queue_len = state.queue, state.queue_pos, state.queue_len
+    thinking, think_count, history = state.thinking, state.think_count, state.history
+    if config.budget_forcing:
+        queue_size = queue.shape[1]
+        from_queue = queue_pos < queue_len
+        queued = jnp.take_along_axis(queue, jnp.minimum(queue_pos, queue_size - 1)[:, None], -1)[
+            :, 0
+        ]
+        at_max = (
+            ~from_queue
+            & thinking
+            & (config.max_thinking_tokens > 0)
+            & (think_count >= config.max_thinking_tokens)
+        )
+        premature = ~from_queue & ~at_max & too_early & ends_thinking(token)
+        if not config.continuation_ids:
+            premature = jnp.zeros_like(premature)  # already masked out of the distribution
+        end_queue = _padded(end_ids[1:], queue_size)
+        cont_queue = _padded(config.continuation_ids[1:], queue_size)
+        first_end = end_ids[0]
+        first_cont = config.continuation_ids[0] if config.continuation_ids else 0
+        token = jnp.where(
+            from_queue,
+            queued,
+            jnp.where(at_max, first_end, jnp.where(premature, first_cont, token)),
+        )
+        forced = from_queue | at_max | premature
+        queue = jnp.where(
+            at_max[:, None], end_queue[None], jnp.where(premature[:, None], cont_queue[None], queue)
+        )
+        queue_pos = jnp.where(at_max | premature, 0, queue_pos + from_queue.astype(jnp.int32))
+        queue_len = jnp.where(
+            at_max,
+            len(end_ids) - 1,
+            jnp.where(premature, max(len(config.continuation_ids) - 1, 0), queue_len),
+        )
+        forced_logp = jnp.take_along_axis(model_log_probs, token[:, None], -1)[:, 0]
+        logp = jnp.where(forced, forced_logp, logp)
+        think_count = think_count + thinking.astype(jnp.int32)
+        history = jnp.concatenate([history[:, 1:], token[:, None]], axis=1)
+        completed = jnp.all(history == jnp.asarray(end_ids, jnp.int32), axis=-1)
+        thinking = thinking & ~at_max & ~completed
 
-  active = ~state.done
-  token = jnp.where(active, token, config.pad_id)
-  logp = jnp.where(active, logp, 0.0)
-  forced = forced & active
-  done = state.done | (active & is_eos(token))
-  write = lambda buf, x: jax.lax.dynamic_update_slice(buf, x[:, None].astype(buf.dtype),  # noqa
-                                                      (0, step))
-  return state.replace(
-      step=step + 1, last_token=token, done=done,
-      tokens=write(state.tokens, token), logp=write(state.logp, logp),
-      mask=write(state.mask, active), forced=write(state.forced, forced),
-      thinking=thinking, think_count=think_count, history=history,
-      queue=queue, queue_pos=queue_pos, queue_len=queue_len)
+    active = ~state.done
+    token = jnp.where(active, token, config.pad_id)
+    logp = jnp.where(active, logp, 0.0)
+    forced = forced & active
+    done = state.done | (active & is_eos(token))
+    write = lambda buf, x: jax.lax.dynamic_update_slice(
+        buf,
+        x[:, None].astype(buf.dtype),
+        (0, step),
+    )
+    return state.replace(
+        step=step + 1,
+        last_token=token,
+        done=done,
+        tokens=write(state.tokens, token),
+        logp=write(state.logp, logp),
+        mask=write(state.mask, active),
+        forced=write(state.forced, forced),
+        thinking=thinking,
+        think_count=think_count,
+        history=history,
+        queue=queue,
+        queue_pos=queue_pos,
+        queue_len=queue_len,
+    )
 
 
 def _generate_core(graphdef, state, prompts, prompt_mask, key, config: SamplingConfig):
-  model = nnx.merge(graphdef, state)
-  batch, prompt_len = prompts.shape
-  n = config.max_new_tokens
-  prompt_mask = prompt_mask.astype(bool)
+    model = nnx.merge(graphdef, state)
+    batch, prompt_len = prompts.shape
+    n = config.max_new_tokens
+    prompt_mask = prompt_mask.astype(bool)
 
-  cache = model.init_cache(batch, prompt_len + n)
-  hidden, cache = model.decode(prompts, default_positions(prompt_mask), prompt_mask, cache)
-  logits = model.logits(hidden[:, -1])
+    cache = model.init_cache(batch, prompt_len + n)
+    hidden, cache = model.decode(prompts, default_positions(prompt_mask), prompt_mask, cache)
+    logits = model.logits(hidden[:, -1])
 
-  delimiter = max(len(config.end_thinking_ids), 1)
-  queue_size = max(len(config.end_thinking_ids), len(config.continuation_ids), 1)
-  sample_state = _State(
-      step=jnp.zeros((), jnp.int32),
-      last_token=jnp.zeros((batch,), jnp.int32),
-      position=prompt_mask.sum(-1).astype(jnp.int32),
-      done=jnp.zeros((batch,), bool),
-      cache=cache,
-      tokens=jnp.full((batch, n), config.pad_id, jnp.int32),
-      logp=jnp.zeros((batch, n), jnp.float32),
-      mask=jnp.zeros((batch, n), bool),
-      forced=jnp.zeros((batch, n), bool),
-      thinking=jnp.ones((batch,), bool),
-      think_count=jnp.zeros((batch,), jnp.int32),
-      history=jnp.full((batch, delimiter), -1, jnp.int32),
-      queue=jnp.zeros((batch, queue_size), jnp.int32),
-      queue_pos=jnp.zeros((batch,), jnp.int32),
-      queue_len=jnp.zeros((batch,), jnp.int32))
-  sample_state = _choose(sample_state, logits, jax.random.fold_in(key, 0), config)
+    delimiter = max(len(config.end_thinking_ids), 1)
+    queue_size = max(len(config.end_thinking_ids), len(config.continuation_ids), 1)
+    sample_state = _State(
+        step=jnp.zeros((), jnp.int32),
+        last_token=jnp.zeros((batch,), jnp.int32),
+        position=prompt_mask.sum(-1).astype(jnp.int32),
+        done=jnp.zeros((batch,), bool),
+        cache=cache,
+        tokens=jnp.full((batch, n), config.pad_id, jnp.int32),
+        logp=jnp.zeros((batch, n), jnp.float32),
+        mask=jnp.zeros((batch, n), bool),
+        forced=jnp.zeros((batch, n), bool),
+        thinking=jnp.ones((batch,), bool),
+        think_count=jnp.zeros((batch,), jnp.int32),
+        history=jnp.full((batch, delimiter), -1, jnp.int32),
+        queue=jnp.zeros((batch, queue_size), jnp.int32),
+        queue_pos=jnp.zeros((batch,), jnp.int32),
+        queue_len=jnp.zeros((batch,), jnp.int32),
+    )
+    sample_state = _choose(sample_state, logits, jax.random.fold_in(key, 0), config)
 
-  def cond(s: _State):
-    return (s.step < n) & ~jnp.all(s.done)
+    def cond(s: _State):
+        return (s.step < n) & ~jnp.all(s.done)
 
-  def body(s: _State):
-    hidden, cache = model.decode(s.last_token[:, None], s.position[:, None],
-                                 ~s.done[:, None], s.cache)
-    s = s.replace(cache=cache, position=s.position + 1)
-    return _choose(s, model.logits(hidden[:, 0]), jax.random.fold_in(key, s.step), config)
+    def body(s: _State):
+        hidden, cache = model.decode(
+            s.last_token[:, None], s.position[:, None], ~s.done[:, None], s.cache
+        )
+        s = s.replace(cache=cache, position=s.position + 1)
+        return _choose(s, model.logits(hidden[:, 0]), jax.random.fold_in(key, s.step), config)
 
-  final = jax.lax.while_loop(cond, body, sample_state)
-  return SampleOutput(tokens=final.tokens, logp=final.logp, mask=final.mask,
-                      lengths=final.mask.sum(-1).astype(jnp.int32), forced=final.forced)
+    final = jax.lax.while_loop(cond, body, sample_state)
+    return SampleOutput(
+        tokens=final.tokens,
+        logp=final.logp,
+        mask=final.mask,
+        lengths=final.mask.sum(-1).astype(jnp.int32),
+        forced=final.forced,
+    )
 
 
 _generate_jit = jax.jit(_generate_core, static_argnames=("graphdef", "config"))
 
 
 def _is_concrete(x) -> bool:
-  return not isinstance(x, jax.core.Tracer)
+    return not isinstance(x, jax.core.Tracer)
 
 
 def generate(graphdef, state, prompts, prompt_mask, key, *, config: SamplingConfig) -> SampleOutput:
-  """Samples completions for a left-padded prompt batch (compiled once per shape and config).
+    """Samples completions for a left-padded prompt batch (compiled once per shape and config).
 
-  Prefill runs the prompt through the model in one pass; decoding is a `lax.while_loop` on
-  step < N and not all rows done, with the step key fold_in(key, step).
+    Prefill runs the prompt through the model in one pass; decoding is a `lax.while_loop` on
+    step < N and not all rows done, with the step key fold_in(key, step).
 
-  Args:
-    graphdef: from `nnx.split(model)` (static).
-    state: the model state from `nnx.split(model)`.
-    prompts: [B, P] int32 token ids, left-padded to the bucket P.
-    prompt_mask: [B, P] bool, False at padding; each row needs at least one True.
-    key: PRNG key.
-    config: SamplingConfig (static).
+    Args:
+      graphdef: from `nnx.split(model)` (static).
+      state: the model state from `nnx.split(model)`.
+      prompts: [B, P] int32 token ids, left-padded to the bucket P.
+      prompt_mask: [B, P] bool, False at padding; each row needs at least one True.
+      key: PRNG key.
+      config: SamplingConfig (static).
 
-  Returns:
-    SampleOutput with tokens/logp/mask/forced [B, N] and lengths [B].
-  """
-  if not isinstance(config, SamplingConfig):
-    raise ValueError(f"generate: config must be a SamplingConfig, got {type(config).__name__}")
-  prompts = jnp.asarray(prompts) if not isinstance(prompts, jax.Array) else prompts
-  prompt_mask = (jnp.asarray(prompt_mask) if not isinstance(prompt_mask, jax.Array)
-                 else prompt_mask)
-  if prompts.ndim != 2:
-    raise ValueError(f"generate: prompts must be [B, P], got shape {prompts.shape}")
-  if prompt_mask.shape != prompts.shape:
-    raise ValueError(f"generate: prompt_mask shape {prompt_mask.shape} != prompts shape "
-                     f"{prompts.shape}")
-  if not jnp.issubdtype(prompts.dtype, jnp.integer):
-    raise ValueError(f"generate: prompts must be integer token ids, got {prompts.dtype}")
-  if _is_concrete(prompt_mask):
-    mask = np.asarray(prompt_mask).astype(bool)
-    empty = np.flatnonzero(~mask.any(-1))
-    if empty.size:
-      raise ValueError(f"generate: prompt row {int(empty[0])} is empty (prompt_mask all False)")
-    not_left = np.flatnonzero((mask[:, :-1] & ~mask[:, 1:]).any(-1))
-    if not_left.size:
-      raise ValueError(f"generate: prompt row {int(not_left[0])} is not left-padded "
-                       "(a padding position follows a real token)")
-  return _generate_jit(graphdef, state, prompts.astype(jnp.int32), prompt_mask.astype(bool),
-                       key, config=config)
+    Returns:
+      SampleOutput with tokens/logp/mask/forced [B, N] and lengths [B].
+    """
+    if not isinstance(config, SamplingConfig):
+        raise ValueError(f"generate: config must be a SamplingConfig, got {type(config).__name__}")
+    prompts = jnp.asarray(prompts) if not isinstance(prompts, jax.Array) else prompts
+    prompt_mask = (
+        jnp.asarray(prompt_mask) if not isinstance(prompt_mask, jax.Array) else prompt_mask
+    )
+    if prompts.ndim != 2:
+        raise ValueError(f"generate: prompts must be [B, P], got shape {prompts.shape}")
+    if prompt_mask.shape != prompts.shape:
+        raise ValueError(
+            f"generate: prompt_mask shape {prompt_mask.shape} != prompts shape {prompts.shape}"
+        )
+    if not jnp.issubdtype(prompts.dtype, jnp.integer):
+        raise ValueError(f"generate: prompts must be integer token ids, got {prompts.dtype}")
+    if _is_concrete(prompt_mask):
+        mask = np.asarray(prompt_mask).astype(bool)
+        empty = np.flatnonzero(~mask.any(-1))
+        if empty.size:
+            raise ValueError(
+                f"generate: prompt row {int(empty[0])} is empty (prompt_mask all False)"
+            )
+        not_left = np.flatnonzero((mask[:, :-1] & ~mask[:, 1:]).any(-1))
+        if not_left.size:
+            raise ValueError(
+                f"generate: prompt row {int(not_left[0])} is not left-padded "
+                "(a padding position follows a real token)"
+            )
+    return _generate_jit(
+        graphdef, state, prompts.astype(jnp.int32), prompt_mask.astype(bool), key, config=config
+    )
 
 
 def pad_prompts(prompts: Sequence[Sequence[int]], bucket: int, *, pad_id: int = 0):
-  """Left-pads token-id lists into a [B, bucket] batch; a prompt longer than bucket is an error.
+    """Left-pads token-id lists into a [B, bucket] batch; a prompt longer than bucket is an error.
 
-  Args:
-    prompts: B lists of token ids.
-    bucket: the padded length P.
-    pad_id: id written at padding positions.
+    Args:
+      prompts: B lists of token ids.
+      bucket: the padded length P.
+      pad_id: id written at padding positions.
 
-  Returns:
-    (tokens [B, P] int32 numpy, mask [B, P] bool numpy).
-  """
-  tokens = np.full((len(prompts), bucket), pad_id, np.int32)
-  mask = np.zeros((len(prompts), bucket), bool)
-  for row, ids in enumerate(prompts):
-    if len(ids) > bucket:
-      raise ValueError(f"prompt row {row} has {len(ids)} tokens, longer than the bucket of "
-                       f"{bucket}; use a larger bucket (prompts are never truncated)")
-    if len(ids) == 0:
-      raise ValueError(f"prompt row {row} is empty")
-    tokens[row, bucket - len(ids):] = ids
-    mask[row, bucket - len(ids):] = True
-  return tokens, mask
+    Returns:
+      (tokens [B, P] int32 numpy, mask [B, P] bool numpy).
+    """
+    tokens = np.full((len(prompts), bucket), pad_id, np.int32)
+    mask = np.zeros((len(prompts), bucket), bool)
+    for row, ids in enumerate(prompts):
+        if len(ids) > bucket:
+            raise ValueError(
+                f"prompt row {row} has {len(ids)} tokens, longer than the bucket of "
+                f"{bucket}; use a larger bucket (prompts are never truncated)"
+            )
+        if len(ids) == 0:
+            raise ValueError(f"prompt row {row} is empty")
+        tokens[row, bucket - len(ids) :] = ids
+        mask[row, bucket - len(ids) :] = True
+    return tokens, mask

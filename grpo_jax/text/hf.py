@@ -4,16 +4,23 @@ from __future__ import annotations
 
 import json
 import os
+from collections.abc import Iterable
 from pathlib import Path
-from typing import Iterable
 
 # Special-token spellings tried, in order, when neither the arguments nor
 # tokenizer_config.json name them (Qwen2, Llama 3, Llama 2 / sentencepiece styles).
 _CANDIDATES = {
     "pad": ("<|endoftext|>", "<|finetune_right_pad_id|>", "<pad>", "[PAD]"),
     "bos": ("<|begin_of_text|>", "<s>", "<bos>", "[CLS]"),
-    "eos": ("<|im_end|>", "<|eot_id|>", "<|end_of_text|>", "<|endoftext|>", "</s>", "<eos>",
-            "[SEP]"),
+    "eos": (
+        "<|im_end|>",
+        "<|eot_id|>",
+        "<|end_of_text|>",
+        "<|endoftext|>",
+        "</s>",
+        "<eos>",
+        "[SEP]",
+    ),
 }
 
 
@@ -25,8 +32,14 @@ class HFTokenizer:
     special that cannot be found is -1 (pad falls back to eos).
     """
 
-    def __init__(self, path: str | os.PathLike, *, pad_token: str | None = None,
-                 bos_token: str | None = None, eos_token: str | None = None):
+    def __init__(
+        self,
+        path: str | os.PathLike,
+        *,
+        pad_token: str | None = None,
+        bos_token: str | None = None,
+        eos_token: str | None = None,
+    ):
         """Loads `path` (a tokenizer.json file or a directory holding one).
 
         Args:
@@ -40,8 +53,10 @@ class HFTokenizer:
         path = Path(path)
         file = path / "tokenizer.json" if path.is_dir() else path
         if not file.exists():
-            raise ValueError(f"{file}: tokenizer.json not found (copy it from the checkpoint "
-                             "directory; there is no network access at run time)")
+            raise ValueError(
+                f"{file}: tokenizer.json not found (copy it from the checkpoint "
+                "directory; there is no network access at run time)"
+            )
         self._tokenizer = _RustTokenizer.from_file(str(file))
         settings = {}
         config_file = file.parent / "tokenizer_config.json"
@@ -54,8 +69,14 @@ class HFTokenizer:
             if given[kind] is not None and self._tokenizer.token_to_id(given[kind]) is None:
                 raise ValueError(f"{file}: {kind}_token={given[kind]!r} is not in the vocabulary")
             candidates = (spelling,) if spelling else _CANDIDATES[kind]
-            ids[kind] = next((self._tokenizer.token_to_id(c) for c in candidates
-                              if c and self._tokenizer.token_to_id(c) is not None), -1)
+            ids[kind] = next(
+                (
+                    self._tokenizer.token_to_id(c)
+                    for c in candidates
+                    if c and self._tokenizer.token_to_id(c) is not None
+                ),
+                -1,
+            )
         if ids["pad"] == -1:
             ids["pad"] = ids["eos"]
         self._pad_id, self._bos_id, self._eos_id = ids["pad"], ids["bos"], ids["eos"]
@@ -87,12 +108,15 @@ class HFTokenizer:
 
     def decode(self, ids: Iterable[int]) -> str:
         """Text of `ids`, dropping pad/bos/eos and other special tokens."""
-        return self._tokenizer.decode([int(i) for i in ids if int(i) not in self._skip],
-                                      skip_special_tokens=True)
+        return self._tokenizer.decode(
+            [int(i) for i in ids if int(i) not in self._skip], skip_special_tokens=True
+        )
 
     def __repr__(self) -> str:
-        return (f"HFTokenizer({str(self.path)!r}, vocab_size={self.vocab_size}, "
-                f"pad_id={self.pad_id}, bos_id={self.bos_id}, eos_id={self.eos_id})")
+        return (
+            f"HFTokenizer({str(self.path)!r}, vocab_size={self.vocab_size}, "
+            f"pad_id={self.pad_id}, bos_id={self.bos_id}, eos_id={self.eos_id})"
+        )
 
 
 def _spelling(value) -> str | None:

@@ -177,3 +177,25 @@ def test_trpo_iteration_improves_surrogate_within_trust_region():
     assert float(result.improvement) > 0
     # The quadratic model put the full step on the trust-region boundary: the KL is near delta.
     assert 0.5 * delta <= float(kl_fn(result.params)) <= delta
+
+
+def test_trpo_pieces_keep_bfloat16_parameters():
+    a = jnp.array([[4.0, 1.0], [1.0, 3.0]], jnp.bfloat16)
+    b = {"w": jnp.array([1.0, 2.0], jnp.bfloat16)}
+    matvec = lambda v: {"w": a @ v["w"]}
+    x = jax.jit(lambda b: losses.conjugate_gradient(matvec, b, iters=2))(b)
+    assert x["w"].dtype == jnp.bfloat16
+    np.testing.assert_allclose(x["w"].astype(jnp.float32), [1.0 / 11.0, 7.0 / 11.0], rtol=3e-2)
+    step = losses.natural_gradient_step(b, matvec, max_kl=0.01)
+    assert step["w"].dtype == jnp.bfloat16
+    result = losses.backtracking_line_search(
+        lambda p: -jnp.sum((p["w"].astype(jnp.float32) - 1.0) ** 2),
+        lambda p: 0.5 * jnp.sum(p["w"].astype(jnp.float32) ** 2),
+        {"w": jnp.zeros(2, jnp.bfloat16)},
+        {"w": jnp.full(2, 4.0, jnp.bfloat16)},
+        max_kl=1.0,
+        expected_improvement=16.0,
+    )
+    assert result.params["w"].dtype == jnp.bfloat16
+    # As the literal test per coordinate: x = (1, 1) gains 2 of 0.25 * 16, constraint 1 <= 1.
+    np.testing.assert_allclose(result.params["w"].astype(jnp.float32), [1.0, 1.0])

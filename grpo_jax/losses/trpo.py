@@ -16,6 +16,21 @@ import optax.tree_utils as otu
 PyTree = Any
 
 
+def _add_scaled(tree_x: PyTree, scalar, tree_y: PyTree) -> PyTree:
+    """x + scalar * y leaf by leaf, keeping each leaf of x's dtype (bf16 parameters stay)."""
+    return jax.tree.map(lambda x, y: (x + scalar * y).astype(x.dtype), tree_x, tree_y)
+
+
+def _vdot(tree_x: PyTree, tree_y: PyTree) -> jax.Array:
+    """Inner product of two pytrees, accumulated in at least float32."""
+
+    def leaf(x, y):
+        dtype = jnp.promote_types(x.dtype, jnp.float32)
+        return jnp.vdot(x.astype(dtype), y.astype(dtype))
+
+    return sum(jax.tree.leaves(jax.tree.map(leaf, tree_x, tree_y)))
+
+
 def conjugate_gradient(
     matvec: Callable[[PyTree], PyTree], b: PyTree, *, iters: int = 10, tol: float = 1e-10
 ) -> PyTree:
@@ -39,7 +54,7 @@ def conjugate_gradient(
     if not isinstance(iters, int) or iters < 0:
         raise ValueError(f"conjugate_gradient: `iters` must be an int >= 0, got {iters!r}")
     x = otu.tree_zeros_like(b)
-    rr = otu.tree_vdot(b, b)
+    rr = _vdot(b, b)
 
     def cond(state):
         i, _, _, _, rr = state
@@ -48,11 +63,11 @@ def conjugate_gradient(
     def body(state):
         i, x, r, p, rr = state
         a_p = matvec(p)
-        alpha = rr / otu.tree_vdot(p, a_p)
-        x = otu.tree_add_scale(x, alpha, p)
-        r = otu.tree_add_scale(r, -alpha, a_p)
-        rr_new = otu.tree_vdot(r, r)
-        p = otu.tree_add_scale(r, rr_new / rr, p)
+        alpha = rr / _vdot(p, a_p)
+        x = _add_scaled(x, alpha, p)
+        r = _add_scaled(r, -alpha, a_p)
+        rr_new = _vdot(r, r)
+        p = _add_scaled(r, rr_new / rr, p)
         return i + 1, x, r, p, rr_new
 
     _, x, _, _, _ = jax.lax.while_loop(cond, body, (jnp.zeros((), jnp.int32), x, b, b, rr))
@@ -81,7 +96,7 @@ def fisher_vector_product(
     """
     _, hvp = jax.jvp(jax.grad(kl_fn), (params,), (v,))
     if damping:
-        hvp = otu.tree_add_scale(hvp, damping, v)
+        hvp = _add_scaled(hvp, damping, v)
     return hvp
 
 
@@ -113,10 +128,10 @@ def natural_gradient_step(
     if not max_kl > 0:
         raise ValueError(f"natural_gradient_step: `max_kl` must be > 0, got {max_kl}")
     direction = conjugate_gradient(fvp, grad, iters=cg_iters, tol=cg_tol)
-    curvature = otu.tree_vdot(direction, fvp(direction))
+    curvature = _vdot(direction, fvp(direction))
     safe = jnp.where(curvature > 0, curvature, 1.0)
     scale = jnp.where(curvature > 0, jnp.sqrt(2.0 * max_kl / safe), 0.0)
-    return otu.tree_scale(scale, direction)
+    return jax.tree.map(lambda x: (scale * x).astype(x.dtype), direction)
 
 
 class LineSearchResult(NamedTuple):
@@ -173,7 +188,7 @@ def backtracking_line_search(
 
     def evaluate(k):
         fraction = jnp.asarray(backtrack_ratio, jnp.float32) ** k
-        candidate = otu.tree_add_scale(params, fraction, step)
+        candidate = _add_scaled(params, fraction, step)
         improvement = objective_fn(candidate) - base
         constraint = constraint_fn(candidate)
         ok = (
@@ -192,16 +207,11 @@ def backtracking_line_search(
         ok, fraction, improvement, constraint = evaluate(k)
         return jnp.where(ok, k, k + 1), ok, fraction, improvement, constraint
 
-    init = (
-        jnp.zeros((), jnp.int32),
-        jnp.zeros((), bool),
-        jnp.zeros((), jnp.float32),
-        jnp.zeros((), jnp.float32),
-        jnp.zeros((), jnp.float32),
-    )
+    first = evaluate(jnp.zeros((), jnp.int32))
+    init = (jnp.where(first[0], 0, 1).astype(jnp.int32), *first)
     _, accepted, fraction, improvement, constraint = jax.lax.while_loop(cond, body, init)
     fraction = jnp.where(accepted, fraction, 0.0)
-    new_params = otu.tree_add_scale(params, fraction, step)
+    new_params = _add_scaled(params, fraction, step)
     return LineSearchResult(
         params=new_params,
         accepted=accepted,

@@ -43,9 +43,18 @@ def get_config(preset: str | None = None) -> ml_collections.ConfigDict:
 
     # ---- mesh -----------------------------------------------------------------------------
     config.mesh = ml_collections.ConfigDict()
-    config.mesh.data = -1  # -1: all remaining devices
-    config.mesh.fsdp = 1
-    config.mesh.tensor = 1
+    config.mesh.num_devices = 0  # use the first N devices; 0 = all
+    config.mesh.shape = ml_collections.ConfigDict({
+        "data": -1,  # batch parallelism; -1: all remaining devices
+        "fsdp": 1,  # parameters split along the model dimension, batch too
+        "tensor": 1,  # heads / MLP / vocabulary split (tensor parallelism)
+    })
+    # Logical parameter axis -> mesh axes ("a,b" for several, "" for replicated).
+    config.mesh.rules = (
+        ("batch", "data,fsdp"), ("length", ""), ("vocab", "tensor"), ("embed", "fsdp"),
+        ("heads", "tensor"), ("kv_heads", "tensor"), ("head_dim", ""), ("mlp", "tensor"),
+        ("layers", ""), ("norm", ""),
+    )
 
     # ---- optimiser defaults (each training stage may override lr / steps) ----------------
     config.optim = ml_collections.ConfigDict()
@@ -76,7 +85,7 @@ def get_config(preset: str | None = None) -> ml_collections.ConfigDict:
     # ---- stage: reinforcement learning ----------------------------------------------------
     config.rl = ml_collections.ConfigDict()
     config.rl.kind = "rl"
-    config.rl.algorithm = "grpo"  # grpo | dr_grpo | rloo | reinforce | expert_iteration
+    config.rl.algorithm = "grpo"  # grpo | dr_grpo | dapo | rloo | reinforce | expert_iteration
     config.rl.steps = 60  # RL iterations (sample -> score -> update)
     config.rl.num_prompts = 32  # N prompts per iteration
     config.rl.group_size = 8  # G completions per prompt
@@ -99,6 +108,12 @@ def get_config(preset: str | None = None) -> ml_collections.ConfigDict:
     config.rl.max_new_tokens = 40
     config.rl.rewards = ml_collections.ConfigDict({"accuracy": 1.0, "format": 0.2})
     config.rl.checkpoint_every = 20  # steps between checkpoints (and one at stage end)
+    config.rl.ref_reset_every = 0  # replace the reference by the policy every K steps; 0 = never
+    # DAPO switches: "auto" = on for algorithm=dapo only | "on" | "off".
+    config.rl.dynamic_sampling = "auto"  # drop zero-variance groups and sample more prompts
+    config.rl.max_sampling_rounds = 4  # bound on sampling rounds per step (dynamic sampling)
+    config.rl.overlong_filter = "auto"  # truncated completions carry no loss
+    config.rl.overlong_cache = 0  # soft overlong punishment ramp L_cache (tokens); 0 = off
 
     config.checkpoint = ml_collections.ConfigDict()
     config.checkpoint.max_to_keep = 2

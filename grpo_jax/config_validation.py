@@ -40,19 +40,28 @@ def validate(config: ml_collections.ConfigDict) -> None:
     _require(config.task.template in ("plain", "r1_zero"),
              f"task.template: expected plain or r1_zero, got {config.task.template!r}")
     _require(config.task.prompt_len >= 2, "task.prompt_len: expected >= 2")
-    num_devices = jax.device_count()
+    from grpo_jax.parallel import resolve_mesh_shape
+
+    try:
+        count = config.mesh.get("num_devices", 0)
+        _require(0 <= count <= jax.device_count(),
+                 f"mesh.num_devices: expected 0..{jax.device_count()}, got {count}")
+        mesh = resolve_mesh_shape(config.mesh.shape.to_dict(), count or jax.device_count())
+    except ValueError as err:
+        raise ConfigError(str(err)) from None
+    num_devices = mesh["data"] * mesh["fsdp"]  # the batch is split over data x fsdp
     for name in stage_names:
         section = config[name]
         if section.kind in ("pretrain", "sft"):
             _require(section.steps >= 1, f"{name}.steps: expected >= 1, got {section.steps}")
             _require(section.batch_size % (section.micro_batches * num_devices) == 0,
                      f"{name}.batch_size: {section.batch_size} is not divisible by "
-                     f"micro_batches x devices = {section.micro_batches} x {num_devices}")
+                     f"micro_batches x data-parallel devices = {section.micro_batches} x {num_devices}")
         if section.kind == "eval":
             _require(section.num_samples >= 1, f"{name}.num_samples: expected >= 1")
             _require(section.batch_size % num_devices == 0,
                      f"{name}.batch_size: {section.batch_size} is not divisible by the "
-                     f"{num_devices} devices")
+                     f"{num_devices} data-parallel devices")
             _require(config.task.prompt_len + config.rl.max_new_tokens <= config.model.max_seq_len,
                      f"rl.max_new_tokens: prompt_len {config.task.prompt_len} + "
                      f"max_new_tokens {config.rl.max_new_tokens} exceeds model.max_seq_len "
@@ -75,7 +84,7 @@ def validate(config: ml_collections.ConfigDict) -> None:
             per_mb = rows // section.num_minibatches
             _require(per_mb % (section.micro_batches * num_devices) == 0,
                      f"{name}.micro_batches: minibatch of {per_mb} rows is not divisible by "
-                     f"micro_batches x devices = {section.micro_batches} x {num_devices}")
+                     f"micro_batches x data-parallel devices = {section.micro_batches} x {num_devices}")
             _require(section.loss_agg in _LOSS_AGG,
                      f"{name}.loss_agg: unknown loss aggregation {section.loss_agg!r}; expected "
                      f"one of {list(_LOSS_AGG)}")
@@ -90,4 +99,12 @@ def validate(config: ml_collections.ConfigDict) -> None:
                      f"max_new_tokens {section.max_new_tokens} exceeds model.max_seq_len "
                      f"{config.model.max_seq_len}")
             _require(section.steps >= 1, f"{name}.steps: expected >= 1")
+            for switch in ("dynamic_sampling", "overlong_filter"):
+                _require(section.get(switch, "auto") in ("auto", "on", "off"),
+                         f"{name}.{switch}: expected auto, on or off, got "
+                         f"{section.get(switch)!r}")
+            _require(section.get("max_sampling_rounds", 1) >= 1,
+                     f"{name}.max_sampling_rounds: expected >= 1")
+            _require(0 <= section.get("overlong_cache", 0) <= section.max_new_tokens,
+                     f"{name}.overlong_cache: expected 0 <= L_cache <= max_new_tokens")
             _require(len(section.rewards) > 0, f"{name}.rewards: expected at least one reward")

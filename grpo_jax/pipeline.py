@@ -21,6 +21,7 @@ import ml_collections
 import numpy as np
 from flax import nnx
 
+from grpo_jax import parallel
 from grpo_jax import tasks as tasks_lib
 from grpo_jax.checkpoint import Checkpointer
 from grpo_jax.metrics import MetricWriter
@@ -62,7 +63,13 @@ class Run:
         self.stage_names = [s.strip() for s in config.stages.split(",") if s.strip()]
         self.task = tasks_lib.get_task(config.task.name, **config.task.kwargs.to_dict())
         self.tokenizer = build_tokenizer(config, self.task, self.workdir)
+        parallel.initialize_distributed()  # no-op unless launched multi-process
+        self.mesh = parallel.make_mesh(config.mesh.shape.to_dict(),
+                                       devices=mesh_devices(config))
+        self.rules = tuple((name, _axes(axes)) for name, axes in config.mesh.rules)
+        self.data_sharding = parallel.data_sharding(self.mesh)
         self.model_config, model = build_model(config, self.tokenizer)
+        model = parallel.shard_model_state(model, self.mesh, self.rules)
         self.policy, self.params = Policy.from_model(model)
         del model
         self.key = jax.random.key(config.seed)
@@ -114,6 +121,22 @@ class Run:
     def close(self) -> None:
         self.checkpointer.close()
         self.writer.close()
+
+
+def mesh_devices(config) -> list:
+    """The devices the run's mesh spans: the first config.mesh.num_devices (0 = all)."""
+    devices = jax.devices()
+    count = config.mesh.get("num_devices", 0)
+    return devices[:count] if count else devices
+
+
+def _axes(axes):
+    """Config rule value -> mesh axes: "" or None = replicated, "a,b" = several axes."""
+    if axes is None or axes == "":
+        return None
+    if isinstance(axes, str) and "," in axes:
+        return tuple(a.strip() for a in axes.split(","))
+    return tuple(axes) if isinstance(axes, (list, tuple)) else axes
 
 
 def build_tokenizer(config, task, workdir):

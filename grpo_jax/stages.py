@@ -73,7 +73,7 @@ def supervised_stage(run: Run, stage: StageSpec, prompts, completions, *,
     """Trains `run.params` on the (prompt, completion) rows for section.steps steps."""
     section = stage.section
     data = encode_pairs(run.tokenizer, prompts, completions,
-                        seq_len=run.config.model.max_seq_len, loss_on_prompt=loss_on_prompt)
+                        max_len=run.config.model.max_seq_len, loss_on_prompt=loss_on_prompt)
     optimizer, schedule = _optimizer(run, section, section.steps)
     opt_state = optimizer.init(run.params)
     start = 0
@@ -88,7 +88,7 @@ def supervised_stage(run: Run, stage: StageSpec, prompts, completions, *,
         t0 = time.time()
         rows = epoch_batches(len(data["tokens"]), section.batch_size, step,
                              seed=run.config.seed + stage.index)
-        batch = {k: jnp.asarray(v[rows]) for k, v in data.items()}
+        batch = jax.device_put({k: v[rows] for k, v in data.items()}, run.data_sharding)
         run.params, opt_state, metrics = step_fn(run.params, opt_state, batch)
         metrics = jax.device_get(metrics)
         run.global_step += 1
@@ -215,6 +215,162 @@ def loss_settings(run: Run, section, *, on_policy: bool) -> LossSettings:
     )
 
 
+# Reward sources beyond the task's own rewards: name -> factory(run, section) -> fn.
+REWARD_SOURCES: dict = {}
+
+
+def register_reward_source(name: str):
+    """Decorator: a reward usable in `rl.rewards` built from the run (e.g. a reward model)."""
+
+    def wrap(factory):
+        REWARD_SOURCES[name] = factory
+        return factory
+
+    return wrap
+
+
+def resolve_reward_fns(run: Run, section, names) -> dict:
+    """name -> fn(completion, example) for every reward named in `section.rewards`.
+
+    Task rewards come first, then registered reward sources, then grpo_jax.rewards'
+    built-ins (e.g. "language"). "overlong" is applied on token lengths in `rl_stage`.
+    """
+    from grpo_jax import rewards as rewards_lib
+
+    task_fns = run.task.reward_fns()
+    fns = {}
+    for name in names:
+        if name == "overlong":
+            continue
+        if name in task_fns:
+            fns[name] = task_fns[name]
+        elif name in REWARD_SOURCES:
+            fns[name] = REWARD_SOURCES[name](run, section)
+        else:
+            try:
+                fns[name] = rewards_lib.get_reward_fn(name)
+            except ValueError:
+                raise ValueError(
+                    f"{section.get('kind', 'rl')}.rewards: unknown reward {name!r}; task rewards: "
+                    f"{sorted(task_fns)}, sources: {sorted(REWARD_SOURCES)}, built-ins: language, "
+                    "overlong") from None
+    return fns
+
+
+def _dapo_default(section, field: str, value: str) -> bool:
+    """Resolves an "auto" | "on" | "off" switch whose auto value is on for dapo only."""
+    setting = section.get(field, "auto")
+    if setting == "auto":
+        return section.algorithm == value
+    return setting == "on"
+
+
+def loss_settings(run: Run, section, *, on_policy: bool) -> LossSettings:
+    algorithm = get_algorithm(section.algorithm)
+    epsilon_high = section.epsilon_high if section.epsilon_high >= 0 else None
+    if epsilon_high is None and section.algorithm == "dapo":
+        epsilon_high = 0.28  # clip-higher value of the DAPO paper (Yu et al., 2025)
+    return LossSettings(
+        epsilon=section.epsilon,
+        epsilon_high=epsilon_high,
+        dual_clip=section.dual_clip if section.dual_clip > 0 else None,
+        ratio_level=section.ratio_level,
+        beta=section.beta,
+        kl_kind=section.kl_kind,
+        loss_agg=algorithm.default_loss_agg if section.loss_agg == "auto" else section.loss_agg,
+        on_policy=on_policy,
+        temperature=section.temperature,
+    )
+
+
+def _concat_rollouts(parts):
+    """Concatenates Rollout fields row-wise."""
+    import dataclasses as dc
+
+    out = {}
+    for field in dc.fields(parts[0]):
+        values = [getattr(p, field.name) for p in parts]
+        if field.name == "texts":
+            out["texts"] = [t for v in values for t in v]
+        elif field.name == "components":
+            out["components"] = {k: np.concatenate([v[k] for v in values]) for k in values[0]}
+        else:
+            out[field.name] = np.concatenate(values)
+    return type(parts[0])(**out)
+
+
+def _take_rows(ro, rows):
+    import dataclasses as dc
+
+    rows = np.asarray(rows, int)
+    out = {}
+    for field in dc.fields(ro):
+        value = getattr(ro, field.name)
+        if field.name == "texts":
+            out["texts"] = [value[i] for i in rows]
+        elif field.name == "components":
+            out["components"] = {k: v[rows] for k, v in value.items()}
+        else:
+            out[field.name] = value[rows]
+    return type(ro)(**out)
+
+
+def collect_rollout(run: Run, stage: StageSpec, iterator, step: int, *, sampling, weights,
+                    reward_fns, dynamic: bool):
+    """One batch of N groups of G scored completions.
+
+    With dynamic sampling (DAPO), groups whose rewards are all equal (zero advantage, no
+    gradient) are dropped and more prompts are sampled, for at most `max_sampling_rounds`
+    rounds; if the batch is still short, the remaining groups are filled with fully masked
+    rows (they carry no loss) so the update keeps its compiled shape.
+
+    Returns (rollout, examples, info dict).
+    """
+    section = stage.section
+    n, g = section.num_prompts, section.group_size
+    cfg = run.config
+    kept, kept_examples, rounds, dropped = [], [], 0, 0
+    while True:
+        batch_examples = [ex for ex in next(iterator) for _ in range(g)]
+        key = jax.random.fold_in(run.stage_key(stage.index, step), rounds)
+        ro = rollout(run.policy, run.params, run.tokenizer, batch_examples,
+                     [prompt_text(run, ex) for ex in batch_examples], key, sampling=sampling,
+                     prompt_len=cfg.task.prompt_len, reward_fns=reward_fns, weights=weights)
+        if section.get("overlong_cache", 0) > 0:
+            from grpo_jax.rewards import overlong_penalty
+
+            penalty = overlong_penalty(ro.lengths, max_length=section.max_new_tokens,
+                                       cache_length=section.overlong_cache)
+            ro.components["overlong"] = penalty
+            ro.rewards = ro.rewards + np.float32(weights.get("overlong", 1.0)) * penalty
+        rounds += 1
+        if not dynamic:
+            return ro, batch_examples, {"sampling_rounds": 1}
+        groups = ro.rewards.reshape(n, g)
+        good = np.flatnonzero(groups.std(axis=1) > 0)
+        dropped += n - len(good)
+        have = sum(len(k.rewards) for k in kept) // g
+        good = good[: n - have]
+        if len(good):
+            rows = (good[:, None] * g + np.arange(g)[None]).reshape(-1)
+            kept.append(_take_rows(ro, rows))
+            kept_examples.extend(batch_examples[i] for i in rows)
+        have += len(good)
+        if have == n or rounds >= section.max_sampling_rounds:
+            break
+    filled = n - have
+    if filled:
+        # Masked filler rows: copies of the last batch's first rows with no loss mask.
+        filler = _take_rows(ro, np.arange(filled * g))
+        filler.mask = np.zeros_like(filler.mask)
+        filler.rewards = np.zeros_like(filler.rewards)
+        kept.append(filler)
+        kept_examples.extend(batch_examples[: filled * g])
+    merged = _concat_rollouts(kept) if len(kept) > 1 else kept[0]
+    return merged, kept_examples, {"sampling_rounds": rounds, "dropped_groups": dropped,
+                                   "filled_groups": filled}
+
+
 @register_stage("rl")
 def rl_stage(run: Run, stage: StageSpec) -> None:
     """GRPO-family iterations: sample G per prompt -> rewards -> advantages -> mu passes."""
@@ -229,8 +385,7 @@ def rl_stage(run: Run, stage: StageSpec) -> None:
     if section.beta != 0.0:
         state["ref_params"] = jax.tree.map(jnp.copy, run.params)
     train_examples = task.examples("train", cfg.task.train_size, seed=cfg.seed)
-    iterator = prompt_iterator(train_examples, batch_size=n,
-                                              seed=cfg.seed + stage.index)
+    iterator = prompt_iterator(train_examples, batch_size=n, seed=cfg.seed + stage.index)
     start = 0
     if stage.resume_meta is not None:
         state = run.restore_stage(state)
@@ -249,19 +404,26 @@ def rl_stage(run: Run, stage: StageSpec) -> None:
                                temperature=section.temperature, top_k=section.top_k,
                                top_p=section.top_p)
     weights = dict(section.rewards.to_dict())
-    reward_fns = task.reward_fns()
+    reward_fns = resolve_reward_fns(run, section, weights)
+    score_weights = {k: v for k, v in weights.items() if k != "overlong"}
+    dynamic = _dapo_default(section, "dynamic_sampling", "dapo")
+    overlong_filter = _dapo_default(section, "overlong_filter", "dapo")
+    ref_reset = section.get("ref_reset_every", 0)
     bar = _progress(stage, section.steps, start)
     for step in range(start, section.steps):
         t0 = time.time()
-        examples = [ex for ex in next(iterator) for _ in range(g)]
-        key = run.stage_key(stage.index, step)
-        ro = rollout(run.policy, run.params, run.tokenizer, examples,
-                     [prompt_text(run, ex) for ex in examples], key, sampling=sampling,
-                     prompt_len=prompt_len, reward_fns=reward_fns, weights=weights)
+        if ref_params is not None and ref_reset and step > 0 and step % ref_reset == 0:
+            ref_params = jax.tree.map(jnp.copy, run.params)  # reference reset (DeepSeek-R1)
+        ro, examples, info = collect_rollout(run, stage, iterator, step, sampling=sampling,
+                                             weights=score_weights, reward_fns=reward_fns,
+                                             dynamic=dynamic)
         correct = ro.components.get("accuracy", ro.rewards) >= 1.0
         advantages = compute_advantages(ro.rewards, algorithm=section.algorithm, group_size=g,
                                         correct=correct, eps=section.adv_eps)
-        batch = build_batch(ro, advantages)
+        batch = jax.device_put(build_batch(ro, advantages), run.data_sharding)
+        if overlong_filter:
+            # Overlong filtering (DAPO): truncated completions carry no loss.
+            batch["completion_mask"] = batch["completion_mask"] & ~jnp.asarray(ro.truncated)[:, None]
         if ref_params is not None:
             batch["ref_logp"] = logp_fn(ref_params, batch["tokens"], batch["attention_mask"])
         if not on_policy:
@@ -295,6 +457,7 @@ def rl_stage(run: Run, stage: StageSpec) -> None:
             "learning_rate": float(schedule(step * updates_per_step)),
             "sample_time_s": t_sample,
             "step_time_s": time.time() - t0,
+            **info,
         }
         if "kl" in m:
             record["kl"] = float(m["kl"])
@@ -327,8 +490,14 @@ def write_run_report(run: Run) -> dict:
             summary["after"] = run.evals[names[-1]]
     for n in names[1:-1]:
         summary[n] = run.evals[n]
-    history = [r for r in evals_lib.load_history(run.writer.path) if r.get("stage") in
+    rows = evals_lib.load_history(run.writer.path)
+    history = [r for r in rows if r.get("stage") in
                {s for s in run.stage_names if run.config[s].kind == "rl"}]
+    if not summary and rows:  # no eval stage: report the last logged step
+        summary["last_step"] = {k: v for k, v in rows[-1].items()
+                                if isinstance(v, (int, float)) and k != "wall_time"}
+    if not summary:
+        return summary
     evals_lib.write_report(
         run.workdir, title=f"grpo_jax run: {run.config.task.name}", summary=summary,
         history=history,

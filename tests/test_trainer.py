@@ -23,6 +23,7 @@ from configs import default as default_config  # noqa: E402
 
 def smoke_config(**rl):
     config = default_config.get_config("smoke")
+    config.mesh.num_devices = 1  # the sharded run is tested once, in the main-job smoke test
     for key, value in rl.items():
         config.rl[key] = value
     return config
@@ -43,7 +44,9 @@ def final_params(workdir):
 
 
 def test_main_job_smoke_writes_report(tmp_path):
-    summary = train_and_evaluate(default_config.get_config("smoke"), str(tmp_path))
+    config = default_config.get_config("smoke")
+    config.mesh.shape = {"data": 2, "fsdp": 2, "tensor": 2}  # all 8 test devices
+    summary = train_and_evaluate(config, str(tmp_path))
     assert {"before", "after"} <= set(summary)
     for name in ("report.md", "report.json", "metrics.jsonl", "config.json"):
         assert (tmp_path / name).exists(), name

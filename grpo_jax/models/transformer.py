@@ -368,6 +368,7 @@ def logprobs(
     chunk_size=None,
     return_entropy=False,
     return_values=False,
+    temperature=1.0,
 ):
     """Teacher-forced log p(tokens[:, t] | tokens[:, :t]) and entropies, in float32.
 
@@ -382,6 +383,8 @@ def logprobs(
       chunk_size: sequence chunk for the output head; None computes all positions at once.
       return_entropy: also return the entropy of the next-token distribution.
       return_values: also return the value head output V(s_t) on the hidden state at t.
+      temperature: divide the logits by it first (the sampling distribution at that
+        temperature, as in the sampler's log-probabilities).
 
     Returns:
       dict with logp [B, T] (logp[:, 0] = 0 and 0 wherever attention_mask is False),
@@ -399,6 +402,8 @@ def logprobs(
 
     def head(h, y):
         z = jnp.einsum("BCD,DV->BCV", h, kernel, preferred_element_type=jnp.float32)
+        if temperature != 1.0:
+            z = z / temperature
         log_probs = jax.nn.log_softmax(z, axis=-1)
         logp = jnp.take_along_axis(log_probs, y[..., None], axis=-1)[..., 0]
         if return_entropy:

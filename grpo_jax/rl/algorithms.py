@@ -33,6 +33,9 @@ ALGORITHMS: dict[str, Algorithm] = {
                   "group mean baseline without std scaling, constant length norm (Liu et al., 2025)"),
         Algorithm("rloo", True, "token-mean",
                   "leave-one-out baseline within each group (Ahmadian et al., 2024)"),
+        Algorithm("dapo", True, "token-mean",
+                  "GRPO advantages with clip-higher, dynamic sampling, overlong filtering "
+                  "(Yu et al., 2025)"),
         Algorithm("reinforce", False, "token-mean",
                   "REINFORCE with the batch-mean reward as baseline (Williams, 1992)"),
         Algorithm("expert_iteration", False, "token-mean",

@@ -39,8 +39,8 @@ def sequence_logp(policy: Policy, params: Params, tokens, attention_mask, prompt
                   temperature: float = 1.0, return_entropy: bool = False):
     """Teacher-forced log-probs of the completion part [B, N] (and entropies)."""
     model = policy.bind(params)
-    kwargs = {} if temperature == 1.0 else {"temperature": temperature}
-    out = logprobs(model, tokens, attention_mask, return_entropy=return_entropy, **kwargs)
+    out = logprobs(model, tokens, attention_mask, return_entropy=return_entropy,
+                   temperature=temperature)
     logp = out["logp"][:, prompt_len:]
     entropy = out["entropy"][:, prompt_len:] if return_entropy else None
     return logp, entropy

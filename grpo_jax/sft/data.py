@@ -12,7 +12,8 @@ def encode_pairs(
     prompts: Sequence[str],
     completions: Sequence[str],
     *,
-    seq_len: int,
+    seq_len: int | None = None,
+    max_len: int | None = None,
     loss_on_prompt: bool = False,
 ) -> dict[str, np.ndarray]:
     """Right-padded [BOS] prompt completion [EOS] rows with their loss masks.
@@ -24,7 +25,9 @@ def encode_pairs(
       tokenizer: a grpo_jax.text tokenizer.
       prompts: n prompt strings (already templated).
       completions: n completion strings.
-      seq_len: row length L; a longer row is an error naming the row.
+      seq_len: row length L; a longer row is an error naming the row. None: the longest
+        row rounded up to a multiple of 8 (fewer padded positions to compute).
+      max_len: with seq_len None, the longest row allowed (the model's context).
       loss_on_prompt: next-token pretraining (loss on every token after BOS) instead of
         SFT's completion-only loss.
     Returns:
@@ -34,12 +37,20 @@ def encode_pairs(
     if len(prompts) != len(completions):
         raise ValueError(f"{len(prompts)} prompts but {len(completions)} completions")
     n = len(prompts)
+    encoded = []
+    for prompt, completion in zip(prompts, completions):
+        prompt_ids = [tokenizer.bos_id, *tokenizer.encode(prompt)]
+        completion_ids = [*tokenizer.encode(completion), tokenizer.eos_id]
+        encoded.append((prompt_ids, completion_ids))
+    if seq_len is None:
+        longest = max((len(p) + len(c) for p, c in encoded), default=1)
+        seq_len = -(-longest // 8) * 8
+        if max_len is not None:
+            seq_len = min(seq_len, max_len)
     tokens = np.full((n, seq_len), tokenizer.pad_id, np.int32)
     attention_mask = np.zeros((n, seq_len), bool)
     loss_mask = np.zeros((n, seq_len), bool)
-    for row, (prompt, completion) in enumerate(zip(prompts, completions)):
-        prompt_ids = [tokenizer.bos_id, *tokenizer.encode(prompt)]
-        completion_ids = [*tokenizer.encode(completion), tokenizer.eos_id]
+    for row, (prompt_ids, completion_ids) in enumerate(encoded):
         ids = prompt_ids + completion_ids
         if len(ids) > seq_len:
             raise ValueError(

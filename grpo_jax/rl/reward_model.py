@@ -1,0 +1,315 @@
+"""A learned reward model: a scalar-head transformer trained on preference pairs.
+
+The reward of a (prompt, completion) is the scalar head read at the last valid token (the
+EOS) of the row laid out as in SFT (BOS, prompt, completion, EOS; right-padded). Training
+uses the Bradley-Terry loss on pairs built from the task: a correct versus an incorrect
+worked solution of the same problem. The stage kind "reward_model" trains one and saves it
+under `<workdir>/<stage name>/`; `load_reward_model` turns that directory into a batched
+scorer and `RewardModel.reward_fn()` into a reward `(completion, example) -> float`.
+"""
+
+from __future__ import annotations
+
+import functools
+import os
+import shutil
+import time
+from typing import Any, Callable, Sequence
+
+import jax
+import jax.numpy as jnp
+import ml_collections
+import numpy as np
+import optax
+from flax import nnx
+
+from grpo_jax.models import ModelConfig, Transformer, logprobs
+from grpo_jax.training import Params, Policy, accumulate_gradients
+
+REWARD_MODEL_REWARD = "reward_model"  # name of the learned reward in a stage's `rewards`
+
+
+def scalar_head_policy(model_config: ModelConfig) -> Policy:
+    """The Policy (graph + abstract template) of `model_config` with a scalar value head."""
+    config = model_config.replace(value_head=True)
+    abstract = nnx.eval_shape(lambda: Transformer(config, rngs=nnx.Rngs(0)))
+    policy, _ = Policy.from_model(abstract)
+    return policy
+
+
+def add_scalar_head(params: Params) -> Params:
+    """Copies a language model's params and adds a zero scalar head (V = 0 at the start)."""
+    if "value_kernel" in params:
+        return jax.tree.map(jnp.copy, params)
+    hidden = params["embedding"].shape[-1]
+    dtype = params["embedding"].dtype
+    out = jax.tree.map(jnp.copy, dict(params))
+    out["value_kernel"] = jnp.zeros((hidden,), dtype)
+    out["value_bias"] = jnp.zeros((), dtype)
+    return out
+
+
+def bradley_terry_loss(chosen_rewards, rejected_rewards):
+    """Per-pair Bradley-Terry negative log-likelihood.
+
+    loss = -log sigmoid(r_chosen - r_rejected) = softplus(r_rejected - r_chosen)
+    (Bradley & Terry 1952, https://doi.org/10.2307/2334029; reward models for RLHF:
+    Ouyang et al. 2022, https://arxiv.org/abs/2203.02155, eq. 1).
+
+    Args:
+      chosen_rewards: [B] scalar rewards of the preferred completions.
+      rejected_rewards: [B] scalar rewards of the dispreferred completions.
+
+    Returns:
+      [B] per-pair losses.
+    """
+    chosen = jnp.asarray(chosen_rewards, jnp.float32)
+    rejected = jnp.asarray(rejected_rewards, jnp.float32)
+    if chosen.shape != rejected.shape or chosen.ndim != 1:
+        raise ValueError(f"bradley_terry_loss: expected two [B] arrays, got {chosen.shape} "
+                         f"and {rejected.shape}")
+    return jax.nn.softplus(rejected - chosen)
+
+
+def sequence_rewards(policy: Policy, params: Params, tokens, attention_mask):
+    """Scalar head at the last valid token of each right-padded row: [B, L] -> [B] float32."""
+    model = policy.bind(params)
+    values = logprobs(model, tokens, attention_mask, return_values=True)["values"]
+    last = jnp.maximum(jnp.sum(attention_mask.astype(jnp.int32), axis=1) - 1, 0)
+    return jnp.take_along_axis(values, last[:, None], axis=1)[:, 0]
+
+
+def preference_pairs(task, examples, *, seed: int, max_tries: int = 8):
+    """(example, chosen, rejected) per problem: a correct clean solution vs an incorrect one.
+
+    Problems where no incorrect solution was drawn in `max_tries` are skipped.
+    """
+    rng = np.random.default_rng(seed)
+    pairs = []
+    for ex in examples:
+        chosen, ok = task.solution(ex, rng=rng, error_rate=0.0, format_error_rate=0.0)
+        if not ok:
+            continue
+        for _ in range(max_tries):
+            rejected, wrong_ok = task.solution(ex, rng=rng, error_rate=1.0, format_error_rate=0.0)
+            if not wrong_ok:
+                pairs.append((ex, chosen, rejected))
+                break
+    return pairs
+
+
+def encode_texts(tokenizer, prompts: Sequence[str], completions: Sequence[str], *, seq_len: int):
+    """Right-padded BOS prompt completion EOS rows: (tokens int32 [B, L], mask bool [B, L])."""
+    from grpo_jax.sft.data import encode_pairs
+
+    data = encode_pairs(tokenizer, prompts, completions, seq_len=seq_len)
+    return data["tokens"], data["attention_mask"]
+
+
+def make_reward_model_step(policy: Policy, optimizer: optax.GradientTransformation, *,
+                           micro_batches: int = 1):
+    """jit(params, opt_state, batch) -> (params, opt_state, metrics) on Bradley-Terry pairs.
+
+    batch: chosen_tokens / chosen_mask / rejected_tokens / rejected_mask, each [B, L].
+    """
+
+    def loss_fn(params, batch, num_pairs):
+        chosen = sequence_rewards(policy, params, batch["chosen_tokens"], batch["chosen_mask"])
+        rejected = sequence_rewards(policy, params, batch["rejected_tokens"],
+                                    batch["rejected_mask"])
+        per_pair = bradley_terry_loss(chosen, rejected)
+        loss = jnp.sum(per_pair) / num_pairs
+        accuracy = jnp.sum((chosen > rejected).astype(jnp.float32)) / num_pairs
+        margin = jnp.sum(chosen - rejected) / num_pairs
+        return loss, {"loss": loss, "pair_accuracy": accuracy, "margin": margin}
+
+    @functools.partial(jax.jit, donate_argnums=(0, 1))
+    def step(params, opt_state, batch):
+        num_pairs = jnp.asarray(batch["chosen_tokens"].shape[0], jnp.float32)
+        fn = functools.partial(loss_fn, num_pairs=num_pairs)
+        _, grads, metrics = accumulate_gradients(fn, params, batch, micro_batches)
+        metrics["grad_norm"] = optax.global_norm(grads)
+        updates, opt_state = optimizer.update(grads, opt_state, params)
+        return optax.apply_updates(params, updates), opt_state, metrics
+
+    return step
+
+
+class RewardModel:
+    """A trained scalar-head model that scores (prompt, completion) texts in fixed batches."""
+
+    def __init__(self, policy: Policy, params: Params, tokenizer, *, seq_len: int,
+                 prompt_fn: Callable[[Any], str], batch_size: int = 32):
+        self.policy, self.params, self.tokenizer = policy, params, tokenizer
+        self.seq_len, self.prompt_fn, self.batch_size = seq_len, prompt_fn, batch_size
+        self._score = jax.jit(functools.partial(sequence_rewards, policy))
+
+    def score(self, completions: Sequence[str], examples: Sequence[Any]) -> np.ndarray:
+        """Rewards [B] float32 of the completions of `examples` (truncated to seq_len)."""
+        out = np.zeros(len(completions), np.float32)
+        for start in range(0, len(completions), self.batch_size):
+            texts = list(completions[start:start + self.batch_size])
+            prompts = [self.prompt_fn(ex) for ex in examples[start:start + self.batch_size]]
+            real = len(texts)
+            texts += [texts[0]] * (self.batch_size - real)  # one compiled shape
+            prompts += [prompts[0]] * (self.batch_size - real)
+            texts = [self._fit(p, t) for p, t in zip(prompts, texts)]
+            tokens, mask = encode_texts(self.tokenizer, prompts, texts, seq_len=self.seq_len)
+            scores = self._score(self.params, jnp.asarray(tokens), jnp.asarray(mask))
+            out[start:start + real] = np.asarray(scores)[:real]
+        return out
+
+    def _fit(self, prompt: str, completion: str) -> str:
+        """Drops the completion's tail so BOS + prompt + completion + EOS fits seq_len."""
+        room = self.seq_len - 2 - len(self.tokenizer.encode(prompt))
+        ids = self.tokenizer.encode(completion)
+        return completion if len(ids) <= room else self.tokenizer.decode(ids[:max(room, 0)])
+
+    def reward_fn(self) -> Callable[[str, Any], float]:
+        """A per-completion reward `(completion, example) -> float` (one row per call)."""
+        return lambda completion, example: float(self.score([completion], [example])[0])
+
+
+def reward_model_dir(workdir: str, source: str) -> str:
+    """`source` as a directory: an absolute path, or a stage name inside `workdir`."""
+    path = source if os.path.isabs(source) else os.path.join(workdir, source)
+    if not os.path.isdir(path):
+        raise ValueError(f"reward_model: no reward model at {path!r}; run a stage of kind "
+                         "'reward_model' with that name first, or give an absolute directory")
+    return path
+
+
+def load_reward_model(run, source: str, *, batch_size: int = 32) -> RewardModel:
+    """The reward model saved by a "reward_model" stage (same architecture as the run's model)."""
+    from grpo_jax.checkpoint import Checkpointer
+    from grpo_jax.stages import prompt_text
+
+    path = reward_model_dir(run.workdir, source)
+    with Checkpointer(path, max_to_keep=1) as ckpt:
+        state, _ = ckpt.restore()
+    params = jax.tree.map(jnp.asarray, state["params"])
+    return RewardModel(scalar_head_policy(run.model_config), params, run.tokenizer,
+                       seq_len=run.config.model.max_seq_len,
+                       prompt_fn=functools.partial(prompt_text, run), batch_size=batch_size)
+
+
+def resolve_reward_fns(run, names: Sequence[str], *, reward_model: str = "") -> dict:
+    """Reward functions for `names`: the task's own, then `grpo_jax.rewards.get_reward_fn`,
+    and "reward_model" from the reward model saved at `reward_model` (stage name or path)."""
+    from grpo_jax import rewards as rewards_lib
+
+    fns = dict(run.task.reward_fns())
+    for name in names:
+        if name in fns:
+            continue
+        if name == REWARD_MODEL_REWARD:
+            if not reward_model:
+                raise ValueError("rewards.reward_model: set the section's `reward_model` field "
+                                 "to the reward-model stage name or directory")
+            fns[name] = load_reward_model(run, reward_model).reward_fn()
+        else:
+            fns[name] = rewards_lib.get_reward_fn(name)
+    return fns
+
+
+# ---------------------------------------------------------------------------------------
+# Stage kind "reward_model"
+
+
+def default_section() -> ml_collections.ConfigDict:
+    """Config section of a "reward_model" stage (every field commented)."""
+    s = ml_collections.ConfigDict()
+    s.kind = "reward_model"
+    s.num_pairs = 512  # training preference pairs (one per training problem)
+    s.eval_pairs = 64  # held-out pairs (test split) for pair accuracy
+    s.init = "policy"  # policy: start from the run's current params | scratch: fresh init
+    s.steps = 100  # optimizer steps
+    s.batch_size = 16  # pairs per step
+    s.micro_batches = 1  # gradient accumulation
+    s.lr = 1e-3
+    return s
+
+
+def validate_section(name: str, section, config) -> None:
+    """Raises ValueError naming the field for an unusable "reward_model" section."""
+    for field in ("num_pairs", "eval_pairs", "steps", "batch_size", "micro_batches"):
+        if int(section[field]) < 1:
+            raise ValueError(f"{name}.{field}: expected >= 1, got {section[field]}")
+    if section.init not in ("policy", "scratch"):
+        raise ValueError(f"{name}.init: expected policy or scratch, got {section.init!r}")
+    if section.batch_size % (section.micro_batches * jax.device_count()):
+        raise ValueError(f"{name}.batch_size: {section.batch_size} is not divisible by "
+                         f"micro_batches x devices = {section.micro_batches} x "
+                         f"{jax.device_count()}")
+
+
+def _pair_arrays(run, pairs):
+    from grpo_jax.stages import prompt_text
+
+    prompts = [prompt_text(run, ex) for ex, _, _ in pairs]
+    seq_len = run.config.model.max_seq_len
+    ct, cm = encode_texts(run.tokenizer, prompts, [c for _, c, _ in pairs], seq_len=seq_len)
+    rt, rm = encode_texts(run.tokenizer, prompts, [r for _, _, r in pairs], seq_len=seq_len)
+    return {"chosen_tokens": ct, "chosen_mask": cm, "rejected_tokens": rt, "rejected_mask": rm}
+
+
+def reward_model_stage(run, stage) -> None:
+    """Trains a Bradley-Terry reward model; saves it to <workdir>/<stage name>/."""
+    from grpo_jax.checkpoint import Checkpointer
+    from grpo_jax.sft.data import epoch_batches
+    from grpo_jax.stages import _optimizer
+
+    section, cfg = stage.section, run.config
+    seed = cfg.seed + 1000 * stage.index
+    train = preference_pairs(run.task, run.task.examples("train", section.num_pairs, seed=seed),
+                             seed=seed)
+    held = preference_pairs(run.task, run.task.examples("test", section.eval_pairs, seed=seed),
+                            seed=seed + 1)
+    if len(train) < section.batch_size:
+        raise ValueError(f"{stage.name}.num_pairs: only {len(train)} preference pairs could be "
+                         f"built, fewer than batch_size {section.batch_size}")
+    data = _pair_arrays(run, train)
+    policy = scalar_head_policy(run.model_config)
+    if section.init == "policy":
+        params = add_scalar_head(run.params)
+    else:
+        model = Transformer(run.model_config.replace(value_head=True), rngs=nnx.Rngs(seed))
+        params = nnx.to_pure_dict(nnx.state(model))
+    optimizer, schedule = _optimizer(run, section, section.steps)
+    opt_state = optimizer.init(params)
+    step_fn = make_reward_model_step(policy, optimizer, micro_batches=section.micro_batches)
+    for step in range(section.steps):
+        t0 = time.time()
+        rows = epoch_batches(len(train), section.batch_size, step, seed=seed)
+        batch = {k: jnp.asarray(v[rows]) for k, v in data.items()}
+        params, opt_state, m = step_fn(params, opt_state, batch)
+        m = jax.device_get(m)
+        run.global_step += 1
+        run.writer.write(run.global_step, {
+            "stage_step": step + 1, "loss": float(m["loss"]),
+            "pair_accuracy": float(m["pair_accuracy"]), "margin": float(m["margin"]),
+            "grad_norm": float(m["grad_norm"]), "learning_rate": float(schedule(step)),
+            "step_time_s": time.time() - t0}, stage=stage.name)
+    record = {"train_pairs": len(train), "eval_pairs": len(held)}
+    if held:
+        rm = RewardModel(policy, params, run.tokenizer, seq_len=cfg.model.max_seq_len,
+                         prompt_fn=lambda ex: _prompt(run, ex), batch_size=section.batch_size)
+        chosen = rm.score([c for _, c, _ in held], [ex for ex, _, _ in held])
+        rejected = rm.score([r for _, _, r in held], [ex for ex, _, _ in held])
+        record["eval_pair_accuracy"] = float(np.mean(chosen > rejected))
+        record["eval_margin"] = float(np.mean(chosen - rejected))
+    run.writer.write(run.global_step, record, stage=stage.name)
+    print(f"[grpo_jax] {stage.name}: " + ", ".join(f"{k}={v:.3f}" if isinstance(v, float)
+                                                   else f"{k}={v}" for k, v in record.items()),
+          flush=True)
+    out_dir = os.path.join(run.workdir, stage.name)
+    shutil.rmtree(out_dir, ignore_errors=True)  # a rerun after a crash overwrites it
+    with Checkpointer(out_dir, max_to_keep=1, async_=False) as ckpt:
+        ckpt.save(0, state={"params": params}, meta=record, force=True)
+    run.finish_stage(stage)
+
+
+def _prompt(run, example) -> str:
+    from grpo_jax.stages import prompt_text
+
+    return prompt_text(run, example)

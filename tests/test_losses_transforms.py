@@ -154,15 +154,12 @@ def test_jit_and_vmap(name):
     fn, make_args = CASES[name]
     keys = jax.random.split(jax.random.key(0), 3)
     examples = [make_args(k) for k in keys]
-    eager = [fn(*args) for args in examples]
-    _assert_trees_close(jax.jit(fn)(*examples[0]), eager[0])
+    jitted = jax.jit(fn)
+    per_example = [jitted(*args) for args in examples]
+    _assert_trees_close(per_example[0], fn(*examples[0]))  # jit == eager
     stacked = jax.tree.map(lambda *xs: jnp.stack(xs), *examples)
-    batched = jax.vmap(fn)(*stacked)
-    _assert_trees_close(batched, jax.tree.map(lambda *xs: jnp.stack(xs), *eager))
-
-
-def _first(fn):
-    return lambda *args: fn(*args)[0]
+    batched = jax.jit(jax.vmap(fn))(*stacked)
+    _assert_trees_close(batched, jax.tree.map(lambda *xs: jnp.stack(xs), *per_example))
 
 
 # name -> (function of the differentiable arguments only, args, modes)
@@ -233,7 +230,7 @@ GRAD_CASES = {
 @pytest.mark.parametrize("name", sorted(GRAD_CASES))
 def test_check_grads(name):
     fn, args = GRAD_CASES[name]
-    check_grads(fn, args, order=1, modes=("fwd", "rev"), atol=1e-2, rtol=1e-2, eps=1e-3)
+    check_grads(jax.jit(fn), args, order=1, modes=("fwd", "rev"), atol=1e-2, rtol=1e-2, eps=1e-3)
 
 
 def test_check_grads_conjugate_gradient_forward_mode():

@@ -38,3 +38,16 @@ def validate(name: str, section, config) -> None:
     """Checks the section `name` of one of this module's kinds; ValueError names the field."""
     if section.kind in VALIDATORS:
         VALIDATORS[section.kind](name, section, config)
+
+
+def run_single_stage(config, name: str, workdir: str):
+    """Runs the one stage `name` of `config` in `workdir` (no resume, no run report)."""
+    from grpo_jax.pipeline import STAGE_KINDS, Run, StageSpec
+
+    validate(name, config[name], config)
+    run = Run(config, str(workdir))
+    try:
+        STAGE_KINDS[config[name].kind](run, StageSpec(0, name, config[name], None))
+    finally:
+        run.close()
+    return run

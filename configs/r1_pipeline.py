@@ -1,0 +1,94 @@
+"""The DeepSeek-R1 recipe in miniature (https://arxiv.org/abs/2501.12948, sec. 2.3).
+
+cold-start SFT on clean worked solutions -> eval -> reasoning RL (GRPO) with accuracy, format
+and language-consistency rewards -> rejection-sampling SFT on verified samples of the RL
+policy (mixed with clean solutions) -> final RL -> eval; the same report as the main job.
+
+    python -m grpo_jax.main --config=configs/r1_pipeline.py
+    python -m grpo_jax.main --config=configs/r1_pipeline.py:smoke   # under a minute on CPU
+
+The "language" reward is not a task reward: task "with_rewards" (grpo_jax.r1) wraps the
+arithmetic task and adds it to `reward_fns()`.
+"""
+
+import os
+import sys
+
+import ml_collections
+
+sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+from configs import default  # noqa: E402
+from grpo_jax import r1  # noqa: E402  (registers the "with_rewards" task)
+
+
+def get_config(preset: str | None = None) -> ml_collections.ConfigDict:
+    config = default.get_config(None)
+    config.stages = "cold_start,eval_base,reasoning_rl,rejection_sft,final_rl,eval_final"
+    # Arithmetic plus the language-consistency reward of R1 (sec. 2.3.2).
+    config.task.name = "with_rewards"
+    config.task.kwargs = ml_collections.ConfigDict(
+        {"base": "arithmetic", "extra_rewards": "language", "difficulty": 1})
+    config.task.template = "plain"
+
+    # ---- cold start: SFT on clean worked solutions (completion-only loss) ------------------
+    config.cold_start = ml_collections.ConfigDict()
+    config.cold_start.kind = "sft"
+    config.cold_start.num_examples = 2048  # clean worked solutions
+    config.cold_start.error_rate = 0.3  # a few wrong steps keep pass@1 low for RL to raise
+    config.cold_start.steps = 400
+    config.cold_start.batch_size = 64
+    config.cold_start.lr = 3e-3
+    config.cold_start.micro_batches = 1
+    del config.pretrain
+
+    # ---- reasoning RL: GRPO with accuracy + format + language consistency ----------------
+    config.reasoning_rl = ml_collections.ConfigDict(config.rl.to_dict())
+    config.reasoning_rl.rewards = ml_collections.ConfigDict(
+        {"accuracy": 1.0, "format": 0.2, "language": 0.1})
+    config.reasoning_rl.steps = 40
+
+    # ---- rejection-sampling SFT on verified samples of the RL policy ---------------------
+    config.rejection_sft = r1.default_rejection_sft_section()
+    config.rejection_sft.num_problems = 512
+    config.rejection_sft.num_samples = 4
+    config.rejection_sft.sample_batch_size = 256
+    config.rejection_sft.max_new_tokens = config.rl.max_new_tokens
+    config.rejection_sft.mix_sft_examples = 256  # clean solutions mixed in (R1's non-reasoning data)
+    config.rejection_sft.steps = 100
+    config.rejection_sft.batch_size = 64
+    config.rejection_sft.lr = 1e-3
+
+    # ---- final RL: accuracy + format --------------------------------------------------------
+    config.final_rl = ml_collections.ConfigDict(config.rl.to_dict())
+    config.final_rl.steps = 40
+    # config.rl stays as the defaults the eval stages read (rl.max_new_tokens).
+
+    if preset in (None, "", "cpu"):
+        pass
+    elif preset == "smoke":
+        config.task.train_size = 128
+        config.task.eval_size = 8
+        config.cold_start.num_examples = 64
+        config.cold_start.steps = 3
+        config.cold_start.batch_size = 16
+        for name in ("reasoning_rl", "final_rl"):
+            config[name].steps = 1
+            config[name].num_prompts = 4
+            config[name].group_size = 4
+            config[name].max_new_tokens = 24
+            config[name].checkpoint_every = 0
+        config.rl.max_new_tokens = 24
+        config.rejection_sft.num_problems = 8
+        config.rejection_sft.num_samples = 2
+        config.rejection_sft.sample_batch_size = 16
+        config.rejection_sft.max_new_tokens = 24
+        config.rejection_sft.mix_sft_examples = 16
+        config.rejection_sft.steps = 2
+        config.rejection_sft.batch_size = 16
+        for section in (config.eval_base, config.eval_final):
+            section.num_samples = 2
+            section.batch_size = 16
+    else:
+        raise ValueError(f"unknown preset {preset!r} for configs/r1_pipeline.py; expected smoke "
+                         "or cpu")
+    return config

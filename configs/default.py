@@ -24,7 +24,8 @@ def get_config(preset: str | None = None) -> ml_collections.ConfigDict:
     # ---- task and tokenizer ---------------------------------------------------------------
     config.task = ml_collections.ConfigDict()
     config.task.name = "arithmetic"  # registered task name (grpo_jax.tasks.available_tasks())
-    config.task.kwargs = ml_collections.ConfigDict({"difficulty": 1})  # task constructor args
+    # Task constructor args: difficulty 1 with one or two operators (operands 1-9).
+    config.task.kwargs = ml_collections.ConfigDict({"difficulty": 1, "max_operators": 2})
     config.task.template = "plain"  # prompt template: plain | r1_zero
     config.task.solution_error_rate = 0.3  # chance that a worked-solution step is wrong
     config.task.format_error_rate = 0.15  # chance that a worked solution is malformed

@@ -67,8 +67,14 @@ class ArithmeticTask(Task):
 
     name = "arithmetic"
 
-    def __init__(self, difficulty: int | Sequence[int] = 1):
+    def __init__(self, difficulty: int | Sequence[int] = 1, *, max_operators: int | None = None):
+        """Args: difficulty (int or list); max_operators caps the operator count of every
+        level (e.g. 2 makes difficulty 1 "one or two operators": shorter traces for CPU runs).
+        """
         super().__init__(difficulty)
+        if max_operators is not None and max_operators < 1:
+            raise ValueError(f"max_operators: expected an int >= 1 or None, got {max_operators!r}")
+        self.max_operators = max_operators
 
     @staticmethod
     def level(difficulty: int) -> tuple[int, int, int]:
@@ -77,6 +83,9 @@ class ArithmeticTask(Task):
 
     def generate(self, rng: np.random.Generator, difficulty: int) -> Example:
         low, high, max_operand = self.level(difficulty)
+        if self.max_operators is not None:  # keep a range of two counts where possible
+            high = min(high, self.max_operators)
+            low = max(1, min(low, high - 1))
         count = int(rng.integers(low, high + 1))
         operands = [int(v) for v in rng.integers(1, max_operand + 1, size=count + 1)]
         operators = [OPERATORS[int(k)] for k in rng.integers(len(OPERATORS), size=count)]

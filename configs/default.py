@@ -24,8 +24,10 @@ def get_config(preset: str | None = None) -> ml_collections.ConfigDict:
     # ---- task and tokenizer ---------------------------------------------------------------
     config.task = ml_collections.ConfigDict()
     config.task.name = "arithmetic"  # registered task name (grpo_jax.tasks.available_tasks())
-    # Task constructor args: difficulty 1 with one or two operators (operands 1-9).
-    config.task.kwargs = ml_collections.ConfigDict({"difficulty": 1, "max_operators": 2})
+    # Task constructor args: difficulty 1 with one or two operators (operands 1-9); a noisy
+    # step confuses the operator ("9*6=15"), see grpo_jax/tasks/arithmetic.py.
+    config.task.kwargs = ml_collections.ConfigDict(
+        {"difficulty": 1, "max_operators": 2, "error_mode": "operator"})
     config.task.template = "plain"  # prompt template: plain | r1_zero
     config.task.solution_error_rate = 0.3  # chance that a worked-solution step is wrong
     config.task.format_error_rate = 0.15  # chance that a worked solution is malformed

@@ -50,8 +50,14 @@ def validate(config: ml_collections.ConfigDict) -> None:
     except ValueError as err:
         raise ConfigError(str(err)) from None
     num_devices = mesh["data"] * mesh["fsdp"]  # the batch is split over data x fsdp
+    from grpo_jax import extra_stages
+
     for name in stage_names:
         section = config[name]
+        try:
+            extra_stages.validate(name, section, config)
+        except ValueError as err:
+            raise ConfigError(str(err)) from None
         if section.kind in ("pretrain", "sft"):
             _require(section.steps >= 1, f"{name}.steps: expected >= 1, got {section.steps}")
             _require(section.batch_size % (section.micro_batches * num_devices) == 0,

@@ -172,6 +172,9 @@ def _resume_point(run: Run) -> tuple[int, dict | None, str | None]:
     if step is None:
         return 0, None, None
     meta = run.checkpointer.restore_meta(step)
+    from grpo_jax.r1 import rebuild_model_for_meta
+
+    rebuild_model_for_meta(run, meta)  # a finished distill stage replaced the model
     run.global_step = int(meta["global_step"])
     run.evals = dict(meta.get("evals", {}))
     if meta["stage_done"]:

@@ -13,13 +13,14 @@ from grpo_jax import evals as evals_lib
 from grpo_jax import tasks as tasks_lib
 from grpo_jax.pipeline import Run, StageSpec, register_stage
 from grpo_jax.rl.algorithms import compute_advantages, get_algorithm
+from grpo_jax.rl.reward_sources import resolve_reward_fns
 from grpo_jax.rl.rollout import rollout
 from grpo_jax.rl.update import LossSettings, build_batch, make_logp_fn, make_train_step
 from grpo_jax.sampling import SamplingConfig
 from grpo_jax.tasks.data import prompt_iterator
 from grpo_jax.sft.data import encode_pairs, epoch_batches
 from grpo_jax.sft.loss import make_supervised_step
-from grpo_jax.training import make_optimizer
+from grpo_jax.training import init_opt_state, make_optimizer
 
 
 def _optimizer(run: Run, section, steps: int):
@@ -75,7 +76,7 @@ def supervised_stage(run: Run, stage: StageSpec, prompts, completions, *,
     data = encode_pairs(run.tokenizer, prompts, completions,
                         max_len=run.config.model.max_seq_len, loss_on_prompt=loss_on_prompt)
     optimizer, schedule = _optimizer(run, section, section.steps)
-    opt_state = optimizer.init(run.params)
+    opt_state = init_opt_state(optimizer, run.params, run.mesh)
     start = 0
     if stage.resume_meta is not None:
         state = run.restore_stage({"params": run.params, "opt_state": opt_state})
@@ -215,48 +216,6 @@ def loss_settings(run: Run, section, *, on_policy: bool) -> LossSettings:
     )
 
 
-# Reward sources beyond the task's own rewards: name -> factory(run, section) -> fn.
-REWARD_SOURCES: dict = {}
-
-
-def register_reward_source(name: str):
-    """Decorator: a reward usable in `rl.rewards` built from the run (e.g. a reward model)."""
-
-    def wrap(factory):
-        REWARD_SOURCES[name] = factory
-        return factory
-
-    return wrap
-
-
-def resolve_reward_fns(run: Run, section, names) -> dict:
-    """name -> fn(completion, example) for every reward named in `section.rewards`.
-
-    Task rewards come first, then registered reward sources, then grpo_jax.rewards'
-    built-ins (e.g. "language"). "overlong" is applied on token lengths in `rl_stage`.
-    """
-    from grpo_jax import rewards as rewards_lib
-
-    task_fns = run.task.reward_fns()
-    fns = {}
-    for name in names:
-        if name == "overlong":
-            continue
-        if name in task_fns:
-            fns[name] = task_fns[name]
-        elif name in REWARD_SOURCES:
-            fns[name] = REWARD_SOURCES[name](run, section)
-        else:
-            try:
-                fns[name] = rewards_lib.get_reward_fn(name)
-            except ValueError:
-                raise ValueError(
-                    f"{section.get('kind', 'rl')}.rewards: unknown reward {name!r}; task rewards: "
-                    f"{sorted(task_fns)}, sources: {sorted(REWARD_SOURCES)}, built-ins: language, "
-                    "overlong") from None
-    return fns
-
-
 def _dapo_default(section, field: str, value: str) -> bool:
     """Resolves an "auto" | "on" | "off" switch whose auto value is on for dapo only."""
     setting = section.get(field, "auto")
@@ -380,7 +339,7 @@ def rl_stage(run: Run, stage: StageSpec) -> None:
     n, g = section.num_prompts, section.group_size
     updates_per_step = section.num_iterations * section.num_minibatches
     optimizer, schedule = _optimizer(run, section, section.steps * updates_per_step)
-    opt_state = optimizer.init(run.params)
+    opt_state = init_opt_state(optimizer, run.params, run.mesh)
     state = {"params": run.params, "opt_state": opt_state}
     if section.beta != 0.0:
         state["ref_params"] = jax.tree.map(jnp.copy, run.params)
@@ -404,7 +363,7 @@ def rl_stage(run: Run, stage: StageSpec) -> None:
                                temperature=section.temperature, top_k=section.top_k,
                                top_p=section.top_p)
     weights = dict(section.rewards.to_dict())
-    reward_fns = resolve_reward_fns(run, section, weights)
+    reward_fns = resolve_reward_fns(run, weights, section=section)
     score_weights = {k: v for k, v in weights.items() if k != "overlong"}
     dynamic = _dapo_default(section, "dynamic_sampling", "dapo")
     overlong_filter = _dapo_default(section, "overlong_filter", "dapo")
@@ -492,7 +451,7 @@ def write_run_report(run: Run) -> dict:
         summary[n] = run.evals[n]
     rows = evals_lib.load_history(run.writer.path)
     history = [r for r in rows if r.get("stage") in
-               {s for s in run.stage_names if run.config[s].kind == "rl"}]
+               {s for s in run.stage_names if run.config[s].kind in RL_STAGE_KINDS}]
     if not summary and rows:  # no eval stage: report the last logged step
         summary["last_step"] = {k: v for k, v in rows[-1].items()
                                 if isinstance(v, (int, float)) and k != "wall_time"}
@@ -504,3 +463,8 @@ def write_run_report(run: Run) -> dict:
         plots=("reward_mean", "pass@1", "reward/format", "completion_length", "kl", "clip_frac"),
     )
     return summary
+
+
+# The PPO / TRPO / reward-model / R1 stage kinds register themselves on import.
+from grpo_jax import extra_stages  # noqa: E402,F401
+from grpo_jax.extra_stages import RL_STAGE_KINDS  # noqa: E402

@@ -125,3 +125,23 @@ def accumulate_gradients(
         body, (jnp.zeros((), jnp.float32), zeros_grads, zeros_metrics), micro
     )
     return loss, grads, metrics
+
+
+def init_opt_state(optimizer: optax.GradientTransformation, params: Params, mesh=None):
+    """optimizer.init(params) with every leaf on the mesh.
+
+    Moments inherit the parameters' shardings; scalars (step counts) would otherwise sit on
+    one device and come back from the first jitted step as mesh-replicated arrays, which
+    changes the input shardings and compiles the step a second time.
+    """
+    opt_state = optimizer.init(params)
+    if mesh is None:
+        return opt_state
+    replicated = jax.sharding.NamedSharding(mesh, jax.sharding.PartitionSpec())
+
+    def place(x):
+        if isinstance(getattr(x, "sharding", None), jax.sharding.NamedSharding):
+            return x
+        return jax.device_put(x, replicated)
+
+    return jax.tree.map(place, opt_state)

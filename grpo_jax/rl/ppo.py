@@ -28,8 +28,9 @@ import optax
 from grpo_jax import losses
 from grpo_jax.models import logprobs
 from grpo_jax.rl.reward_model import (REWARD_MODEL_REWARD, add_scalar_head, load_reward_model,
-                                      resolve_reward_fns, scalar_head_policy)
-from grpo_jax.training import Params, Policy, accumulate_gradients
+                                      scalar_head_policy)
+from grpo_jax.rl.reward_sources import resolve_reward_fns
+from grpo_jax.training import Params, Policy, accumulate_gradients, init_opt_state
 
 
 # ---------------------------------------------------------------------------------------
@@ -297,8 +298,10 @@ def ppo_stage(run, stage) -> None:
     critic = scalar_head_policy(run.model_config)
     use_reference = section.beta > 0
     critic_params = add_scalar_head(run.params)
-    state = {"params": run.params, "opt_state": optimizer.init(run.params),
-             "critic_params": critic_params, "critic_opt_state": critic_optimizer.init(critic_params)}
+    state = {"params": run.params,
+             "opt_state": init_opt_state(optimizer, run.params, run.mesh),
+             "critic_params": critic_params,
+             "critic_opt_state": init_opt_state(critic_optimizer, critic_params, run.mesh)}
     if use_reference:
         state["ref_params"] = jax.tree.map(jnp.copy, run.params)
     iterator = prompt_iterator(run.task.examples("train", cfg.task.train_size, seed=cfg.seed),
@@ -316,7 +319,7 @@ def ppo_stage(run, stage) -> None:
     prompt_len = cfg.task.prompt_len
     weights = dict(section.rewards.to_dict())
     rule_weights = {k: v for k, v in weights.items() if k != REWARD_MODEL_REWARD}
-    reward_fns = resolve_reward_fns(run, list(rule_weights))
+    reward_fns = resolve_reward_fns(run, list(rule_weights), section=section)
     reward_model = (load_reward_model(run, section.reward_model)
                     if REWARD_MODEL_REWARD in weights else None)
     prepare = make_prepare_fn(run.policy, critic, prompt_len=prompt_len, gamma=section.gamma,

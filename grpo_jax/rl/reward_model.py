@@ -24,6 +24,7 @@ import optax
 from flax import nnx
 
 from grpo_jax.models import ModelConfig, Transformer, logprobs
+from grpo_jax.rl.reward_sources import register_reward_source
 from grpo_jax.training import Params, Policy, accumulate_gradients
 
 REWARD_MODEL_REWARD = "reward_model"  # name of the learned reward in a stage's `rewards`
@@ -193,23 +194,15 @@ def load_reward_model(run, source: str, *, batch_size: int = 32) -> RewardModel:
                        prompt_fn=functools.partial(prompt_text, run), batch_size=batch_size)
 
 
-def resolve_reward_fns(run, names: Sequence[str], *, reward_model: str = "") -> dict:
-    """Reward functions for `names`: the task's own, then `grpo_jax.rewards.get_reward_fn`,
-    and "reward_model" from the reward model saved at `reward_model` (stage name or path)."""
-    from grpo_jax import rewards as rewards_lib
-
-    fns = dict(run.task.reward_fns())
-    for name in names:
-        if name in fns:
-            continue
-        if name == REWARD_MODEL_REWARD:
-            if not reward_model:
-                raise ValueError("rewards.reward_model: set the section's `reward_model` field "
-                                 "to the reward-model stage name or directory")
-            fns[name] = load_reward_model(run, reward_model).reward_fn()
-        else:
-            fns[name] = rewards_lib.get_reward_fn(name)
-    return fns
+@register_reward_source(REWARD_MODEL_REWARD)
+def _reward_model_source(run, section):
+    """The "reward_model" reward: the model saved at `<section>.reward_model`."""
+    source = section.get("reward_model", "") if section is not None else ""
+    if not source:
+        kind = section.get("kind", "rl") if section is not None else "rl"
+        raise ValueError(f"{kind}.reward_model: set it to the reward-model stage name or "
+                         "directory to use the 'reward_model' reward")
+    return load_reward_model(run, source).reward_fn()
 
 
 # ---------------------------------------------------------------------------------------

@@ -141,7 +141,7 @@ def validate_section(name: str, section, config) -> None:
 
 def trpo_stage(run, stage) -> None:
     """TRPO iterations: sample G per prompt -> group advantages -> natural-gradient step."""
-    from grpo_jax.rl.reward_model import resolve_reward_fns
+    from grpo_jax.rl.reward_sources import resolve_reward_fns
     from grpo_jax.rl.rollout import rollout
     from grpo_jax.rl.update import build_batch
     from grpo_jax.stages import _progress, prompt_text, sampling_config
@@ -158,7 +158,7 @@ def trpo_stage(run, stage) -> None:
         start = int(stage.resume_meta["stage_step"])
     prompt_len = cfg.task.prompt_len
     weights = dict(section.rewards.to_dict())
-    reward_fns = resolve_reward_fns(run, list(weights))
+    reward_fns = resolve_reward_fns(run, list(weights), section=section)
     step_fn = make_trpo_step(run.policy, prompt_len=prompt_len, max_kl=section.max_kl,
                              damping=section.damping, cg_iters=section.cg_iters,
                              backtrack_ratio=section.backtrack_ratio,

@@ -10,6 +10,12 @@ in +/-1..3; later steps use the wrong value. Deltas that would bring the final v
 the true answer are never chosen, so the final answer is wrong iff some step was wrong and
 P(correct trace) = (1 - error_rate)^steps. With error_rate < 0.5 the correct value stays the
 most likely one at every step.
+
+`error_mode="operator"` writes a wrong step as the exact result of a confused operator
+instead (e.g. "9*6=15", adding instead of multiplying; an offset is used when no other
+operator gives a wrong value). Those errors are a separate, exactly computable mode, so a
+model pretrained on them learns exact arithmetic plus a confusion rate: at temperature 1 it
+repeats the confusions (low pass@1, high pass@k), and sharpening removes them.
 """
 
 from __future__ import annotations
@@ -67,14 +73,19 @@ class ArithmeticTask(Task):
 
     name = "arithmetic"
 
-    def __init__(self, difficulty: int | Sequence[int] = 1, *, max_operators: int | None = None):
+    def __init__(self, difficulty: int | Sequence[int] = 1, *, max_operators: int | None = None,
+                 error_mode: str = "offset"):
         """Args: difficulty (int or list); max_operators caps the operator count of every
-        level (e.g. 2 makes difficulty 1 "one or two operators": shorter traces for CPU runs).
+        level (e.g. 2 makes difficulty 1 "one or two operators": shorter traces for CPU runs);
+        error_mode "offset" | "operator" (how a noisy step is wrong, see the module doc).
         """
         super().__init__(difficulty)
         if max_operators is not None and max_operators < 1:
             raise ValueError(f"max_operators: expected an int >= 1 or None, got {max_operators!r}")
+        if error_mode not in ("offset", "operator"):
+            raise ValueError(f"error_mode: expected 'offset' or 'operator', got {error_mode!r}")
         self.max_operators = max_operators
+        self.error_mode = error_mode
 
     @staticmethod
     def level(difficulty: int) -> tuple[int, int, int]:
@@ -90,7 +101,8 @@ class ArithmeticTask(Task):
         operands = [int(v) for v in rng.integers(1, max_operand + 1, size=count + 1)]
         operators = [OPERATORS[int(k)] for k in rng.integers(len(OPERATORS), size=count)]
         expression = expression_text(operands, operators)
-        thinking, answer = self._trace(operands, operators, errors=[False] * count, rng=None)
+        thinking, answer = self._trace(operands, operators, errors=[False] * count, rng=None,
+                                       error_mode=self.error_mode)
         return Example(
             id=f"arithmetic:{expression}",
             prompt=expression,
@@ -101,7 +113,7 @@ class ArithmeticTask(Task):
         )
 
     @staticmethod
-    def _trace(operands, operators, *, errors, rng) -> tuple[str, int]:
+    def _trace(operands, operators, *, errors, rng, error_mode="offset") -> tuple[str, int]:
         """Step-by-step trace; steps flagged in `errors` are miscomputed (see module doc)."""
         values, ops = list(operands), list(operators)
         true_final = evaluate(operands, operators)
@@ -118,6 +130,12 @@ class ArithmeticTask(Task):
                 rest_values[i] = candidate
                 return evaluate(rest_values, rest_ops) == true_final
 
+            if wrong and error_mode == "operator":
+                confused = [_apply(left, other, right) for other in OPERATORS
+                            if other != operator]
+                confused = [c for c in confused if c != written and not excluded(c)]
+                if confused:
+                    written, wrong = confused[int(rng.integers(len(confused)))], False
             if wrong:
                 candidate = perturb(written, rng, exclude=excluded)
                 written = written if candidate is None else candidate
@@ -144,5 +162,6 @@ class ArithmeticTask(Task):
         check_rate("format_error_rate", format_error_rate)
         operands, operators = example.meta["operands"], example.meta["operators"]
         errors = list(rng.random(len(operators)) < error_rate)
-        thinking, answer = self._trace(operands, operators, errors=errors, rng=rng)
+        thinking, answer = self._trace(operands, operators, errors=errors, rng=rng,
+                                       error_mode=self.error_mode)
         return self.finish_solution(example, thinking, str(answer), rng, format_error_rate)

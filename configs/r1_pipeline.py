@@ -7,8 +7,8 @@ policy (mixed with clean solutions) -> final RL -> eval; the same report as the 
     python -m grpo_jax.main --config=configs/r1_pipeline.py
     python -m grpo_jax.main --config=configs/r1_pipeline.py:smoke   # under a minute on CPU
 
-The "language" reward is not a task reward: task "with_rewards" (grpo_jax.r1) wraps the
-arithmetic task and adds it to `reward_fns()`.
+The "language" reward is not a task reward: reward names resolve to the task's rewards, then
+registered sources, then grpo_jax.rewards' built-ins (grpo_jax/rl/reward_sources.py).
 """
 
 import os
@@ -18,16 +18,14 @@ import ml_collections
 
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 from configs import default  # noqa: E402
-from grpo_jax import r1  # noqa: E402  (registers the "with_rewards" task)
+from grpo_jax import r1  # noqa: E402
 
 
 def get_config(preset: str | None = None) -> ml_collections.ConfigDict:
     config = default.get_config(None)
     config.stages = "cold_start,eval_base,reasoning_rl,rejection_sft,final_rl,eval_final"
     # Arithmetic plus the language-consistency reward of R1 (sec. 2.3.2).
-    config.task.name = "with_rewards"
-    config.task.kwargs = ml_collections.ConfigDict(
-        {"base": "arithmetic", "extra_rewards": "language", "difficulty": 1})
+    config.task.name = "arithmetic"
     config.task.template = "plain"
 
     # ---- cold start: SFT on clean worked solutions (completion-only loss) ------------------

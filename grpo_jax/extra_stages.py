@@ -1,8 +1,7 @@
 """Registers the PPO, TRPO, reward-model and R1 stage kinds (imported by grpo_jax.stages).
 
 Stage kinds: "ppo" (grpo_jax.rl.ppo), "trpo" (grpo_jax.rl.trpo), "reward_model"
-(grpo_jax.rl.reward_model), "rejection_sft" and "distill" (grpo_jax.r1); the task
-"with_rewards" (grpo_jax.r1) adds non-task rewards such as "language" to a task.
+(grpo_jax.rl.reward_model), "rejection_sft" and "distill" (grpo_jax.r1).
 `validate(name, section, config)` checks one section of any of these kinds.
 """
 

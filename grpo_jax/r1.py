@@ -305,33 +305,3 @@ def rebuild_model_for_meta(run, meta: dict) -> None:
     run.model_config, run.policy, run.params = build_student(run, name, seed=run.config.seed)
     run.extra_meta["model_name"] = name
 
-
-# ---------------------------------------------------------------------------------------
-# Tasks with extra (non-task) rewards
-
-
-class TaskWithRewards:
-    """A task whose `reward_fns()` also offers `grpo_jax.rewards.get_reward_fn` rewards.
-
-    Registered as task "with_rewards": task.kwargs = {"base": "arithmetic",
-    "extra_rewards": "language", ...base kwargs}. Everything else is the base task's.
-    """
-
-    def __init__(self, base: str, extra_rewards: str = "language", **kwargs):
-        from grpo_jax import rewards as rewards_lib
-
-        self._base = tasks_lib.get_task(base, **kwargs)
-        names = [n.strip() for n in extra_rewards.split(",") if n.strip()]
-        self._extra = {n: rewards_lib.get_reward_fn(n) for n in names}
-
-    def __getattr__(self, name):
-        return getattr(self._base, name)
-
-    def reward_fns(self):
-        return {**self._base.reward_fns(), **self._extra}
-
-
-@tasks_lib.register_task("with_rewards")
-def task_with_rewards(base: str = "arithmetic", extra_rewards: str = "language", **kwargs):
-    """Factory of `TaskWithRewards` (the registered "with_rewards" task)."""
-    return TaskWithRewards(base, extra_rewards, **kwargs)

@@ -34,7 +34,8 @@ def get_config(preset: str | None = None) -> ml_collections.ConfigDict:
     config.task.train_size = 20000  # distinct training problems for RL prompts
     config.task.eval_size = 128  # held-out problems for evaluation
     config.task.prompt_len = 16  # prompt bucket (tokens, incl. BOS); longer is an error
-    config.tokenizer = "char"  # char | sentencepiece
+    config.tokenizer = "char"  # char | sentencepiece (trained on the task, kept in the workdir)
+    config.tokenizer_vocab_size = 128  # sentencepiece vocabulary size
 
     # ---- model ----------------------------------------------------------------------------
     config.model = ml_collections.ConfigDict()
@@ -71,7 +72,7 @@ def get_config(preset: str | None = None) -> ml_collections.ConfigDict:
     # ---- stage: next-token pretraining on noisy worked solutions --------------------------
     config.pretrain = ml_collections.ConfigDict()
     config.pretrain.kind = "pretrain"
-    config.pretrain.steps = 600
+    config.pretrain.steps = 1500
     config.pretrain.batch_size = 64
     config.pretrain.lr = 3e-3
     config.pretrain.micro_batches = 1
@@ -89,14 +90,14 @@ def get_config(preset: str | None = None) -> ml_collections.ConfigDict:
     config.rl = ml_collections.ConfigDict()
     config.rl.kind = "rl"
     config.rl.algorithm = "grpo"  # grpo | dr_grpo | dapo | rloo | reinforce | expert_iteration
-    config.rl.steps = 60  # RL iterations (sample -> score -> update)
+    config.rl.steps = 80  # RL iterations (sample -> score -> update)
     config.rl.num_prompts = 32  # N prompts per iteration
     config.rl.group_size = 8  # G completions per prompt
     config.rl.num_iterations = 1  # mu: passes over each rollout batch
     config.rl.num_minibatches = 1  # optimizer steps per pass
     config.rl.micro_batches = 1  # gradient accumulation inside one optimizer step
-    config.rl.lr = 1e-3
-    config.rl.beta = 0.0  # KL-to-reference coefficient (reference log-probs skipped if 0)
+    config.rl.lr = 2e-4
+    config.rl.beta = 0.01  # KL-to-reference coefficient (reference log-probs skipped if 0)
     config.rl.kl_kind = "k3"  # k1 | k2 | k3
     config.rl.epsilon = 0.2  # clip range (low side)
     config.rl.epsilon_high = -1.0  # clip-higher (DAPO); < 0 means equal to epsilon

@@ -40,6 +40,8 @@ def validate(config: ml_collections.ConfigDict) -> None:
     _require(config.task.template in ("plain", "r1_zero"),
              f"task.template: expected plain or r1_zero, got {config.task.template!r}")
     _require(config.task.prompt_len >= 2, "task.prompt_len: expected >= 2")
+    _require(config.tokenizer in ("char", "sentencepiece"),
+             f"tokenizer: expected char or sentencepiece, got {config.tokenizer!r}")
     from grpo_jax.parallel import resolve_mesh_shape
 
     try:

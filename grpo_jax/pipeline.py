@@ -145,8 +145,22 @@ def build_tokenizer(config, task, workdir):
     if config.tokenizer == "char":
         return text.CharTokenizer.for_task(task)
     if config.tokenizer == "sentencepiece":
-        raise NotImplementedError("sentencepiece tokenizer for the main job")
-    raise ValueError(f"tokenizer: unknown tokenizer {config.tokenizer!r}; expected char")
+        # Trained once on the training problems and their clean solutions, kept in the workdir
+        # so a resumed run uses the same vocabulary.
+        from grpo_jax.text.sentencepiece import MODEL_FILE
+
+        directory = os.path.join(workdir, "tokenizer")
+        if os.path.isfile(os.path.join(directory, MODEL_FILE)):
+            return text.SentencePieceTokenizer.load(directory)
+        from grpo_jax.tasks import apply_template
+
+        examples = task.examples("train", min(config.task.train_size, 4000), seed=config.seed)
+        texts = [apply_template(ex, template=config.task.template) + (ex.solution or "")
+                 for ex in examples]
+        return text.SentencePieceTokenizer.train(
+            texts, directory, vocab_size=config.get("tokenizer_vocab_size", 128))
+    raise ValueError(f"tokenizer: unknown tokenizer {config.tokenizer!r}; expected char or "
+                     "sentencepiece")
 
 
 def build_model(config, tokenizer):

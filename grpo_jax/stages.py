@@ -461,6 +461,7 @@ def write_run_report(run: Run) -> dict:
         run.workdir, title=f"grpo_jax run: {run.config.task.name}", summary=summary,
         history=history,
         plots=("reward_mean", "pass@1", "reward/format", "completion_length", "kl", "clip_frac"),
+        step_key="stage_step",
     )
     return summary
 

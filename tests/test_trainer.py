@@ -181,3 +181,47 @@ def test_config_error_exits_with_one_line(tmp_path):
     lines = [l for l in result.stderr.strip().splitlines() if l.strip()]
     assert len(lines) == 1 and "rl.group_size" in lines[0], result.stderr
     assert "Traceback" not in result.stderr
+
+
+def test_logprobs_temperature_matches_scaled_softmax():
+    from flax import nnx
+
+    from grpo_jax.models import Transformer, logprobs, named_config
+
+    model = Transformer(named_config("tiny-1m", vocab_size=16, hidden_size=32, num_layers=1,
+                                     num_heads=2, num_kv_heads=1, head_dim=16, mlp_size=64,
+                                     max_seq_len=16), rngs=nnx.Rngs(1))
+    tokens = jnp.asarray(np.random.default_rng(0).integers(0, 16, (2, 6)), jnp.int32)
+    mask = jnp.ones((2, 6), bool)
+    logits = model(tokens, attention_mask=mask)
+    for temperature in (1.0, 0.5, 2.0):
+        expected = jax.nn.log_softmax(logits[:, :-1] / temperature, axis=-1)
+        expected = jnp.take_along_axis(expected, tokens[:, 1:, None], axis=-1)[..., 0]
+        got = logprobs(model, tokens, mask, temperature=temperature)["logp"]
+        np.testing.assert_allclose(got[:, 1:], expected, rtol=1e-5, atol=1e-5)
+        assert np.all(np.asarray(got[:, 0]) == 0.0)
+
+
+def test_train_step_compiles_once(tmp_path):
+    """Steps after the first reuse its executable: the optimizer state starts on the mesh."""
+    from grpo_jax.pipeline import Run
+    from grpo_jax.sft.loss import make_supervised_step
+    from grpo_jax.stages import _optimizer
+    from grpo_jax.training import init_opt_state
+
+    config = default_config.get_config("smoke")
+    config.mesh.shape = {"data": 2, "fsdp": 2, "tensor": 2}
+    run = Run(config, str(tmp_path))
+    try:
+        optimizer, _ = _optimizer(run, config.pretrain, 10)
+        opt_state = init_opt_state(optimizer, run.params, run.mesh)
+        step = make_supervised_step(run.policy, optimizer)
+        batch = jax.device_put({"tokens": np.ones((8, 16), np.int32),
+                                "attention_mask": np.ones((8, 16), bool),
+                                "loss_mask": np.ones((8, 16), bool)}, run.data_sharding)
+        params = run.params
+        for _ in range(3):
+            params, opt_state, _ = step(params, opt_state, batch)
+        assert step._cache_size() == 1
+    finally:
+        run.close()

@@ -1,0 +1,130 @@
+"""DAPO's dynamic sampling, overlong handling and one-step smoke runs of DAPO and GSPO."""
+
+from __future__ import annotations
+
+import os
+import sys
+import types
+
+import jax
+import numpy as np
+import pytest
+
+from grpo_jax import stages
+from grpo_jax.metrics import read_metrics
+from grpo_jax.pipeline import StageSpec, train_and_evaluate
+from grpo_jax.rl.rollout import Rollout
+from grpo_jax.tasks import get_task
+
+sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+from configs import default as default_config  # noqa: E402
+
+N, G, NEW = 4, 3, 5
+
+
+def fake_run():
+    config = default_config.get_config("smoke")
+    config.rl.num_prompts, config.rl.group_size, config.rl.max_sampling_rounds = N, G, 3
+    run = types.SimpleNamespace(config=config, policy=None, params=None, tokenizer=None,
+                                stage_key=lambda index, step: jax.random.key(index * 100 + step))
+    return run, StageSpec(0, "rl", config.rl, None)
+
+
+def scripted_rollouts(monkeypatch, reward_rounds):
+    """Makes stages.rollout return the given per-round rewards [N*G] (lengths 1..NEW)."""
+    calls = iter(reward_rounds)
+
+    def fake_rollout(policy, params, tokenizer, examples, prompts, key, **kwargs):
+        rewards = np.asarray(next(calls), np.float32)
+        rows = len(examples)
+        lengths = np.arange(rows) % NEW + 1
+        mask = np.arange(NEW)[None] < lengths[:, None]
+        return Rollout(
+            prompt_tokens=np.zeros((rows, 4), np.int32), prompt_mask=np.ones((rows, 4), bool),
+            tokens=np.ones((rows, NEW), np.int32), mask=mask,
+            sample_logp=np.zeros((rows, NEW), np.float32), lengths=lengths,
+            texts=[f"t{i}" for i in range(rows)], rewards=rewards,
+            components={"accuracy": rewards.copy()}, truncated=lengths == NEW)
+
+    monkeypatch.setattr(stages, "rollout", fake_rollout)
+
+
+def prompts():
+    examples = get_task("arithmetic").examples("train", 64, seed=0)
+    return iter([examples[i:i + N] for i in range(0, len(examples), N)])
+
+
+def test_dynamic_sampling_keeps_only_groups_with_signal(monkeypatch):
+    run, stage = fake_run()
+    # Groups (of G=3): round 1 has signal in groups 0 and 2; round 2 in groups 1, 2 and 3.
+    round1 = [1, 0, 0,  1, 1, 1,  0, 1, 0,  0, 0, 0]
+    round2 = [0, 0, 0,  1, 0, 1,  0, 0, 1,  1, 1, 0]
+    scripted_rollouts(monkeypatch, [round1, round2])
+    ro, examples, info = stages.collect_rollout(run, stage, prompts(), 0, sampling=None,
+                                                weights={"accuracy": 1.0}, reward_fns={},
+                                                dynamic=True)
+    groups = ro.rewards.reshape(N, G)
+    assert np.all(groups.std(axis=1) > 0)  # never a zero-variance group
+    np.testing.assert_array_equal(groups, [[1, 0, 0], [0, 1, 0], [1, 0, 1], [0, 0, 1]])
+    assert info == {"sampling_rounds": 2, "dropped_groups": 2 + 1, "filled_groups": 0}
+    assert len(examples) == N * G and ro.mask.shape == (N * G, NEW)
+
+
+def test_dynamic_sampling_terminates_and_masks_the_shortfall(monkeypatch):
+    run, stage = fake_run()
+    constant = [1.0] * (N * G)
+    one_good = [1, 0, 0] + [0.0] * (N * G - G)
+    scripted_rollouts(monkeypatch, [one_good, constant, constant, constant])
+    ro, _, info = stages.collect_rollout(run, stage, prompts(), 0, sampling=None,
+                                         weights={"accuracy": 1.0}, reward_fns={},
+                                         dynamic=True)
+    assert info["sampling_rounds"] == 3  # the bound, not an endless loop
+    assert info["filled_groups"] == N - 1
+    assert ro.mask[:G].any() and not ro.mask[G:].any()  # filler rows carry no loss
+    assert ro.rewards.shape == (N * G,)
+
+
+def test_static_sampling_takes_one_round(monkeypatch):
+    run, stage = fake_run()
+    scripted_rollouts(monkeypatch, [[1.0] * (N * G)])
+    ro, _, info = stages.collect_rollout(run, stage, prompts(), 0, sampling=None,
+                                         weights={"accuracy": 1.0}, reward_fns={},
+                                         dynamic=False)
+    assert info == {"sampling_rounds": 1} and np.all(ro.rewards == 1.0)
+
+
+def test_soft_overlong_punishment_is_added_per_length(monkeypatch):
+    run, stage = fake_run()
+    stage.section.max_new_tokens, stage.section.overlong_cache = NEW, 2
+    scripted_rollouts(monkeypatch, [[0.0] * (N * G)])
+    ro, _, _ = stages.collect_rollout(run, stage, prompts(), 0, sampling=None,
+                                      weights={"accuracy": 1.0, "overlong": 0.5},
+                                      reward_fns={}, dynamic=False)
+    # L_max = 5, L_cache = 2: lengths 1..3 -> 0, 4 -> -0.5, 5 -> -1; weight 0.5.
+    expected = {1: 0.0, 2: 0.0, 3: 0.0, 4: -0.25, 5: -0.5}
+    for length, reward in zip(ro.lengths, ro.rewards):
+        assert reward == pytest.approx(expected[int(length)])
+
+
+@pytest.mark.parametrize("overrides", [
+    {"algorithm": "dapo"},
+    {"algorithm": "grpo", "ratio_level": "sequence", "num_iterations": 2},  # GSPO
+    {"algorithm": "grpo", "ref_reset_every": 1, "beta": 0.04},
+])
+def test_one_step_smoke(tmp_path, overrides):
+    config = default_config.get_config("smoke")
+    config.mesh.num_devices = 1
+    config.stages = "rl"
+    config.rl.steps = 2
+    for key, value in overrides.items():
+        config.rl[key] = value
+    train_and_evaluate(config, str(tmp_path))
+    lines = [r for r in read_metrics(tmp_path / "metrics.jsonl") if r["stage"] == "rl"]
+    assert len(lines) == 2
+    for line in lines:
+        assert np.isfinite(line["loss"]) and np.isfinite(line["grad_norm"])
+    if overrides["algorithm"] == "dapo":
+        assert all(line["sampling_rounds"] >= 1 for line in lines)
+    if "ref_reset_every" in overrides:
+        # The reference is reset to the policy before step 2, so its KL is 0 again there.
+        assert lines[1]["kl"] == pytest.approx(0.0, abs=1e-6)

@@ -68,8 +68,9 @@ class KVCache:
     """Per-layer key/value buffers of fixed size S, written in place at `index`.
 
     Attributes:
-      keys: tuple over layers of [B, S, K, H].
-      values: tuple over layers of [B, S, K, H].
+      keys: tuple over layers of [B*K, S, H], row b*K + k holding batch row b, KV head k
+        (each head's keys contiguous, so a decode step never transposes or copies the cache).
+      values: tuple over layers of [B*K, S, H].
       key_valid: [B, S] bool, True for slots holding a real (non-pad) token.
       index: [] int32, the next slot to write.
     """
@@ -81,7 +82,7 @@ class KVCache:
 
     @classmethod
     def init(cls, config: ModelConfig, batch_size: int, size: int) -> KVCache:
-        shape = (batch_size, size, config.num_kv_heads, config.head_dim)
+        shape = (batch_size * config.num_kv_heads, size, config.head_dim)
         zeros = lambda: jnp.zeros(shape, config.compute_dtype)
         return cls(
             keys=tuple(zeros() for _ in range(config.num_layers)),
@@ -113,6 +114,38 @@ def attend(q, k, v, query_slots, key_valid):
     probs = jax.nn.softmax(scores, axis=-1).astype(v.dtype)
     out = jnp.einsum("BKGTS,BSKH->BTKGH", probs, v)
     return out.reshape(b, t, n, h)
+
+
+def attend_cached(q, cache_k, cache_v, query_slots, key_valid):
+    """Grouped-query softmax(q k^T / sqrt(H) + mask) v over a [B*K, S, H] cache.
+
+    Same numerics as `attend`. With (batch, KV head) merged into one leading dim both products
+    are plain batched matmuls [Q, H] x [H, S] and [Q, S] x [S, H] (Q = T*G queries per KV head),
+    with no transpose or reshape of the cache (a reshape of the freshly updated cache makes
+    XLA:CPU duplicate the update and copy the loop-carried buffer).
+
+    Args:
+      q: [B, T, N, H] queries.
+      cache_k: [B*K, S, H] keys; cache_v: [B*K, S, H] values (row b*K + k).
+      query_slots: [T] int, the key slot each query sits at (causal: key slot <= query slot).
+      key_valid: [B, S] bool.
+
+    Returns:
+      [B, T, N, H] in cache_v.dtype.
+    """
+    b, t, n, h = q.shape
+    s = cache_k.shape[1]
+    kv_heads = cache_k.shape[0] // b
+    groups = n // kv_heads
+    q = q.reshape(b, t, kv_heads, groups, h).transpose(0, 2, 1, 3, 4).reshape(-1, t * groups, h)
+    scores = jnp.einsum("ZQH,ZSH->ZQS", q, cache_k, preferred_element_type=jnp.float32)
+    scores = scores * (h**-0.5)
+    mask = (jnp.arange(s)[None, :] <= query_slots[:, None])[None] & key_valid[:, None, :]
+    mask = jnp.repeat(jnp.repeat(mask, groups, axis=1), kv_heads, axis=0)  # [B*K, T*G, S]
+    scores = jnp.where(mask, scores, _MASKED)
+    probs = jax.nn.softmax(scores, axis=-1).astype(cache_v.dtype)
+    out = jnp.einsum("ZQS,ZSH->ZQH", probs, cache_v)
+    return out.reshape(b, kv_heads, t, groups, h).transpose(0, 2, 1, 3, 4).reshape(b, t, n, h)
 
 
 class RMSNorm(nnx.Module):
@@ -174,10 +207,16 @@ class Attention(nnx.Module):
 
     def cached(self, x, positions, key_valid, index, cache_k, cache_v):
         q, k, v = self.qkv(x, positions)
-        cache_k = jax.lax.dynamic_update_slice(cache_k, k.astype(cache_k.dtype), (0, index, 0, 0))
-        cache_v = jax.lax.dynamic_update_slice(cache_v, v.astype(cache_v.dtype), (0, index, 0, 0))
-        query_slots = index + jnp.arange(x.shape[1])
-        return self.output(attend(q, cache_k, cache_v, query_slots, key_valid)), cache_k, cache_v
+        b, t, kv_heads, h = k.shape
+        write = lambda buf, new: jax.lax.dynamic_update_slice(
+            buf,
+            new.transpose(0, 2, 1, 3).reshape(b * kv_heads, t, h).astype(buf.dtype),
+            (0, index, 0),
+        )
+        cache_k, cache_v = write(cache_k, k), write(cache_v, v)
+        query_slots = index + jnp.arange(t)
+        attended = attend_cached(q, cache_k, cache_v, query_slots, key_valid)
+        return self.output(attended), cache_k, cache_v
 
 
 class MLP(nnx.Module):

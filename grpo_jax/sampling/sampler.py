@@ -128,6 +128,36 @@ def _padded(ids: Sequence[int], size: int) -> jax.Array:
     return jnp.asarray(list(ids) + [0] * (size - len(ids)), jnp.int32)
 
 
+def _argmax(x):
+    """First index of the maximum along the last axis, as jnp.argmax (x: [B, V] -> [B] int32).
+
+    max then min-of-matching-index: two plain reductions, which XLA:CPU runs far faster than
+    the variadic (value, index) reduction jnp.argmax lowers to.
+    """
+    top = jnp.max(x, axis=-1, keepdims=True)
+    iota = jax.lax.broadcasted_iota(jnp.int32, x.shape, x.ndim - 1)
+    return jnp.min(jnp.where(x == top, iota, x.shape[-1]), axis=-1)
+
+
+def _categorical(key, logits):
+    """Gumbel-max sample argmax(logits + G), G ~ Gumbel(0, 1) (the noise jax.random.categorical
+    draws for the same key, so the samples are the same).
+
+    Args:
+      logits: [B, V] float32 unnormalised log-probabilities.
+
+    Returns:
+      [B] int32.
+    """
+    return _argmax(logits + jax.random.gumbel(key, logits.shape, logits.dtype))
+
+
+def _logp_at(logits, token):
+    """log softmax(logits)[token] = logits[token] - logsumexp(logits); logits [B, V] -> [B]."""
+    picked = jnp.take_along_axis(logits, token[:, None], -1)[:, 0]
+    return picked - jax.nn.logsumexp(logits, axis=-1)
+
+
 def _filter_and_sample(logits, key, config: SamplingConfig):
     """Samples one token per row after temperature / top-k / top-p.
 
@@ -142,16 +172,15 @@ def _filter_and_sample(logits, key, config: SamplingConfig):
     vocab = logits.shape[-1]
     k = config.top_k if config.top_k > 0 else (vocab if config.top_p < 1.0 else 0)
     if k == 0:
-        token = jax.random.categorical(key, logits, axis=-1)
-        logp = jnp.take_along_axis(jax.nn.log_softmax(logits, -1), token[:, None], -1)[:, 0]
-        return token.astype(jnp.int32), logp
+        token = _categorical(key, logits)
+        return token, _logp_at(logits, token)
     values, indices = jax.lax.top_k(logits, min(k, vocab))
     if config.top_p < 1.0:
         probs = jax.nn.softmax(values, axis=-1)
         mass_before = jnp.cumsum(probs, axis=-1) - probs
         values = jnp.where(mass_before < config.top_p, values, -jnp.inf)
-    choice = jax.random.categorical(key, values, axis=-1)
-    logp = jnp.take_along_axis(jax.nn.log_softmax(values, -1), choice[:, None], -1)[:, 0]
+    choice = _categorical(key, values)
+    logp = _logp_at(values, choice)
     token = jnp.take_along_axis(indices, choice[:, None], -1)[:, 0]
     return token.astype(jnp.int32), logp
 
@@ -165,7 +194,8 @@ def _choose(state: _State, logits, key, config: SamplingConfig):
         jnp.any(t[:, None] == eos, -1) if eos is not None else jnp.zeros(t.shape, bool)
     )
     scaled = logits if config.greedy else logits / config.temperature
-    model_log_probs = jax.nn.log_softmax(scaled, -1)
+    unmasked = scaled
+    model_logp = lambda t: _logp_at(unmasked, t)  # under the temperature-scaled model
     end_ids = config.end_thinking_ids
 
     ends_thinking = None
@@ -184,8 +214,8 @@ def _choose(state: _State, logits, key, config: SamplingConfig):
         ends_thinking = lambda t: jnp.take_along_axis(vocab_ends, t[:, None], -1)[:, 0]
 
     if config.greedy:
-        token = jnp.argmax(scaled, axis=-1).astype(jnp.int32)
-        logp = jnp.take_along_axis(model_log_probs, token[:, None], -1)[:, 0]
+        token = _argmax(scaled)
+        logp = model_logp(token)
     else:
         token, logp = _filter_and_sample(scaled, key, config)
     forced = jnp.zeros((batch,), bool)
@@ -226,8 +256,7 @@ def _choose(state: _State, logits, key, config: SamplingConfig):
             len(end_ids) - 1,
             jnp.where(premature, max(len(config.continuation_ids) - 1, 0), queue_len),
         )
-        forced_logp = jnp.take_along_axis(model_log_probs, token[:, None], -1)[:, 0]
-        logp = jnp.where(forced, forced_logp, logp)
+        logp = jnp.where(forced, model_logp(token), logp)
         think_count = think_count + thinking.astype(jnp.int32)
         history = jnp.concatenate([history[:, 1:], token[:, None]], axis=1)
         completed = jnp.all(history == jnp.asarray(end_ids, jnp.int32), axis=-1)

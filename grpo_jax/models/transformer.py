@@ -198,6 +198,22 @@ class Attention(nnx.Module):
         v = self._project(x, self.v_kernel, self.v_bias)
         return q, k, v
 
+    def fused_qkv(self, x, positions):
+        """As `qkv`, with one matmul against the concatenated [D, (N + 2K) H] kernel."""
+        d, n, h = self.q_kernel.value.shape
+        kv = self.k_kernel.value.shape[1]
+        kernels = (self.q_kernel, self.k_kernel, self.v_kernel)
+        kernel = jnp.concatenate([w.value.reshape(d, -1) for w in kernels], axis=1)
+        y = jnp.einsum("BTD,DF->BTF", x, kernel.astype(self.dtype))
+        if self.q_bias is not None:
+            biases = (self.q_bias, self.k_bias, self.v_bias)
+            y = y + jnp.concatenate([b.value.reshape(-1) for b in biases]).astype(self.dtype)
+        q, k, v = jnp.split(y, [n * h, (n + kv) * h], axis=-1)
+        b, t = x.shape[:2]
+        q = apply_rope(q.reshape(b, t, n, h), positions, self.inv_freq)
+        k = apply_rope(k.reshape(b, t, kv, h), positions, self.inv_freq)
+        return q, k, v.reshape(b, t, kv, h)
+
     def output(self, attended):
         return jnp.einsum("BTNH,NHD->BTD", attended, self.o_kernel.value.astype(self.dtype))
 
@@ -206,7 +222,7 @@ class Attention(nnx.Module):
         return self.output(attend(q, k, v, jnp.arange(x.shape[1]), attention_mask))
 
     def cached(self, x, positions, key_valid, index, cache_k, cache_v):
-        q, k, v = self.qkv(x, positions)
+        q, k, v = self.fused_qkv(x, positions)
         b, t, kv_heads, h = k.shape
         write = lambda buf, new: jax.lax.dynamic_update_slice(
             buf,
@@ -241,6 +257,12 @@ class MLP(nnx.Module):
         up = x @ self.up_kernel.value.astype(self.dtype)
         return (jax.nn.silu(gate) * up) @ self.down_kernel.value.astype(self.dtype)
 
+    def fused(self, x):
+        """As `__call__`, with one matmul against the concatenated [D, 2F] gate/up kernel."""
+        kernel = jnp.concatenate([self.gate_kernel.value, self.up_kernel.value], axis=1)
+        gate, up = jnp.split(x @ kernel.astype(self.dtype), 2, axis=-1)
+        return (jax.nn.silu(gate) * up) @ self.down_kernel.value.astype(self.dtype)
+
 
 class Block(nnx.Module):
     """Pre-norm residual block: x + attn(norm(x)); x + mlp(norm(x))."""
@@ -260,7 +282,7 @@ class Block(nnx.Module):
             self.attention_norm(x), positions, key_valid, index, cache_k, cache_v
         )
         x = x + attended
-        return x + self.mlp(self.mlp_norm(x)), cache_k, cache_v
+        return x + self.mlp.fused(self.mlp_norm(x)), cache_k, cache_v
 
 
 def default_positions(attention_mask: jax.Array) -> jax.Array:

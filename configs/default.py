@@ -110,7 +110,10 @@ def get_config(preset: str | None = None) -> ml_collections.ConfigDict:
     config.rl.top_k = 0  # 0 = off
     config.rl.top_p = 1.0
     config.rl.max_new_tokens = 40
+    # Reward name -> weight. Names: the task's (accuracy, format, format_soft, ...), built-ins
+    # (language, overlong) and registered sources (reward_model, with rl.reward_model set).
     config.rl.rewards = ml_collections.ConfigDict({"accuracy": 1.0, "format": 0.2})
+    config.rl.reward_model = ""  # reward-model stage name or directory for "reward_model"
     config.rl.checkpoint_every = 20  # steps between checkpoints (and one at stage end)
     config.rl.ref_reset_every = 0  # replace the reference by the policy every K steps; 0 = never
     # DAPO switches: "auto" = on for algorithm=dapo only | "on" | "off".

@@ -145,3 +145,32 @@ def init_opt_state(optimizer: optax.GradientTransformation, params: Params, mesh
         return jax.device_put(x, replicated)
 
     return jax.tree.map(place, opt_state)
+
+
+def jit_update(fn: Callable, *, num_state_args: int = 2) -> Callable:
+    """`jax.jit` of an update `fn(*state, batch) -> (*state, metrics)` that keeps the state's
+    shardings.
+
+    The first `num_state_args` arguments (params, optimizer state, ...) are donated and their
+    outputs are pinned to the shardings the first call received. Without the pin the compiler
+    may pick other output shardings (e.g. shard a norm scale over `fsdp`), and the next call,
+    fed those outputs, would compile the step a second time. `.jitted()` gives the underlying
+    jitted function (e.g. for `_cache_size()`).
+    """
+    jitted = None
+
+    def call(*args):
+        nonlocal jitted
+        if jitted is None:
+            # Pin committed mesh-sharded leaves; leave the others (e.g. uncommitted arrays
+            # made by jnp ops outside any mesh) to the compiler.
+            state_shardings = tuple(jax.tree.map(
+                lambda x: x.sharding if isinstance(getattr(x, "sharding", None),
+                                                   jax.sharding.NamedSharding) else None,
+                args[:num_state_args]))
+            jitted = jax.jit(fn, donate_argnums=tuple(range(num_state_args)),
+                             out_shardings=(*state_shardings, None))
+        return jitted(*args)
+
+    call.jitted = lambda: jitted
+    return call

@@ -8,6 +8,7 @@ import sys
 
 import jax
 import jax.numpy as jnp
+import ml_collections
 import numpy as np
 import pytest
 
@@ -62,7 +63,12 @@ def test_reward_model_stage_learns_and_scores(tmp_path):
     scorer = rm.load_reward_model(run, "rm", batch_size=8)
     pairs = rm.preference_pairs(run.task, run.task.examples("test", 8, seed=5), seed=5)
     chosen = scorer.score([c for _, c, _ in pairs], [e for e, _, _ in pairs])
-    fn = rm.resolve_reward_fns(run, ["reward_model"], reward_model="rm")["reward_model"]
+    from grpo_jax.rl.reward_sources import resolve_reward_fns
+
+    section = ml_collections.ConfigDict({"kind": "rl", "reward_model": "rm"})
+    fn = resolve_reward_fns(run, ["reward_model"], section=section)["reward_model"]
     assert fn(pairs[0][1], pairs[0][0]) == pytest.approx(float(chosen[0]), rel=1e-5, abs=1e-6)
     with pytest.raises(ValueError, match="reward_model"):
         rm.load_reward_model(run, "missing_stage")
+    with pytest.raises(ValueError, match=r"rl\.reward_model"):
+        resolve_reward_fns(run, ["reward_model"], section=ml_collections.ConfigDict({"kind": "rl"}))

@@ -222,6 +222,6 @@ def test_train_step_compiles_once(tmp_path):
         params = run.params
         for _ in range(3):
             params, opt_state, _ = step(params, opt_state, batch)
-        assert step._cache_size() == 1
+        assert step.jitted()._cache_size() == 1
     finally:
         run.close()

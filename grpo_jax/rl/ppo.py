@@ -30,7 +30,7 @@ from grpo_jax.models import logprobs
 from grpo_jax.rl.reward_model import (REWARD_MODEL_REWARD, add_scalar_head, load_reward_model,
                                       scalar_head_policy)
 from grpo_jax.rl.reward_sources import resolve_reward_fns
-from grpo_jax.training import Params, Policy, accumulate_gradients, init_opt_state
+from grpo_jax.training import Params, Policy, accumulate_gradients, init_opt_state, jit_update
 
 
 # ---------------------------------------------------------------------------------------
@@ -176,7 +176,6 @@ def make_ppo_update(policy: Policy, critic: Policy, policy_optimizer, critic_opt
         loss = losses.aggregate(per_token, mask, mode="token-mean", num_tokens=num_tokens)
         return loss, {"value_loss": loss}
 
-    @functools.partial(jax.jit, donate_argnums=(0, 1, 2, 3))
     def update(params, opt_state, critic_params, critic_opt_state, batch):
         num_tokens = jnp.maximum(jnp.sum(batch["completion_mask"].astype(jnp.float32)), 1.0)
         _, grads, metrics = accumulate_gradients(
@@ -194,7 +193,7 @@ def make_ppo_update(policy: Policy, critic: Policy, policy_optimizer, critic_opt
         critic_params = optax.apply_updates(critic_params, critic_updates)
         return params, opt_state, critic_params, critic_opt_state, metrics
 
-    return update
+    return jit_update(update, num_state_args=4)
 
 
 # ---------------------------------------------------------------------------------------

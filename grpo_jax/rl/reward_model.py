@@ -25,7 +25,7 @@ from flax import nnx
 
 from grpo_jax.models import ModelConfig, Transformer, logprobs
 from grpo_jax.rl.reward_sources import register_reward_source
-from grpo_jax.training import Params, Policy, accumulate_gradients
+from grpo_jax.training import Params, Policy, accumulate_gradients, jit_update
 
 REWARD_MODEL_REWARD = "reward_model"  # name of the learned reward in a stage's `rewards`
 
@@ -124,7 +124,6 @@ def make_reward_model_step(policy: Policy, optimizer: optax.GradientTransformati
         margin = jnp.sum(chosen - rejected) / num_pairs
         return loss, {"loss": loss, "pair_accuracy": accuracy, "margin": margin}
 
-    @functools.partial(jax.jit, donate_argnums=(0, 1))
     def step(params, opt_state, batch):
         num_pairs = jnp.asarray(batch["chosen_tokens"].shape[0], jnp.float32)
         fn = functools.partial(loss_fn, num_pairs=num_pairs)
@@ -133,7 +132,7 @@ def make_reward_model_step(policy: Policy, optimizer: optax.GradientTransformati
         updates, opt_state = optimizer.update(grads, opt_state, params)
         return optax.apply_updates(params, updates), opt_state, metrics
 
-    return step
+    return jit_update(step)
 
 
 class RewardModel:

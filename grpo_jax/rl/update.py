@@ -17,7 +17,7 @@ import optax
 
 from grpo_jax import losses
 from grpo_jax.models import logprobs
-from grpo_jax.training import Params, Policy, accumulate_gradients
+from grpo_jax.training import Params, Policy, accumulate_gradients, jit_update
 
 
 @dataclasses.dataclass(frozen=True)
@@ -87,7 +87,6 @@ def make_train_step(policy: Policy, optimizer: optax.GradientTransformation,
                     settings: LossSettings, *, prompt_len: int, micro_batches: int):
     """jit(params, opt_state, batch) -> (params, opt_state, metrics)."""
 
-    @functools.partial(jax.jit, donate_argnums=(0, 1))
     def train_step(params, opt_state, batch):
         mask = batch["completion_mask"]
         num_tokens = jnp.maximum(jnp.sum(mask.astype(jnp.float32)), 1.0)
@@ -101,7 +100,7 @@ def make_train_step(policy: Policy, optimizer: optax.GradientTransformation,
         params = optax.apply_updates(params, updates)
         return params, opt_state, metrics
 
-    return train_step
+    return jit_update(train_step)
 
 
 def make_logp_fn(policy: Policy, *, prompt_len: int, temperature: float = 1.0):

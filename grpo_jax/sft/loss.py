@@ -10,7 +10,7 @@ import optax
 
 from grpo_jax import losses
 from grpo_jax.models import logprobs
-from grpo_jax.training import Params, Policy, accumulate_gradients
+from grpo_jax.training import Params, Policy, accumulate_gradients, jit_update
 
 
 def supervised_loss(params: Params, batch: dict, *, policy: Policy, num_tokens):
@@ -26,7 +26,6 @@ def make_supervised_step(policy: Policy, optimizer: optax.GradientTransformation
                          micro_batches: int = 1):
     """jit(params, opt_state, batch) -> (params, opt_state, metrics)."""
 
-    @functools.partial(jax.jit, donate_argnums=(0, 1))
     def step(params, opt_state, batch):
         num_tokens = jnp.maximum(jnp.sum(batch["loss_mask"].astype(jnp.float32)), 1.0)
         loss_fn = functools.partial(supervised_loss, policy=policy, num_tokens=num_tokens)
@@ -36,4 +35,4 @@ def make_supervised_step(policy: Policy, optimizer: optax.GradientTransformation
         params = optax.apply_updates(params, updates)
         return params, opt_state, metrics
 
-    return step
+    return jit_update(step)

@@ -10,15 +10,12 @@ from its latest checkpoint with its optimizer and data-iterator state).
 from __future__ import annotations
 
 import dataclasses
-import json
 import os
 import time
 from typing import Any, Callable
 
 import jax
-import jax.numpy as jnp
 import ml_collections
-import numpy as np
 from flax import nnx
 
 from grpo_jax import parallel
@@ -26,7 +23,7 @@ from grpo_jax import tasks as tasks_lib
 from grpo_jax.checkpoint import Checkpointer
 from grpo_jax.metrics import MetricWriter
 from grpo_jax.models import Transformer, named_config
-from grpo_jax.training import Params, Policy
+from grpo_jax.training import Policy
 
 StageRunner = Callable[["Run", "StageSpec"], None]
 STAGE_KINDS: dict[str, StageRunner] = {}

@@ -26,7 +26,6 @@ import ml_collections
 import numpy as np
 from flax import nnx
 
-from grpo_jax import tasks as tasks_lib
 
 
 # ---------------------------------------------------------------------------------------

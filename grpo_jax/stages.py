@@ -201,30 +201,16 @@ def eval_stage(run: Run, stage: StageSpec) -> None:
 # Reinforcement learning
 
 
-def loss_settings(run: Run, section, *, on_policy: bool) -> LossSettings:
-    algorithm = get_algorithm(section.algorithm)
-    return LossSettings(
-        epsilon=section.epsilon,
-        epsilon_high=section.epsilon_high if section.epsilon_high >= 0 else None,
-        dual_clip=section.dual_clip if section.dual_clip > 0 else None,
-        ratio_level=section.ratio_level,
-        beta=section.beta,
-        kl_kind=section.kl_kind,
-        loss_agg=algorithm.default_loss_agg if section.loss_agg == "auto" else section.loss_agg,
-        on_policy=on_policy,
-        temperature=section.temperature,
-    )
-
-
-def _dapo_default(section, field: str, value: str) -> bool:
+def _dapo_default(section, field: str) -> bool:
     """Resolves an "auto" | "on" | "off" switch whose auto value is on for dapo only."""
     setting = section.get(field, "auto")
     if setting == "auto":
-        return section.algorithm == value
+        return section.algorithm == "dapo"
     return setting == "on"
 
 
 def loss_settings(run: Run, section, *, on_policy: bool) -> LossSettings:
+    """Static loss settings of an rl section (DAPO defaults to clip-higher 0.28)."""
     algorithm = get_algorithm(section.algorithm)
     epsilon_high = section.epsilon_high if section.epsilon_high >= 0 else None
     if epsilon_high is None and section.algorithm == "dapo":
@@ -242,36 +228,31 @@ def loss_settings(run: Run, section, *, on_policy: bool) -> LossSettings:
     )
 
 
-def _concat_rollouts(parts):
-    """Concatenates Rollout fields row-wise."""
+def _combine_rollouts(parts, take):
+    """A Rollout whose every field is `take` (a function of the parts' field values)."""
     import dataclasses as dc
 
     out = {}
     for field in dc.fields(parts[0]):
         values = [getattr(p, field.name) for p in parts]
-        if field.name == "texts":
-            out["texts"] = [t for v in values for t in v]
-        elif field.name == "components":
-            out["components"] = {k: np.concatenate([v[k] for v in values]) for k in values[0]}
+        if field.name == "components":
+            out[field.name] = {k: take([v[k] for v in values]) for k in values[0]}
+        elif field.name == "texts":
+            out[field.name] = list(take([np.asarray(v, dtype=object) for v in values]))
         else:
-            out[field.name] = np.concatenate(values)
+            out[field.name] = take(values)
     return type(parts[0])(**out)
 
 
-def _take_rows(ro, rows):
-    import dataclasses as dc
+def _concat_rollouts(parts):
+    """Concatenates Rollouts row-wise."""
+    return _combine_rollouts(parts, np.concatenate)
 
+
+def _take_rows(ro, rows):
+    """The Rollout restricted to `rows`."""
     rows = np.asarray(rows, int)
-    out = {}
-    for field in dc.fields(ro):
-        value = getattr(ro, field.name)
-        if field.name == "texts":
-            out["texts"] = [value[i] for i in rows]
-        elif field.name == "components":
-            out["components"] = {k: v[rows] for k, v in value.items()}
-        else:
-            out[field.name] = value[rows]
-    return type(ro)(**out)
+    return _combine_rollouts([ro], lambda values: values[0][rows])
 
 
 def collect_rollout(run: Run, stage: StageSpec, iterator, step: int, *, sampling, weights,
@@ -365,8 +346,8 @@ def rl_stage(run: Run, stage: StageSpec) -> None:
     weights = dict(section.rewards.to_dict())
     reward_fns = resolve_reward_fns(run, weights, section=section)
     score_weights = {k: v for k, v in weights.items() if k != "overlong"}
-    dynamic = _dapo_default(section, "dynamic_sampling", "dapo")
-    overlong_filter = _dapo_default(section, "overlong_filter", "dapo")
+    dynamic = _dapo_default(section, "dynamic_sampling")
+    overlong_filter = _dapo_default(section, "overlong_filter")
     ref_reset = section.get("ref_reset_every", 0)
     bar = _progress(stage, section.steps, start)
     for step in range(start, section.steps):

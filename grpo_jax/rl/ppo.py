@@ -282,9 +282,8 @@ def score_rollout(run, section, ro, examples, reward_model):
 
 def ppo_stage(run, stage) -> None:
     """PPO iterations: sample -> rewards -> per-token KL rewards -> GAE -> policy/critic."""
-    from grpo_jax.rl.rollout import rollout
     from grpo_jax.rl.update import build_batch
-    from grpo_jax.stages import _optimizer, _progress, prompt_text, sampling_config
+    from grpo_jax.stages import _optimizer, _progress, collect_rollout, sampling_config
     from grpo_jax.tasks.data import prompt_iterator
 
     section, cfg = stage.section, run.config
@@ -333,11 +332,8 @@ def ppo_stage(run, stage) -> None:
     bar = _progress(stage, section.steps, start)
     for step in range(start, section.steps):
         t0 = time.time()
-        examples = [ex for ex in next(iterator) for _ in range(g)]
-        ro = rollout(run.policy, run.params, run.tokenizer, examples,
-                     [prompt_text(run, ex) for ex in examples], run.stage_key(stage.index, step),
-                     sampling=sampling, prompt_len=prompt_len, reward_fns=reward_fns,
-                     weights=rule_weights)
+        ro, examples, _ = collect_rollout(run, stage, iterator, step, sampling=sampling,
+                                          weights=rule_weights, reward_fns=reward_fns, dynamic=False)
         scores, components = score_rollout(run, section, ro, examples, reward_model)
         batch = build_batch(ro, np.zeros(rows, np.float32))
         batch["scores"] = jnp.asarray(scores)

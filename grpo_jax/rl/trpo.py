@@ -17,7 +17,6 @@ import time
 import jax
 import jax.numpy as jnp
 import ml_collections
-import numpy as np
 import optax.tree_utils as otu
 
 from grpo_jax import losses
@@ -142,9 +141,8 @@ def validate_section(name: str, section, config) -> None:
 def trpo_stage(run, stage) -> None:
     """TRPO iterations: sample G per prompt -> group advantages -> natural-gradient step."""
     from grpo_jax.rl.reward_sources import resolve_reward_fns
-    from grpo_jax.rl.rollout import rollout
     from grpo_jax.rl.update import build_batch
-    from grpo_jax.stages import _progress, prompt_text, sampling_config
+    from grpo_jax.stages import _progress, collect_rollout, sampling_config
     from grpo_jax.tasks.data import prompt_iterator
 
     section, cfg = stage.section, run.config
@@ -169,11 +167,8 @@ def trpo_stage(run, stage) -> None:
     bar = _progress(stage, section.steps, start)
     for step in range(start, section.steps):
         t0 = time.time()
-        examples = [ex for ex in next(iterator) for _ in range(g)]
-        ro = rollout(run.policy, run.params, run.tokenizer, examples,
-                     [prompt_text(run, ex) for ex in examples], run.stage_key(stage.index, step),
-                     sampling=sampling, prompt_len=prompt_len, reward_fns=reward_fns,
-                     weights=weights)
+        ro, examples, _ = collect_rollout(run, stage, iterator, step, sampling=sampling,
+                                          weights=weights, reward_fns=reward_fns, dynamic=False)
         advantages = losses.group_advantages(jnp.asarray(ro.rewards), group_size=g,
                                              scale="group", eps=section.adv_eps)
         batch = build_batch(ro, advantages)

@@ -44,6 +44,9 @@ def get_config(preset: str | None = None) -> ml_collections.ConfigDict:
     config.model.param_dtype = "float32"
     config.model.max_seq_len = 64  # context length (prompt bucket + max new tokens fits)
     config.model.init_from = ""  # local Hugging Face checkpoint dir; "" = random init
+    # Output-head chunk (positions) for teacher-forced log-probs; 0 = whole sequence at once.
+    # Use e.g. 256 with 150k-token vocabularies so full [B, T, V] logits never materialise.
+    config.model.logprob_chunk_size = 0
 
     # ---- mesh -----------------------------------------------------------------------------
     config.mesh = ml_collections.ConfigDict()

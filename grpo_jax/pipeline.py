@@ -67,7 +67,8 @@ class Run:
         self.data_sharding = parallel.data_sharding(self.mesh)
         self.model_config, model = build_model(config, self.tokenizer)
         model = parallel.shard_model_state(model, self.mesh, self.rules)
-        self.policy, self.params = Policy.from_model(model)
+        self.policy, self.params = Policy.from_model(
+            model, logprob_chunk_size=config.model.get("logprob_chunk_size", 0))
         del model
         self.key = jax.random.key(config.seed)
         self.writer = MetricWriter(self.workdir)

@@ -25,11 +25,15 @@ class Policy:
 
     graphdef: Any
     template: Any  # nnx.State with the model's full structure
+    # Sequence chunk of the output head in teacher-forced log-probs (None: all positions at
+    # once). Set it for large vocabularies so [B, T, V] float32 logits never exist at once.
+    logprob_chunk_size: int | None = None
 
     @classmethod
-    def from_model(cls, model: nnx.Module) -> tuple["Policy", Params]:
+    def from_model(cls, model: nnx.Module, *, logprob_chunk_size: int | None = None
+                   ) -> tuple["Policy", Params]:
         graphdef, state = nnx.split(model)
-        return cls(graphdef, state), nnx.to_pure_dict(state)
+        return cls(graphdef, state, logprob_chunk_size or None), nnx.to_pure_dict(state)
 
     def state(self, params: Params):
         """nnx.State of the model carrying `params` (works on tracers)."""

@@ -225,3 +225,24 @@ def test_train_step_compiles_once(tmp_path):
         assert step.jitted()._cache_size() == 1
     finally:
         run.close()
+
+
+def test_chunked_logprobs_in_the_update_match_unchunked():
+    import dataclasses
+
+    from flax import nnx
+
+    from grpo_jax.models import Transformer, named_config
+    from grpo_jax.rl.update import make_logp_fn
+    from grpo_jax.training import Policy
+
+    model = Transformer(named_config("tiny-1m", vocab_size=16, hidden_size=32, num_layers=1,
+                                     num_heads=2, num_kv_heads=1, head_dim=16, mlp_size=64,
+                                     max_seq_len=16), rngs=nnx.Rngs(2))
+    policy, params = Policy.from_model(model)
+    chunked = dataclasses.replace(policy, logprob_chunk_size=3)
+    tokens = jnp.asarray(np.random.default_rng(1).integers(0, 16, (3, 11)), jnp.int32)
+    mask = jnp.ones((3, 11), bool).at[0, :2].set(False)
+    full = make_logp_fn(policy, prompt_len=4)(params, tokens, mask)
+    parts = make_logp_fn(chunked, prompt_len=4)(params, tokens, mask)
+    np.testing.assert_allclose(parts, full, rtol=1e-5, atol=1e-6)

@@ -40,7 +40,7 @@ def sequence_logp(policy: Policy, params: Params, tokens, attention_mask, prompt
     """Teacher-forced log-probs of the completion part [B, N] (and entropies)."""
     model = policy.bind(params)
     out = logprobs(model, tokens, attention_mask, return_entropy=return_entropy,
-                   temperature=temperature)
+                   temperature=temperature, chunk_size=policy.logprob_chunk_size)
     logp = out["logp"][:, prompt_len:]
     entropy = out["entropy"][:, prompt_len:] if return_entropy else None
     return logp, entropy

@@ -15,7 +15,8 @@ from grpo_jax.training import Params, Policy, accumulate_gradients, jit_update
 def supervised_loss(params: Params, batch: dict, *, policy: Policy, num_tokens):
     """Token-mean negative log-likelihood of the masked tokens, and its metrics."""
     model = policy.bind(params)
-    logp = logprobs(model, batch["tokens"], batch["attention_mask"])["logp"]
+    logp = logprobs(model, batch["tokens"], batch["attention_mask"],
+                    chunk_size=policy.logprob_chunk_size)["logp"]
     nll = -logp
     loss = losses.aggregate(nll, batch["loss_mask"], mode="token-mean", num_tokens=num_tokens)
     return loss, {"loss": loss}

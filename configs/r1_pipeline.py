@@ -23,7 +23,11 @@ from grpo_jax import r1  # noqa: E402
 
 def get_config(preset: str | None = None) -> ml_collections.ConfigDict:
     config = default.get_config(None)
-    config.stages = "cold_start,eval_base,reasoning_rl,rejection_sft,final_rl,eval_final"
+    # An eval after every training stage: the report has one column per eval stage.
+    config.stages = ("cold_start,eval_base,reasoning_rl,eval_reasoning_rl,rejection_sft,"
+                     "eval_rejection_sft,final_rl,eval_final")
+    config.eval_reasoning_rl = ml_collections.ConfigDict(config.eval_base.to_dict())
+    config.eval_rejection_sft = ml_collections.ConfigDict(config.eval_base.to_dict())
     # Arithmetic plus the language-consistency reward of R1 (sec. 2.3.2).
     config.task.name = "arithmetic"
     config.task.template = "plain"
@@ -83,7 +87,8 @@ def get_config(preset: str | None = None) -> ml_collections.ConfigDict:
         config.rejection_sft.mix_sft_examples = 16
         config.rejection_sft.steps = 2
         config.rejection_sft.batch_size = 16
-        for section in (config.eval_base, config.eval_final):
+        for section in (config.eval_base, config.eval_reasoning_rl, config.eval_rejection_sft,
+                        config.eval_final):
             section.num_samples = 2
             section.batch_size = 16
     else:

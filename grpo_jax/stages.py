@@ -421,15 +421,16 @@ def rl_stage(run: Run, stage: StageSpec) -> None:
 
 
 def write_run_report(run: Run) -> dict:
-    """report.md / report.json / plots: first vs last eval stage, RL curves over steps."""
+    """report.md / report.json / plots: one column per eval stage, RL curves over steps.
+
+    The first eval stage is the "before" column and the last the "after" column; evals in
+    between keep their stage names, in run order.
+    """
     names = [n for n in run.stage_names if n in run.evals]
     summary = {}
-    if names:
-        summary["before"] = run.evals[names[0]]
-        if len(names) > 1:
-            summary["after"] = run.evals[names[-1]]
-    for n in names[1:-1]:
-        summary[n] = run.evals[n]
+    for i, n in enumerate(names):
+        column = "before" if i == 0 else "after" if i == len(names) - 1 else n
+        summary[column] = run.evals[n]
     rows = evals_lib.load_history(run.writer.path)
     history = [r for r in rows if r.get("stage") in
                {s for s in run.stage_names if run.config[s].kind in RL_STAGE_KINDS}]

@@ -10,3 +10,14 @@ if "xla_force_host_platform_device_count" not in _flags:
 import jax  # noqa: E402
 
 jax.config.update("jax_enable_x64", False)
+
+
+import pytest  # noqa: E402
+
+
+@pytest.fixture
+def example_module():
+    """grpo_jax.tasks.base (the Example dataclass used by data and GSM8K tests)."""
+    from grpo_jax.tasks import base
+
+    return base

@@ -1,37 +1,12 @@
 """JSONL schema checks and grain prompt pipelines (seeded shuffle, sharding, resumable state)."""
 
-import dataclasses
 import json
-import sys
-import types
 
 import grain
 import orbax.checkpoint as ocp
 import pytest
 
 from grpo_jax.tasks import data
-
-
-@pytest.fixture
-def example_module(monkeypatch):
-    """The real grpo_jax.tasks.base when present, else a stand-in with the contract's fields."""
-    try:
-        from grpo_jax.tasks import base  # noqa: F401
-    except ImportError:
-
-        @dataclasses.dataclass(frozen=True)
-        class Example:
-            id: str
-            prompt: str
-            answer: str
-            solution: str | None = None
-            difficulty: int = 1
-            meta: dict = dataclasses.field(default_factory=dict)
-
-        module = types.ModuleType("grpo_jax.tasks.base")
-        module.Example = Example
-        monkeypatch.setitem(sys.modules, "grpo_jax.tasks.base", module)
-    return sys.modules["grpo_jax.tasks.base"]
 
 
 def _write(path, lines):

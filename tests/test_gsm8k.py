@@ -1,10 +1,7 @@
 """GSM8K offline: answer parsing, local JSONL, TFDS data_source (mock_data, real array_record)."""
 
-import dataclasses
 import json
 import os
-import sys
-import types
 
 import pytest
 import tensorflow_datasets as tfds
@@ -27,28 +24,6 @@ ROWS = [
         "answer": "His balance is 5-7.5 = <<5-7.5=-2.5>>-2.5 dollars.\nSo -2.5.\nDone.\n#### -2.5",
     },
 ]
-
-
-@pytest.fixture(autouse=True)
-def example_module(monkeypatch):
-    """The real grpo_jax.tasks.base when present, else a stand-in with the contract's fields."""
-    try:
-        from grpo_jax.tasks import base  # noqa: F401
-    except ImportError:
-
-        @dataclasses.dataclass(frozen=True)
-        class Example:
-            id: str
-            prompt: str
-            answer: str
-            solution: str | None = None
-            difficulty: int = 0
-            meta: dict = dataclasses.field(default_factory=dict)
-
-        module = types.ModuleType("grpo_jax.tasks.base")
-        module.Example = Example
-        monkeypatch.setitem(sys.modules, "grpo_jax.tasks.base", module)
-    return sys.modules["grpo_jax.tasks.base"]
 
 
 def _write_jsonl(path, rows):

@@ -101,9 +101,10 @@ class Run:
 
     def save(self, stage: StageSpec, state: dict, *, stage_step: int, done: bool,
              force: bool = True, **extra) -> None:
+        """Checkpoint `state` plus the run's PRNG key under the current global step."""
         self.checkpointer.save(
-            self.global_step, state=state, meta=self.meta(stage, stage_step=stage_step,
-                                                          done=done, **extra), force=force
+            self.global_step, state={**state, "rng": self.key},
+            meta=self.meta(stage, stage_step=stage_step, done=done, **extra), force=force
         )
 
     def finish_stage(self, stage: StageSpec, stage_step: int = 0) -> None:
@@ -111,9 +112,11 @@ class Run:
         self.global_step += 1
         self.save(stage, {"params": self.params}, stage_step=stage_step, done=True)
 
-    def restore_stage(self, target: dict) -> dict:
-        """The latest checkpoint's state, restored onto `target` (same structure)."""
-        state, _ = self.checkpointer.restore(target=target)
+    def restore_stage(self, target: dict, step: int | None = None) -> dict:
+        """The checkpoint's state (default: latest) restored onto `target`; the saved PRNG
+        key becomes the run's key again."""
+        state, _ = self.checkpointer.restore(step, target={**target, "rng": self.key})
+        self.key = state.pop("rng")
         return state
 
     def close(self) -> None:
@@ -190,8 +193,7 @@ def _resume_point(run: Run) -> tuple[int, dict | None, str | None]:
     run.global_step = int(meta["global_step"])
     run.evals = dict(meta.get("evals", {}))
     if meta["stage_done"]:
-        state, _ = run.checkpointer.restore(step, target={"params": run.params})
-        run.params = state["params"]
+        run.params = run.restore_stage({"params": run.params}, step)["params"]
         return int(meta["stage_index"]) + 1, None, meta["stage"]
     return int(meta["stage_index"]), meta, meta["stage"]
 

@@ -40,6 +40,7 @@ def final_params(workdir):
     with Checkpointer(os.path.join(workdir, "checkpoints")) as ckpt:
         state, meta = ckpt.restore()
     assert meta["stage_done"]
+    assert jax.dtypes.issubdtype(state["rng"].dtype, jax.dtypes.prng_key)  # the run's key
     return state["params"]
 
 

@@ -66,9 +66,7 @@ class Run:
         self.rules = tuple((name, _axes(axes)) for name, axes in config.mesh.rules)
         self.data_sharding = parallel.data_sharding(self.mesh)
         self.model_config, model = build_model(config, self.tokenizer)
-        model = parallel.shard_model_state(model, self.mesh, self.rules)
-        self.policy, self.params = Policy.from_model(
-            model, logprob_chunk_size=config.model.get("logprob_chunk_size", 0))
+        self.policy, self.params = self.place_model(model)
         del model
         self.key = jax.random.key(config.seed)
         self.writer = MetricWriter(self.workdir)
@@ -80,6 +78,12 @@ class Run:
         self.extra_meta: dict[str, Any] = {}
         with open(os.path.join(self.workdir, "config.json"), "w") as f:
             f.write(config.to_json_best_effort(indent=2))
+
+    def place_model(self, model) -> tuple[Policy, Any]:
+        """(Policy, params) of an NNX model with its parameters sharded on the run's mesh."""
+        model = parallel.shard_model_state(model, self.mesh, self.rules)
+        return Policy.from_model(
+            model, logprob_chunk_size=self.config.model.get("logprob_chunk_size", 0))
 
     # ------------------------------------------------------------------ keys
     def stage_key(self, stage_index: int, step: int) -> jax.Array:
@@ -170,15 +174,20 @@ def build_model(config, tokenizer):
 
         model, model_config = from_pretrained(config.model.init_from, dtype=config.model.dtype)
         return model_config, model
-    model_config = named_config(
-        config.model.name,
+    model_config = model_config_for(config, tokenizer)
+    model = Transformer(model_config, rngs=nnx.Rngs(config.seed))
+    return model_config, model
+
+
+def model_config_for(config, tokenizer, name: str | None = None):
+    """The named model (default config.model.name) sized for the tokenizer and the run."""
+    return named_config(
+        name or config.model.name,
         vocab_size=tokenizer.vocab_size,
         max_seq_len=config.model.max_seq_len,
         dtype=config.model.dtype,
         param_dtype=config.model.param_dtype,
     )
-    model = Transformer(model_config, rngs=nnx.Rngs(config.seed))
-    return model_config, model
 
 
 def _resume_point(run: Run) -> tuple[int, dict | None, str | None]:

@@ -257,15 +257,13 @@ def load_teacher(run, workdir: str):
 
 
 def build_student(run, model_name: str, *, seed: int):
-    """A fresh model of `model_name` on the run's tokenizer: (model_config, policy, params)."""
-    from grpo_jax.models import Transformer, named_config
-    from grpo_jax.training import Policy
+    """A fresh model of `model_name` on the run's tokenizer and mesh:
+    (model_config, policy, params)."""
+    from grpo_jax.models import Transformer
+    from grpo_jax.pipeline import model_config_for
 
-    cfg = run.config.model
-    model_config = named_config(model_name, vocab_size=run.tokenizer.vocab_size,
-                                max_seq_len=cfg.max_seq_len, dtype=cfg.dtype,
-                                param_dtype=cfg.param_dtype)
-    policy, params = Policy.from_model(Transformer(model_config, rngs=nnx.Rngs(seed)))
+    model_config = model_config_for(run.config, run.tokenizer, model_name)
+    policy, params = run.place_model(Transformer(model_config, rngs=nnx.Rngs(seed)))
     return model_config, policy, params
 
 

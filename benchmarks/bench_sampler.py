@@ -4,8 +4,10 @@ A Qwen2-shaped model of about 3M parameters (hidden 256, 4 layers, 4 heads, 2 KV
 MLP 688, vocab 512) is created at random with transformers, saved as safetensors to a
 temporary directory and loaded through grpo_jax's importer, so both samplers run the same
 weights. 16-token prompts, 64 new tokens (no EOS), plain sampling at temperature 1, batch 1
-and 64, on CPU. Reports generated tokens/s, the ratio, and the model FLOP/s reached as a
-fraction of the matmul throughput measured by this script at the decode step's shapes.
+and 64, on CPU; the two samplers' timed calls alternate. Reports generated tokens/s, the
+ratio, the model FLOP/s reached as a fraction of the matmul throughput measured by this
+script at the decode step's shapes, and the matmul-bound ratio: the ratio to the peer that a
+sampler doing nothing but the model's matmuls at that throughput would reach.
 
     JAX_PLATFORMS=cpu python benchmarks/bench_sampler.py [--repeats 5] [--batches 1,64]
 """
@@ -106,14 +108,17 @@ def measured_matmul_flops_per_s(config, batch: int, iters: int = 200) -> float:
     return decode_matmul_flops(config, batch) * iters / min(times)
 
 
-def timed(fn, repeats: int) -> float:
-    fn()  # warm-up (compilation for JAX)
-    times = []
+def timed_pair(ours, theirs, repeats: int) -> tuple[float, float]:
+    """Median seconds of each, calls alternating, so a change in machine load hits both."""
+    ours()  # warm-up (our one compilation)
+    theirs()
+    ours_s, theirs_s = [], []
     for _ in range(repeats):
-        start = time.perf_counter()
-        fn()
-        times.append(time.perf_counter() - start)
-    return statistics.median(times)
+        for fn, times in ((ours, ours_s), (theirs, theirs_s)):
+            start = time.perf_counter()
+            fn()
+            times.append(time.perf_counter() - start)
+    return statistics.median(ours_s), statistics.median(theirs_s)
 
 
 def main():
@@ -174,8 +179,7 @@ def main():
                 )
             assert out.shape == (batch, PROMPT_LEN + NEW_TOKENS)
 
-        ours_s = timed(ours, args.repeats)
-        theirs_s = timed(theirs, args.repeats)
+        ours_s, theirs_s = timed_pair(ours, theirs, args.repeats)
         peak = measured_matmul_flops_per_s(config, batch)
         flops = generate_flops(config, batch)
         tokens = batch * NEW_TOKENS
@@ -187,24 +191,28 @@ def main():
             matmul_gflops=peak / 1e9,
             ours_fraction=flops / ours_s / peak,
             hf_fraction=flops / theirs_s / peak,
+            # the ratio a sampler doing nothing but the model's matmuls at `peak` would reach
+            bound=theirs_s / (flops / peak),
         )
         rows.append(row)
         print(
             f"batch {batch:3d}: ours {row['ours_tok_s']:10.0f} tok/s | transformers "
             f"{row['hf_tok_s']:8.0f} tok/s | ratio {row['ratio']:6.1f}x | matmul at decode "
             f"shapes {row['matmul_gflops']:6.1f} GFLOP/s | model FLOP/s fraction: ours "
-            f"{row['ours_fraction']:.2f}, transformers {row['hf_fraction']:.3f}",
+            f"{row['ours_fraction']:.2f}, transformers {row['hf_fraction']:.3f} | matmul-bound "
+            f"ratio {row['bound']:.1f}x",
             flush=True,
         )
     print(
         "\n| batch | grpo_jax tok/s | transformers tok/s | ratio | matmul GFLOP/s at decode "
-        "shapes | grpo_jax fraction | transformers fraction |"
+        "shapes | grpo_jax fraction | transformers fraction | matmul-bound ratio |"
     )
-    print("|---|---|---|---|---|---|---|")
+    print("|---|---|---|---|---|---|---|---|")
     for r in rows:
         print(
             f"| {r['batch']} | {r['ours_tok_s']:.0f} | {r['hf_tok_s']:.0f} | {r['ratio']:.1f}x | "
-            f"{r['matmul_gflops']:.1f} | {r['ours_fraction']:.2f} | {r['hf_fraction']:.3f} |"
+            f"{r['matmul_gflops']:.1f} | {r['ours_fraction']:.2f} | {r['hf_fraction']:.3f} | "
+            f"{r['bound']:.1f}x |"
         )
 
 

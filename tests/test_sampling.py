@@ -141,6 +141,74 @@ def test_one_compile_per_shape(setup, monkeypatch):
         generate(graphdef, state, prompts[:2], mask[:2], jax.random.key(0), config=config)
 
 
+def test_phase_ends():
+    ends = lambda n, phases=4: SamplingConfig(max_new_tokens=n, cache_phases=phases).phase_ends
+    assert ends(64) == (16, 32, 48, 64)
+    assert ends(1024) == (256, 512, 768, 1024)
+    assert ends(40) == (16, 32, 40)  # phases are at least 16 new tokens
+    assert ends(10) == (10,)
+    assert ends(64, phases=1) == (64,)
+    assert ends(64, phases=3) == (22, 44, 64)
+    with pytest.raises(ValueError, match="cache_phases"):
+        SamplingConfig(max_new_tokens=8, cache_phases=0)
+
+
+def test_growing_cache_matches_full_forward_and_one_allocation(setup):
+    """40 new tokens run as phases of 16/16/8 over a cache grown twice: the same tokens as one
+    phase over the whole cache, and the full forward pass agrees at every position."""
+    graphdef, state, prompts, mask, _ = setup
+    sample = lambda key, **kw: generate(
+        graphdef,
+        state,
+        prompts,
+        mask,
+        jax.random.key(key),
+        config=SamplingConfig(max_new_tokens=40, **kw),
+    )
+    greedy = sample(0, greedy=True)
+    np.testing.assert_array_equal(greedy.tokens, jnp.argmax(full_logits(setup, greedy), -1))
+    one = sample(0, greedy=True, cache_phases=1)
+    np.testing.assert_array_equal(greedy.tokens, one.tokens)
+    np.testing.assert_allclose(greedy.logp, one.logp, atol=1e-6)
+
+    hot = sample(4, temperature=1.5)
+    hot_one = sample(4, temperature=1.5, cache_phases=1)
+    np.testing.assert_array_equal(hot.tokens, hot_one.tokens)
+    expected = jnp.take_along_axis(
+        jax.nn.log_softmax(full_logits(setup, hot) / 1.5, -1), hot.tokens[..., None], -1
+    )[..., 0]
+    np.testing.assert_allclose(hot.logp, expected, atol=1e-4)
+
+    # Rows that end in different phases: EOS = the tokens greedy decoding emits at 3 and 20.
+    eos = (int(greedy.tokens[0, 3]), int(greedy.tokens[1, 20]))
+    ended = sample(0, greedy=True, eos_ids=eos)
+    for row in range(3):
+        hits = np.flatnonzero(np.isin(np.asarray(greedy.tokens[row]), eos))
+        length = int(hits[0]) + 1 if hits.size else 40
+        assert int(ended.lengths[row]) == length
+        np.testing.assert_array_equal(ended.tokens[row, :length], greedy.tokens[row, :length])
+
+
+def test_cache_grow_keeps_contents(setup):
+    graphdef, state, prompts, mask, _ = setup
+    model = nnx.merge(graphdef, state)
+    cache = model.init_cache(3, 8)
+    _, cache = model.decode(prompts, jnp.zeros_like(prompts), mask, cache)
+    grown = cache.grow(12)
+    assert grown.size == 12 and int(grown.index) == int(cache.index) == 5
+    pairs = [(s, b, 2) for s, b in zip(cache.keys, grown.keys)]  # keys [Z, H, S]
+    pairs += [(s, b, 1) for s, b in zip(cache.values, grown.values)]  # values [Z, S, H]
+    for small, big, axis in pairs:
+        assert big.shape[axis] == 12
+        np.testing.assert_array_equal(jax.lax.slice_in_dim(big, 0, 8, axis=axis), small)
+        assert not np.any(jax.lax.slice_in_dim(big, 8, 12, axis=axis))
+    np.testing.assert_array_equal(grown.key_valid[:, :8], cache.key_valid)
+    assert not grown.key_valid[:, 8:].any()
+    np.testing.assert_allclose(grown.rope_cos[:8], cache.rope_cos, atol=0)
+    with pytest.raises(ValueError, match="smaller than the cache"):
+        cache.grow(4)
+
+
 def test_bad_input_errors(setup):
     graphdef, state, prompts, mask, _ = setup
     with pytest.raises(ValueError, match="prompt row 1 has 6 tokens, longer than the bucket of 5"):

@@ -42,6 +42,29 @@ def rope_inverse_frequencies(config: ModelConfig) -> np.ndarray:
     return inv_freq
 
 
+def rope_tables(positions: jax.Array, inv_freq) -> tuple[jax.Array, jax.Array]:
+    """cos(p w) and sin(p w) for every position, shared by all heads and layers.
+
+    Args:
+      positions: [B, T] int.
+      inv_freq: [H/2].
+
+    Returns:
+      (cos, sin), each [B, T, 1, H] float32 (halves repeated, Hugging Face layout).
+    """
+    angles = positions.astype(jnp.float32)[..., None] * jnp.asarray(inv_freq, jnp.float32)
+    angles = jnp.concatenate([angles, angles], axis=-1)[:, :, None, :]
+    return jnp.cos(angles), jnp.sin(angles)
+
+
+def rotate(x: jax.Array, cos: jax.Array, sin: jax.Array) -> jax.Array:
+    """x * cos + rotate_half(x) * sin for x [B, T, heads, H] and tables from `rope_tables`."""
+    x32 = x.astype(jnp.float32)
+    half = x.shape[-1] // 2
+    rotated = jnp.concatenate([-x32[..., half:], x32[..., :half]], axis=-1)
+    return (x32 * cos + rotated * sin).astype(x.dtype)
+
+
 def apply_rope(x: jax.Array, positions: jax.Array, inv_freq: np.ndarray) -> jax.Array:
     """Rotates halves: x * cos(p w) + rotate_half(x) * sin(p w) (Hugging Face layout).
 
@@ -53,43 +76,78 @@ def apply_rope(x: jax.Array, positions: jax.Array, inv_freq: np.ndarray) -> jax.
     Returns:
       [B, T, heads, H] in x.dtype.
     """
-    angles = positions.astype(jnp.float32)[..., None] * jnp.asarray(
-        np.asarray(inv_freq), jnp.float32
-    )
-    angles = jnp.concatenate([angles, angles], axis=-1)[:, :, None, :]
-    x32 = x.astype(jnp.float32)
-    half = x.shape[-1] // 2
-    rotated = jnp.concatenate([-x32[..., half:], x32[..., :half]], axis=-1)
-    return (x32 * jnp.cos(angles) + rotated * jnp.sin(angles)).astype(x.dtype)
+    return rotate(x, *rope_tables(positions, inv_freq))
 
 
 @flax.struct.dataclass
 class KVCache:
     """Per-layer key/value buffers of fixed size S, written in place at `index`.
 
+    Rows are (batch row, KV head) pairs, row b*K + k, so both attention products of a decode
+    step are plain batched matmuls reading the buffers as stored: keys are kept transposed,
+    [H, S] per row, so q k^T is [Q, H] x [H, S] (with keys as [S, H] XLA:CPU re-packs the
+    whole key buffer for the transposed product every step).
+
     Attributes:
-      keys: tuple over layers of [B*K, S, H], row b*K + k holding batch row b, KV head k
-        (each head's keys contiguous, so a decode step never transposes or copies the cache).
+      keys: tuple over layers of [B*K, H, S].
       values: tuple over layers of [B*K, S, H].
       key_valid: [B, S] bool, True for slots holding a real (non-pad) token.
       index: [] int32, the next slot to write.
+      rope_cos, rope_sin: [S, H] float32 rotary tables for positions 0..S-1 (a position never
+        exceeds its slot). Computed once, outside the decode loop: computed inside it, XLA
+        fuses cos/sin into every layer's rotation and recomputes them per head and per layer.
+      inv_freq: [H/2] float32, to extend the tables when the cache grows.
     """
 
     keys: tuple
     values: tuple
     key_valid: jax.Array
     index: jax.Array
+    rope_cos: jax.Array
+    rope_sin: jax.Array
+    inv_freq: jax.Array
 
     @classmethod
     def init(cls, config: ModelConfig, batch_size: int, size: int) -> KVCache:
-        shape = (batch_size * config.num_kv_heads, size, config.head_dim)
-        zeros = lambda: jnp.zeros(shape, config.compute_dtype)
+        rows = batch_size * config.num_kv_heads
+        zeros = lambda *shape: jnp.zeros(shape, config.compute_dtype)
+        inv_freq = jnp.asarray(rope_inverse_frequencies(config), jnp.float32)
+        cos, sin = rope_tables(jnp.arange(size)[None], inv_freq)
         return cls(
-            keys=tuple(zeros() for _ in range(config.num_layers)),
-            values=tuple(zeros() for _ in range(config.num_layers)),
+            keys=tuple(zeros(rows, config.head_dim, size) for _ in range(config.num_layers)),
+            values=tuple(zeros(rows, size, config.head_dim) for _ in range(config.num_layers)),
             key_valid=jnp.zeros((batch_size, size), bool),
             index=jnp.zeros((), jnp.int32),
+            rope_cos=cos[0, :, 0],
+            rope_sin=sin[0, :, 0],
+            inv_freq=inv_freq,
         )
+
+    @property
+    def size(self) -> int:
+        return self.key_valid.shape[1]
+
+    def grow(self, size: int) -> KVCache:
+        """The same cache with room for `size` slots (new slots empty and invalid)."""
+        extra = size - self.size
+        if extra < 0:
+            raise ValueError(f"KVCache.grow: size {size} is smaller than the cache ({self.size})")
+        pad = lambda x, axis: jnp.pad(x, [(0, extra if a == axis else 0) for a in range(x.ndim)])
+        cos, sin = rope_tables(jnp.arange(size)[None], self.inv_freq)
+        return KVCache(
+            keys=tuple(pad(k, 2) for k in self.keys),
+            values=tuple(pad(v, 1) for v in self.values),
+            key_valid=pad(self.key_valid, 1),
+            index=self.index,
+            rope_cos=cos[0, :, 0],
+            rope_sin=sin[0, :, 0],
+            inv_freq=self.inv_freq,
+        )
+
+    def rope(self, positions: jax.Array) -> tuple[jax.Array, jax.Array]:
+        """(cos, sin) [B, T, 1, H] for positions [B, T], read from the tables."""
+        take = lambda table: jnp.take(table, positions, axis=0, mode="clip")[:, :, None, :]
+        return take(self.rope_cos), take(self.rope_sin)
 
 
 def attend(q, k, v, query_slots, key_valid):
@@ -117,7 +175,7 @@ def attend(q, k, v, query_slots, key_valid):
 
 
 def attend_cached(q, cache_k, cache_v, query_slots, key_valid):
-    """Grouped-query softmax(q k^T / sqrt(H) + mask) v over a [B*K, S, H] cache.
+    """Grouped-query softmax(q k^T / sqrt(H) + mask) v over a `KVCache` layer.
 
     Same numerics as `attend`. With (batch, KV head) merged into one leading dim both products
     are plain batched matmuls [Q, H] x [H, S] and [Q, S] x [S, H] (Q = T*G queries per KV head),
@@ -126,7 +184,7 @@ def attend_cached(q, cache_k, cache_v, query_slots, key_valid):
 
     Args:
       q: [B, T, N, H] queries.
-      cache_k: [B*K, S, H] keys; cache_v: [B*K, S, H] values (row b*K + k).
+      cache_k: [B*K, H, S] keys; cache_v: [B*K, S, H] values (row b*K + k).
       query_slots: [T] int, the key slot each query sits at (causal: key slot <= query slot).
       key_valid: [B, S] bool.
 
@@ -134,11 +192,11 @@ def attend_cached(q, cache_k, cache_v, query_slots, key_valid):
       [B, T, N, H] in cache_v.dtype.
     """
     b, t, n, h = q.shape
-    s = cache_k.shape[1]
+    s = cache_k.shape[2]
     kv_heads = cache_k.shape[0] // b
     groups = n // kv_heads
     q = q.reshape(b, t, kv_heads, groups, h).transpose(0, 2, 1, 3, 4).reshape(-1, t * groups, h)
-    scores = jnp.einsum("ZQH,ZSH->ZQS", q, cache_k, preferred_element_type=jnp.float32)
+    scores = jnp.einsum("ZQH,ZHS->ZQS", q, cache_k, preferred_element_type=jnp.float32)
     scores = scores * (h**-0.5)
     mask = (jnp.arange(s)[None, :] <= query_slots[:, None])[None] & key_valid[:, None, :]
     mask = jnp.repeat(jnp.repeat(mask, groups, axis=1), kv_heads, axis=0)  # [B*K, T*G, S]
@@ -173,7 +231,6 @@ class Attention(nnx.Module):
         init = nnx.initializers.normal(0.02)
         out_init = nnx.initializers.normal(0.02 / math.sqrt(2 * config.num_layers))
         self.dtype = config.compute_dtype
-        self.inv_freq = tuple(float(f) for f in rope_inverse_frequencies(config))
         self.q_kernel = _param(rngs, init, (d, n, h), pdt, ("embed", "heads", "head_dim"))
         self.k_kernel = _param(rngs, init, (d, k, h), pdt, ("embed", "kv_heads", "head_dim"))
         self.v_kernel = _param(rngs, init, (d, k, h), pdt, ("embed", "kv_heads", "head_dim"))
@@ -192,13 +249,14 @@ class Attention(nnx.Module):
             y = y + bias.value.astype(self.dtype)
         return y
 
-    def qkv(self, x, positions):
-        q = apply_rope(self._project(x, self.q_kernel, self.q_bias), positions, self.inv_freq)
-        k = apply_rope(self._project(x, self.k_kernel, self.k_bias), positions, self.inv_freq)
+    def qkv(self, x, rope):
+        """q, k (rotated by rope = (cos, sin) from `rope_tables`) and v, [B, T, heads, H]."""
+        q = rotate(self._project(x, self.q_kernel, self.q_bias), *rope)
+        k = rotate(self._project(x, self.k_kernel, self.k_bias), *rope)
         v = self._project(x, self.v_kernel, self.v_bias)
         return q, k, v
 
-    def fused_qkv(self, x, positions):
+    def fused_qkv(self, x, rope):
         """As `qkv`, with one matmul against the concatenated [D, (N + 2K) H] kernel."""
         d, n, h = self.q_kernel.value.shape
         kv = self.k_kernel.value.shape[1]
@@ -210,29 +268,36 @@ class Attention(nnx.Module):
             y = y + jnp.concatenate([b.value.reshape(-1) for b in biases]).astype(self.dtype)
         q, k, v = jnp.split(y, [n * h, (n + kv) * h], axis=-1)
         b, t = x.shape[:2]
-        q = apply_rope(q.reshape(b, t, n, h), positions, self.inv_freq)
-        k = apply_rope(k.reshape(b, t, kv, h), positions, self.inv_freq)
+        q = rotate(q.reshape(b, t, n, h), *rope)
+        k = rotate(k.reshape(b, t, kv, h), *rope)
         return q, k, v.reshape(b, t, kv, h)
 
     def output(self, attended):
         return jnp.einsum("BTNH,NHD->BTD", attended, self.o_kernel.value.astype(self.dtype))
 
-    def __call__(self, x, positions, attention_mask):
-        q, k, v = self.qkv(x, positions)
+    def flat_output(self, attended):
+        """As `output`, as one [B, T, N*H] x [N*H, D] matmul (both reshapes are free)."""
+        b, t, n, h = attended.shape
+        kernel = self.o_kernel.value.reshape(n * h, -1).astype(self.dtype)
+        return attended.reshape(b, t, n * h) @ kernel
+
+    def __call__(self, x, rope, attention_mask):
+        q, k, v = self.qkv(x, rope)
         return self.output(attend(q, k, v, jnp.arange(x.shape[1]), attention_mask))
 
-    def cached(self, x, positions, key_valid, index, cache_k, cache_v):
-        q, k, v = self.fused_qkv(x, positions)
+    def cached(self, x, rope, key_valid, index, cache_k, cache_v):
+        q, k, v = self.fused_qkv(x, rope)
         b, t, kv_heads, h = k.shape
-        write = lambda buf, new: jax.lax.dynamic_update_slice(
-            buf,
-            new.transpose(0, 2, 1, 3).reshape(b * kv_heads, t, h).astype(buf.dtype),
-            (0, index, 0),
+        rows = lambda new: new.transpose(0, 2, 1, 3).reshape(b * kv_heads, t, h)
+        cache_k = jax.lax.dynamic_update_slice(
+            cache_k, rows(k).transpose(0, 2, 1).astype(cache_k.dtype), (0, 0, index)
         )
-        cache_k, cache_v = write(cache_k, k), write(cache_v, v)
+        cache_v = jax.lax.dynamic_update_slice(
+            cache_v, rows(v).astype(cache_v.dtype), (0, index, 0)
+        )
         query_slots = index + jnp.arange(t)
         attended = attend_cached(q, cache_k, cache_v, query_slots, key_valid)
-        return self.output(attended), cache_k, cache_v
+        return self.flat_output(attended), cache_k, cache_v
 
 
 class MLP(nnx.Module):
@@ -273,13 +338,13 @@ class Block(nnx.Module):
         self.mlp_norm = RMSNorm(config, rngs=rngs)
         self.mlp = MLP(config, rngs=rngs)
 
-    def __call__(self, x, positions, attention_mask):
-        x = x + self.attention(self.attention_norm(x), positions, attention_mask)
+    def __call__(self, x, rope, attention_mask):
+        x = x + self.attention(self.attention_norm(x), rope, attention_mask)
         return x + self.mlp(self.mlp_norm(x))
 
-    def cached(self, x, positions, key_valid, index, cache_k, cache_v):
+    def cached(self, x, rope, key_valid, index, cache_k, cache_v):
         attended, cache_k, cache_v = self.attention.cached(
-            self.attention_norm(x), positions, key_valid, index, cache_k, cache_v
+            self.attention_norm(x), rope, key_valid, index, cache_k, cache_v
         )
         x = x + attended
         return x + self.mlp.fused(self.mlp_norm(x)), cache_k, cache_v
@@ -298,6 +363,7 @@ class Transformer(nnx.Module):
 
     def __init__(self, config: ModelConfig, *, rngs: nnx.Rngs):
         self.config = config
+        self.inv_freq = tuple(float(f) for f in rope_inverse_frequencies(config))
         d, v, pdt = config.hidden_size, config.vocab_size, config.parameter_dtype
         self.embedding = _param(
             rngs, nnx.initializers.normal(0.02), (v, d), pdt, ("vocab", "embed")
@@ -337,13 +403,15 @@ class Transformer(nnx.Module):
             positions = default_positions(attention_mask)
         x = self.embed(tokens)
 
-        def run_block(block, x, positions, attention_mask):
-            return block(x, positions, attention_mask)
+        rope = rope_tables(positions, self.inv_freq)
+
+        def run_block(block, x, rope, attention_mask):
+            return block(x, rope, attention_mask)
 
         if self.config.remat:
             run_block = nnx.remat(run_block)
         for block in self.blocks:
-            x = run_block(block, x, positions, attention_mask)
+            x = run_block(block, x, rope, attention_mask)
         return self.final_norm(x)
 
     def head_kernel(self) -> jax.Array:
@@ -391,12 +459,13 @@ class Transformer(nnx.Module):
             cache.key_valid, token_mask.astype(bool), (0, index)
         )
         x = self.embed(tokens)
+        rope = cache.rope(positions)
         keys, values = [], []
         for block, cache_k, cache_v in zip(self.blocks, cache.keys, cache.values):
-            x, cache_k, cache_v = block.cached(x, positions, key_valid, index, cache_k, cache_v)
+            x, cache_k, cache_v = block.cached(x, rope, key_valid, index, cache_k, cache_v)
             keys.append(cache_k)
             values.append(cache_v)
-        cache = KVCache(
+        cache = cache.replace(
             keys=tuple(keys),
             values=tuple(values),
             key_valid=key_valid,

@@ -14,6 +14,9 @@ from flax import nnx
 from grpo_jax.models.transformer import KVCache, default_positions
 
 
+_MIN_PHASE = 16  # new tokens per cache phase at least (each phase is one more compiled loop)
+
+
 @dataclasses.dataclass(frozen=True)
 class SamplingConfig:
     """Static sampling settings (hashable: a jit static argument; a new value recompiles).
@@ -35,6 +38,10 @@ class SamplingConfig:
       end_thinking_ids: the token sequence of the end-of-thinking delimiter (e.g. the ids of
         "</think>"); thinking is the span from the first generated token to the delimiter.
       continuation_ids: ids inserted in place of a premature delimiter/EOS.
+      cache_phases: the KV cache grows in up to this many steps of at least 16 new tokens
+        (one decode loop per step), so early tokens attend over a short buffer instead of the
+        whole prompt + max_new_tokens one; 1 allocates it all at once. Each phase compiles its
+        own copy of the decode step. Samples do not depend on it beyond float rounding.
     """
 
     max_new_tokens: int
@@ -48,6 +55,7 @@ class SamplingConfig:
     max_thinking_tokens: int = 0
     end_thinking_ids: tuple[int, ...] = ()
     continuation_ids: tuple[int, ...] = ()
+    cache_phases: int = 4
 
     def __post_init__(self):
         for name in ("eos_ids", "end_thinking_ids", "continuation_ids"):
@@ -61,6 +69,10 @@ class SamplingConfig:
             )
         if not self.greedy and not self.temperature > 0:
             raise ValueError(f"SamplingConfig.temperature must be > 0, got {self.temperature!r}")
+        if not isinstance(self.cache_phases, int) or self.cache_phases < 1:
+            raise ValueError(
+                f"SamplingConfig.cache_phases must be an int >= 1, got {self.cache_phases!r}"
+            )
         if self.top_k < 0:
             raise ValueError(f"SamplingConfig.top_k must be >= 0, got {self.top_k!r}")
         if not 0 < self.top_p <= 1:
@@ -76,6 +88,12 @@ class SamplingConfig:
                 f"SamplingConfig.min_thinking_tokens={self.min_thinking_tokens} exceeds "
                 f"max_thinking_tokens={self.max_thinking_tokens}"
             )
+
+    @property
+    def phase_ends(self) -> tuple[int, ...]:
+        """Completion columns at which each decode phase ends (the last is max_new_tokens)."""
+        length = max(_MIN_PHASE, -(-self.max_new_tokens // self.cache_phases))
+        return tuple(range(length, self.max_new_tokens, length)) + (self.max_new_tokens,)
 
     @property
     def budget_forcing(self) -> bool:
@@ -295,7 +313,9 @@ def _generate_core(graphdef, state, prompts, prompt_mask, key, config: SamplingC
     n = config.max_new_tokens
     prompt_mask = prompt_mask.astype(bool)
 
-    cache = model.init_cache(batch, prompt_len + n)
+    phase_ends = config.phase_ends
+    # Step k (completion column k) writes the keys of token k - 1 at slot prompt_len + k - 1.
+    cache = model.init_cache(batch, prompt_len + phase_ends[0])
     hidden, cache = model.decode(prompts, default_positions(prompt_mask), prompt_mask, cache)
     logits = model.logits(hidden[:, -1])
 
@@ -320,9 +340,6 @@ def _generate_core(graphdef, state, prompts, prompt_mask, key, config: SamplingC
     )
     sample_state = _choose(sample_state, logits, jax.random.fold_in(key, 0), config)
 
-    def cond(s: _State):
-        return (s.step < n) & ~jnp.all(s.done)
-
     def body(s: _State):
         hidden, cache = model.decode(
             s.last_token[:, None], s.position[:, None], ~s.done[:, None], s.cache
@@ -330,7 +347,12 @@ def _generate_core(graphdef, state, prompts, prompt_mask, key, config: SamplingC
         s = s.replace(cache=cache, position=s.position + 1)
         return _choose(s, model.logits(hidden[:, 0]), jax.random.fold_in(key, s.step), config)
 
-    final = jax.lax.while_loop(cond, body, sample_state)
+    final = sample_state
+    for phase, end in enumerate(phase_ends):
+        if phase:
+            final = final.replace(cache=final.cache.grow(prompt_len + end))
+        cond = lambda s, end=end: (s.step < end) & ~jnp.all(s.done)
+        final = jax.lax.while_loop(cond, body, final)
     return SampleOutput(
         tokens=final.tokens,
         logp=final.logp,
@@ -351,7 +373,8 @@ def generate(graphdef, state, prompts, prompt_mask, key, *, config: SamplingConf
     """Samples completions for a left-padded prompt batch (compiled once per shape and config).
 
     Prefill runs the prompt through the model in one pass; decoding is a `lax.while_loop` on
-    step < N and not all rows done, with the step key fold_in(key, step).
+    step < N and not all rows done, with the step key fold_in(key, step), split into
+    `config.cache_phases` loops over a growing KV cache.
 
     Args:
       graphdef: from `nnx.split(model)` (static).

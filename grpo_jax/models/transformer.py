@@ -399,11 +399,19 @@ class Transformer(nnx.Module):
         if attention_mask is None:
             attention_mask = jnp.ones(tokens.shape, bool)
         attention_mask = attention_mask.astype(bool)
-        if positions is None:
+        default = positions is None
+        if default:
             positions = default_positions(attention_mask)
         x = self.embed(tokens)
 
-        rope = rope_tables(positions, self.inv_freq)
+        if default:
+            # Positions are < T: gather rows of a [T, H] table rather than letting XLA fuse
+            # cos/sin of [B, T, H] into every layer's rotation (recomputed per head and layer).
+            cos, sin = rope_tables(jnp.arange(tokens.shape[1])[None], self.inv_freq)
+            take = lambda table: jnp.take(table[0, :, 0], positions, axis=0)[:, :, None]
+            rope = (take(cos), take(sin))
+        else:
+            rope = rope_tables(positions, self.inv_freq)
 
         def run_block(block, x, rope, attention_mask):
             return block(x, rope, attention_mask)

@@ -4,10 +4,10 @@ A Qwen2-shaped model of about 3M parameters (hidden 256, 4 layers, 4 heads, 2 KV
 MLP 688, vocab 512) is created at random with transformers, saved as safetensors to a
 temporary directory and loaded through grpo_jax's importer, so both samplers run the same
 weights. 16-token prompts, 64 new tokens (no EOS), plain sampling at temperature 1, batch 1
-and 64, on CPU; the two samplers' timed calls alternate. Reports generated tokens/s, the
-ratio, the model FLOP/s reached as a fraction of the matmul throughput measured by this
-script at the decode step's shapes, and the matmul-bound ratio: the ratio to the peer that a
-sampler doing nothing but the model's matmuls at that throughput would reach.
+and 64, on CPU; timed calls of the two samplers alternate in rounds. Reports generated
+tokens/s, the ratio, the model FLOP/s reached as a fraction of the matmul throughput measured
+by this script at the decode step's shapes, and the matmul-bound ratio: the ratio to the peer
+that a sampler doing nothing but the model's matmuls at that throughput would reach.
 
     JAX_PLATFORMS=cpu python benchmarks/bench_sampler.py [--repeats 5] [--batches 1,64]
 """
@@ -109,12 +109,16 @@ def measured_matmul_flops_per_s(config, batch: int, iters: int = 200) -> float:
 
 
 def timed_pair(ours, theirs, repeats: int) -> tuple[float, float]:
-    """Median seconds of each, calls alternating, so a change in machine load hits both."""
-    ours()  # warm-up (our one compilation)
-    theirs()
+    """Median seconds of each over `repeats` rounds; each round runs ours then theirs.
+
+    Rounds interleave the two, so a change in machine load hits both. Within a round each
+    sampler first runs once untimed: that call absorbs what the other library left behind
+    (its data in the caches, torch's OpenMP workers still spinning) and the second is timed.
+    """
     ours_s, theirs_s = [], []
     for _ in range(repeats):
         for fn, times in ((ours, ours_s), (theirs, theirs_s)):
+            fn()  # settle (and, in the first round, compile)
             start = time.perf_counter()
             fn()
             times.append(time.perf_counter() - start)

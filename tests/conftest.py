@@ -21,3 +21,56 @@ def example_module():
     from grpo_jax.tasks import base
 
     return base
+
+
+@pytest.fixture
+def crash_and_resume(tmp_path, monkeypatch):
+    """Checks that a run crashed and resumed ends where an uninterrupted one does.
+
+    Returns run(config, stage): trains `config` straight into tmp_path/straight, then into
+    tmp_path/resumed with a crash when `stage` logs its step 3, then resumes it; asserts both
+    end with bit-identical parameters and the resumed log has steps 1..4 once each; returns the
+    two runs' metric rows of `stage` for stage-specific comparisons.
+    """
+    import numpy as np
+
+    from grpo_jax.checkpoint import Checkpointer
+    from grpo_jax.metrics import MetricWriter, read_metrics
+    from grpo_jax.pipeline import train_and_evaluate
+
+    def final_params(workdir):
+        with Checkpointer(workdir / "checkpoints") as ckpt:
+            state, meta = ckpt.restore()
+        assert meta["stage_done"]
+        assert jax.dtypes.issubdtype(state["rng"].dtype, jax.dtypes.prng_key)  # the run's key
+        return state["params"]
+
+    def run(config, crash_stage):
+        straight, resumed = tmp_path / "straight", tmp_path / "resumed"
+        train_and_evaluate(config, str(straight))
+        original = MetricWriter.write
+
+        def crash_at_three(self, step, metrics, *, stage=None):
+            if stage == crash_stage and metrics.get("stage_step") == 3:
+                raise KeyboardInterrupt("simulated crash")
+            return original(self, step, metrics, stage=stage)
+
+        monkeypatch.setattr(MetricWriter, "write", crash_at_three)
+        with pytest.raises(KeyboardInterrupt):
+            train_and_evaluate(config, str(resumed))
+        monkeypatch.setattr(MetricWriter, "write", original)
+        train_and_evaluate(config, str(resumed))
+
+        jax.tree.map(
+            lambda x, y: np.testing.assert_array_equal(np.asarray(x), np.asarray(y)),
+            final_params(straight),
+            final_params(resumed),
+        )
+        rows = lambda workdir: [
+            r for r in read_metrics(workdir / "metrics.jsonl") if r["stage"] == crash_stage
+        ]
+        rows_straight, rows_resumed = rows(straight), rows(resumed)
+        assert [r["stage_step"] for r in rows_resumed] == [1, 2, 3, 4]
+        return rows_straight, rows_resumed
+
+    return run

@@ -181,13 +181,9 @@ def test_ppo_update_fits_the_critic_and_moves_the_policy():
     assert np.sum(((new_logp - first_logp) * adv)[m]) > 0
 
 
-def test_ppo_restart_gives_identical_parameters(tmp_path, monkeypatch):
+def test_ppo_restart_gives_identical_parameters(crash_and_resume):
     """4 PPO steps straight vs 2 + crash + resume + 2: the same policy, critic-driven updates
     and adaptive KL coefficient (both optimizers, critic, reference and data state restored)."""
-    from grpo_jax.checkpoint import Checkpointer
-    from grpo_jax.metrics import MetricWriter
-    from grpo_jax.pipeline import train_and_evaluate
-
     config = default_config.get_config("smoke")
     config.mesh.num_devices = 1
     config.ppo = ppo.default_section()
@@ -195,32 +191,7 @@ def test_ppo_restart_gives_identical_parameters(tmp_path, monkeypatch):
                            num_minibatches=1, max_new_tokens=12, beta=0.1, adaptive_kl=True,
                            kl_target=0.05, kl_horizon=80, checkpoint_every=2))
     config.stages = "ppo"
-
-    def final(workdir):
-        with Checkpointer(workdir / "checkpoints") as ckpt:
-            state, meta = ckpt.restore()
-        assert meta["stage_done"]
-        return state["params"]
-
-    train_and_evaluate(config, str(tmp_path / "straight"))
-    original = MetricWriter.write
-
-    def crash_at_three(self, step, metrics, *, stage=None):
-        if stage == "ppo" and metrics.get("stage_step") == 3:
-            raise KeyboardInterrupt("simulated crash")
-        return original(self, step, metrics, stage=stage)
-
-    monkeypatch.setattr(MetricWriter, "write", crash_at_three)
-    with pytest.raises(KeyboardInterrupt):
-        train_and_evaluate(config, str(tmp_path / "resumed"))
-    monkeypatch.setattr(MetricWriter, "write", original)
-    train_and_evaluate(config, str(tmp_path / "resumed"))
-
-    a, b = final(tmp_path / "straight"), final(tmp_path / "resumed")
-    jax.tree.map(lambda x, y: np.testing.assert_array_equal(np.asarray(x), np.asarray(y)), a, b)
-    lines_a = read_metrics(tmp_path / "straight" / "metrics.jsonl")
-    lines_b = read_metrics(tmp_path / "resumed" / "metrics.jsonl")
-    assert [r["stage_step"] for r in lines_b] == [1, 2, 3, 4]
+    lines_a, lines_b = crash_and_resume(config, "ppo")
     for ra, rb in zip(lines_a, lines_b):
         for key in ("reward_mean", "loss", "value_loss", "kl_coef"):
             assert ra[key] == rb[key], key

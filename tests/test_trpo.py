@@ -99,12 +99,10 @@ def test_trpo_section_errors_name_the_field():
         trpo.validate_section("trpo", section, config)
 
 
-def test_trpo_restart_gives_identical_parameters(tmp_path, monkeypatch):
+def test_trpo_restart_gives_identical_parameters(crash_and_resume, monkeypatch):
     """4 TRPO steps straight vs 2 + crash + resume + 2: the same parameters and metrics (the
     policy, data iterator and PRNG key are restored; TRPO has no optimizer state)."""
-    from grpo_jax.checkpoint import Checkpointer
-    from grpo_jax.metrics import MetricWriter
-    from grpo_jax.pipeline import train_and_evaluate
+    from grpo_jax.rl.reward_sources import REWARD_SOURCES
 
     config = default_config.get_config("smoke")
     config.mesh.num_devices = 1
@@ -113,41 +111,12 @@ def test_trpo_restart_gives_identical_parameters(tmp_path, monkeypatch):
                             cg_iters=4, max_kl=0.01, checkpoint_every=2))
     # The untrained smoke model earns no task reward; a reward that differs between samples
     # (the share of digits in the completion) gives the groups non-zero advantages.
-    from grpo_jax.rl.reward_sources import REWARD_SOURCES
-
     digits = lambda completion, example: sum(c.isdigit() for c in completion) / max(
         len(completion), 1)
     monkeypatch.setitem(REWARD_SOURCES, "digit_share", lambda run, section: digits)
     config.trpo.rewards = {"accuracy": 1.0, "digit_share": 1.0}
     config.stages = "trpo"
-
-    def final(workdir):
-        with Checkpointer(workdir / "checkpoints") as ckpt:
-            state, meta = ckpt.restore()
-        assert meta["stage_done"]
-        return state["params"]
-
-    train_and_evaluate(config, str(tmp_path / "straight"))
-    original = MetricWriter.write
-
-    def crash_at_three(self, step, metrics, *, stage=None):
-        if stage == "trpo" and metrics.get("stage_step") == 3:
-            raise KeyboardInterrupt("simulated crash")
-        return original(self, step, metrics, stage=stage)
-
-    monkeypatch.setattr(MetricWriter, "write", crash_at_three)
-    with pytest.raises(KeyboardInterrupt):
-        train_and_evaluate(config, str(tmp_path / "resumed"))
-    monkeypatch.setattr(MetricWriter, "write", original)
-    train_and_evaluate(config, str(tmp_path / "resumed"))
-
-    a, b = final(tmp_path / "straight"), final(tmp_path / "resumed")
-    jax.tree.map(lambda x, y: np.testing.assert_array_equal(np.asarray(x), np.asarray(y)), a, b)
-    lines_a = [r for r in read_metrics(tmp_path / "straight" / "metrics.jsonl")
-               if r["stage"] == "trpo"]
-    lines_b = [r for r in read_metrics(tmp_path / "resumed" / "metrics.jsonl")
-               if r["stage"] == "trpo"]
-    assert [r["stage_step"] for r in lines_b] == [1, 2, 3, 4]
+    lines_a, lines_b = crash_and_resume(config, "trpo")
     assert any(r["kl"] > 0 for r in lines_a)  # the steps moved the policy
     for ra, rb in zip(lines_a, lines_b):
         for key in ("reward_mean", "kl", "surrogate_gain", "step_fraction"):

@@ -65,6 +65,21 @@ def rotate(x: jax.Array, cos: jax.Array, sin: jax.Array) -> jax.Array:
     return (x32 * cos + rotated * sin).astype(x.dtype)
 
 
+def rope_table(size: int, inv_freq) -> tuple[jax.Array, jax.Array]:
+    """(cos, sin) [size, H] for positions 0..size-1."""
+    cos, sin = rope_tables(jnp.arange(size)[None], inv_freq)
+    return cos[0, :, 0], sin[0, :, 0]
+
+
+def gather_rope(table: tuple[jax.Array, jax.Array], positions: jax.Array):
+    """(cos, sin) [B, T, 1, H] for positions [B, T] < size, read from a `rope_table`.
+
+    Gathering from a table computed once keeps XLA from fusing cos/sin of [B, T, H] into every
+    layer's rotation, where they are recomputed per head and per layer.
+    """
+    return tuple(jnp.take(t, positions, axis=0, mode="clip")[:, :, None, :] for t in table)
+
+
 def apply_rope(x: jax.Array, positions: jax.Array, inv_freq: np.ndarray) -> jax.Array:
     """Rotates halves: x * cos(p w) + rotate_half(x) * sin(p w) (Hugging Face layout).
 
@@ -93,18 +108,16 @@ class KVCache:
       values: tuple over layers of [B*K, S, H].
       key_valid: [B, S] bool, True for slots holding a real (non-pad) token.
       index: [] int32, the next slot to write.
-      rope_cos, rope_sin: [S, H] float32 rotary tables for positions 0..S-1 (a position never
-        exceeds its slot). Computed once, outside the decode loop: computed inside it, XLA
-        fuses cos/sin into every layer's rotation and recomputes them per head and per layer.
-      inv_freq: [H/2] float32, to extend the tables when the cache grows.
+      rope: (cos, sin) [S, H] float32 `rope_table` for positions 0..S-1 (a position never
+        exceeds its slot), computed outside the decode loop (see `gather_rope`).
+      inv_freq: [H/2] float32, to extend the table when the cache grows.
     """
 
     keys: tuple
     values: tuple
     key_valid: jax.Array
     index: jax.Array
-    rope_cos: jax.Array
-    rope_sin: jax.Array
+    rope: tuple
     inv_freq: jax.Array
 
     @classmethod
@@ -112,14 +125,12 @@ class KVCache:
         rows = batch_size * config.num_kv_heads
         zeros = lambda *shape: jnp.zeros(shape, config.compute_dtype)
         inv_freq = jnp.asarray(rope_inverse_frequencies(config), jnp.float32)
-        cos, sin = rope_tables(jnp.arange(size)[None], inv_freq)
         return cls(
             keys=tuple(zeros(rows, config.head_dim, size) for _ in range(config.num_layers)),
             values=tuple(zeros(rows, size, config.head_dim) for _ in range(config.num_layers)),
             key_valid=jnp.zeros((batch_size, size), bool),
             index=jnp.zeros((), jnp.int32),
-            rope_cos=cos[0, :, 0],
-            rope_sin=sin[0, :, 0],
+            rope=rope_table(size, inv_freq),
             inv_freq=inv_freq,
         )
 
@@ -133,21 +144,12 @@ class KVCache:
         if extra < 0:
             raise ValueError(f"KVCache.grow: size {size} is smaller than the cache ({self.size})")
         pad = lambda x, axis: jnp.pad(x, [(0, extra if a == axis else 0) for a in range(x.ndim)])
-        cos, sin = rope_tables(jnp.arange(size)[None], self.inv_freq)
-        return KVCache(
+        return self.replace(
             keys=tuple(pad(k, 2) for k in self.keys),
             values=tuple(pad(v, 1) for v in self.values),
             key_valid=pad(self.key_valid, 1),
-            index=self.index,
-            rope_cos=cos[0, :, 0],
-            rope_sin=sin[0, :, 0],
-            inv_freq=self.inv_freq,
+            rope=rope_table(size, self.inv_freq),
         )
-
-    def rope(self, positions: jax.Array) -> tuple[jax.Array, jax.Array]:
-        """(cos, sin) [B, T, 1, H] for positions [B, T], read from the tables."""
-        take = lambda table: jnp.take(table, positions, axis=0, mode="clip")[:, :, None, :]
-        return take(self.rope_cos), take(self.rope_sin)
 
 
 def attend(q, k, v, query_slots, key_valid):
@@ -273,10 +275,9 @@ class Attention(nnx.Module):
         return q, k, v.reshape(b, t, kv, h)
 
     def output(self, attended):
-        return jnp.einsum("BTNH,NHD->BTD", attended, self.o_kernel.value.astype(self.dtype))
-
-    def flat_output(self, attended):
-        """As `output`, as one [B, T, N*H] x [N*H, D] matmul (both reshapes are free)."""
+        """[B, T, N, H] -> [B, T, D] as one [B, T, N*H] x [N*H, D] matmul (both reshapes are
+        free; contracting (N, H) as an einsum made XLA transpose o_kernel and the attention
+        output at every decode step)."""
         b, t, n, h = attended.shape
         kernel = self.o_kernel.value.reshape(n * h, -1).astype(self.dtype)
         return attended.reshape(b, t, n * h) @ kernel
@@ -297,7 +298,7 @@ class Attention(nnx.Module):
         )
         query_slots = index + jnp.arange(t)
         attended = attend_cached(q, cache_k, cache_v, query_slots, key_valid)
-        return self.flat_output(attended), cache_k, cache_v
+        return self.output(attended), cache_k, cache_v
 
 
 class MLP(nnx.Module):
@@ -404,12 +405,8 @@ class Transformer(nnx.Module):
             positions = default_positions(attention_mask)
         x = self.embed(tokens)
 
-        if default:
-            # Positions are < T: gather rows of a [T, H] table rather than letting XLA fuse
-            # cos/sin of [B, T, H] into every layer's rotation (recomputed per head and layer).
-            cos, sin = rope_tables(jnp.arange(tokens.shape[1])[None], self.inv_freq)
-            take = lambda table: jnp.take(table[0, :, 0], positions, axis=0)[:, :, None]
-            rope = (take(cos), take(sin))
+        if default:  # positions < T
+            rope = gather_rope(rope_table(tokens.shape[1], self.inv_freq), positions)
         else:
             rope = rope_tables(positions, self.inv_freq)
 
@@ -467,7 +464,7 @@ class Transformer(nnx.Module):
             cache.key_valid, token_mask.astype(bool), (0, index)
         )
         x = self.embed(tokens)
-        rope = cache.rope(positions)
+        rope = gather_rope(cache.rope, positions)
         keys, values = [], []
         for block, cache_k, cache_v in zip(self.blocks, cache.keys, cache.values):
             x, cache_k, cache_v = block.cached(x, rope, key_valid, index, cache_k, cache_v)

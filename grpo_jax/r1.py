@@ -215,20 +215,30 @@ def validate_section(name: str, section, config) -> None:
                              "(no config.json); use '' for the run's current params")
 
 
+def _stage_rows(run, stage, sample):
+    """The stage's (prompts, completions, info): loaded when an earlier attempt of the stage
+    saved them, else `sample()` and saved, so a resumed stage trains on the same rows."""
+    path = _data_path(run, stage)
+    if os.path.exists(path):
+        return _load_rows(path)
+    prompts, completions, info = sample()
+    _save_rows(path, prompts, completions, info)
+    return prompts, completions, info
+
+
 def rejection_sft_stage(run, stage) -> None:
     """Rejection-sampling SFT: sample from the policy, keep verified, fine-tune on them."""
     section = stage.section
-    path = _data_path(run, stage)
     seed = run.config.seed + 1000 * stage.index
-    if os.path.exists(path):
-        prompts, completions, info = _load_rows(path)
-    else:
+
+    def sample():
         prompts, completions, info = sample_verified(run, stage, section, run.policy,
                                                      run.params, seed=seed)
         mix_p, mix_c = clean_solutions(run, section.mix_sft_examples, seed=seed + 1)
-        prompts, completions = prompts + mix_p, completions + mix_c
         info["mixed_in"] = len(mix_p)
-        _save_rows(path, prompts, completions, info)
+        return prompts + mix_p, completions + mix_c, info
+
+    prompts, completions, info = _stage_rows(run, stage, sample)
     _train_on_rows(run, stage, prompts, completions, info)
 
 
@@ -270,18 +280,16 @@ def build_student(run, model_name: str, *, seed: int):
 def distill_stage(run, stage) -> None:
     """Distillation: teacher samples, verified traces kept, a fresh student is fine-tuned."""
     section = stage.section
-    path = _data_path(run, stage)
     seed = run.config.seed + 1000 * stage.index
-    if os.path.exists(path):
-        prompts, completions, info = _load_rows(path)
-    else:
+
+    def sample():
         if section.teacher:
             teacher_policy, teacher_params = load_teacher(run, section.teacher)
         else:
             teacher_policy, teacher_params = run.policy, run.params
-        prompts, completions, info = sample_verified(run, stage, section, teacher_policy,
-                                                     teacher_params, seed=seed)
-        _save_rows(path, prompts, completions, info)
+        return sample_verified(run, stage, section, teacher_policy, teacher_params, seed=seed)
+
+    prompts, completions, info = _stage_rows(run, stage, sample)
     # The student replaces the run's model for this and every later stage.
     run.model_config, run.policy, run.params = build_student(run, section.student_model,
                                                              seed=seed)

@@ -9,16 +9,26 @@ accuracy and format rewards, evaluate again, and write report.md / report.json /
     python -m grpo_jax.main --config.rl.algorithm=dr_grpo --config.rl.beta=0.0
 
 Presets (after the colon): "smoke" (tiny sizes for tests), "cpu" (the default).
+configs/ppo.py and configs/trpo.py run the same job with the PPO or TRPO stage instead.
 """
 
+import os
+import sys
+
 import ml_collections
+from ml_collections import config_dict
+
+sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+from grpo_jax.stages import default_section  # noqa: E402
 
 
 def get_config(preset: str | None = None) -> ml_collections.ConfigDict:
     config = ml_collections.ConfigDict()
     config.seed = 0  # one seed for data, initialisation and sampling
     # Stages run in order and share one workdir. Each name is a section of this config
-    # whose `kind` says what it does: pretrain | sft | rl | eval (| rejection_sft | distill).
+    # whose `kind` says what it does: pretrain | sft | eval | rl | ppo | trpo | reward_model |
+    # rejection_sft | distill. Every field of a kind, with its comment, is in
+    # grpo_jax/stages/<module>.py (`default_section(kind)`); validation rejects unknown ones.
     config.stages = "pretrain,eval_base,rl,eval_final"
 
     # ---- task and tokenizer ---------------------------------------------------------------
@@ -47,6 +57,13 @@ def get_config(preset: str | None = None) -> ml_collections.ConfigDict:
     # Output-head chunk (positions) for teacher-forced log-probs; 0 = whole sequence at once.
     # Use e.g. 256 with 150k-token vocabularies so full [B, T, V] logits never materialise.
     config.model.logprob_chunk_size = 0
+    # Shape overrides on top of the named size (None = the size's own value), e.g.
+    # --config.model.hidden_size=192 --config.model.num_layers=6.
+    for field, kind in (("hidden_size", int), ("num_layers", int), ("num_heads", int),
+                        ("num_kv_heads", int), ("head_dim", int), ("mlp_size", int),
+                        ("rope_theta", float), ("qkv_bias", bool), ("tie_embeddings", bool),
+                        ("rms_norm_eps", float), ("remat", bool)):
+        config.model[field] = config_dict.placeholder(kind)
 
     # ---- mesh -----------------------------------------------------------------------------
     config.mesh = ml_collections.ConfigDict()
@@ -73,57 +90,31 @@ def get_config(preset: str | None = None) -> ml_collections.ConfigDict:
     config.optim.final_lr_frac = 0.1  # cosine decay to this fraction of the peak lr
 
     # ---- stage: next-token pretraining on noisy worked solutions --------------------------
-    config.pretrain = ml_collections.ConfigDict()
-    config.pretrain.kind = "pretrain"
+    config.pretrain = default_section("pretrain")
     config.pretrain.steps = 1500
     config.pretrain.batch_size = 64
     config.pretrain.lr = 3e-3
-    config.pretrain.micro_batches = 1
 
-    # ---- stage: evaluation ------------------------------------------------------------------
-    eval_section = ml_collections.ConfigDict()
-    eval_section.kind = "eval"
-    eval_section.num_samples = 8  # k samples per held-out problem (pass@1, pass@k, maj@k)
-    eval_section.temperature = 1.0  # sampling temperature for evaluation
-    eval_section.batch_size = 256  # sequences per sampler call (compile once)
-    config.eval_base = eval_section
-    config.eval_final = ml_collections.ConfigDict(eval_section.to_dict())
+    # ---- stages: evaluation before and after RL ---------------------------------------------
+    config.eval_base = default_section("eval")
+    config.eval_base.num_samples = 8  # k samples per held-out problem (pass@1, pass@k, maj@k)
+    config.eval_base.temperature = 1.0  # the distribution RL trains
+    config.eval_base.max_new_tokens = 40
+    config.eval_final = ml_collections.ConfigDict(config.eval_base.to_dict())
 
-    # ---- stage: reinforcement learning ----------------------------------------------------
-    config.rl = ml_collections.ConfigDict()
-    config.rl.kind = "rl"
+    # ---- stage: reinforcement learning (GRPO family) ------------------------------------------
+    config.rl = default_section("rl")
     config.rl.algorithm = "grpo"  # grpo | dr_grpo | dapo | rloo | reinforce | expert_iteration
     config.rl.steps = 80  # RL iterations (sample -> score -> update)
     config.rl.num_prompts = 32  # N prompts per iteration
     config.rl.group_size = 8  # G completions per prompt
-    config.rl.num_iterations = 1  # mu: passes over each rollout batch
-    config.rl.num_minibatches = 1  # optimizer steps per pass
-    config.rl.micro_batches = 1  # gradient accumulation inside one optimizer step
     config.rl.lr = 2e-4
     config.rl.beta = 0.01  # KL-to-reference coefficient (reference log-probs skipped if 0)
-    config.rl.kl_kind = "k3"  # k1 | k2 | k3
-    config.rl.epsilon = 0.2  # clip range (low side)
-    config.rl.epsilon_high = -1.0  # clip-higher (DAPO); < 0 means equal to epsilon
-    config.rl.dual_clip = -1.0  # dual-clip bound c > 1 for negative advantages; < 0 = off
-    config.rl.ratio_level = "token"  # token | sequence (GSPO)
-    config.rl.loss_agg = "auto"  # token-mean | seq-mean-token-mean | seq-mean-token-sum |
-    #                             seq-mean-token-sum-norm | auto (the algorithm's own)
-    config.rl.adv_eps = 1e-6  # std floor in group normalisation
-    config.rl.temperature = 1.0  # rollout sampling temperature
-    config.rl.top_k = 0  # 0 = off
-    config.rl.top_p = 1.0
     config.rl.max_new_tokens = 40
     # Reward name -> weight. Names: the task's (accuracy, format, format_soft, ...), built-ins
-    # (language, overlong) and registered sources (reward_model, with rl.reward_model set).
+    # (language, overlong) and stage-kind sources (reward_model, with rl.reward_model set).
     config.rl.rewards = ml_collections.ConfigDict({"accuracy": 1.0, "format": 0.2})
-    config.rl.reward_model = ""  # reward-model stage name or directory for "reward_model"
     config.rl.checkpoint_every = 20  # steps between checkpoints (and one at stage end)
-    config.rl.ref_reset_every = 0  # replace the reference by the policy every K steps; 0 = never
-    # DAPO switches: "auto" = on for algorithm=dapo only | "on" | "off".
-    config.rl.dynamic_sampling = "auto"  # drop zero-variance groups and sample more prompts
-    config.rl.max_sampling_rounds = 4  # bound on sampling rounds per step (dynamic sampling)
-    config.rl.overlong_filter = "auto"  # truncated completions carry no loss
-    config.rl.overlong_cache = 0  # soft overlong punishment ramp L_cache (tokens); 0 = off
 
     config.checkpoint = ml_collections.ConfigDict()
     config.checkpoint.max_to_keep = 2
@@ -145,6 +136,7 @@ def get_config(preset: str | None = None) -> ml_collections.ConfigDict:
         for section in (config.eval_base, config.eval_final):
             section.num_samples = 2
             section.batch_size = 16
+            section.max_new_tokens = 24
     else:
         raise ValueError(f"unknown preset {preset!r} for configs/default.py; expected smoke or cpu")
     return config

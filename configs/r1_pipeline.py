@@ -8,7 +8,7 @@ policy (mixed with clean solutions) -> final RL -> eval; the same report as the 
     python -m grpo_jax.main --config=configs/r1_pipeline.py:smoke   # under a minute on CPU
 
 The "language" reward is not a task reward: reward names resolve to the task's rewards, then
-registered sources, then grpo_jax.rewards' built-ins (grpo_jax/rl/reward_sources.py).
+the stage kinds' reward sources, then grpo_jax.rewards' built-ins (grpo_jax/runner/rewards.py).
 """
 
 import os
@@ -18,7 +18,7 @@ import ml_collections
 
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 from configs import default  # noqa: E402
-from grpo_jax import r1  # noqa: E402
+from grpo_jax.stages import default_section  # noqa: E402
 
 
 def get_config(preset: str | None = None) -> ml_collections.ConfigDict:
@@ -33,8 +33,7 @@ def get_config(preset: str | None = None) -> ml_collections.ConfigDict:
     config.task.template = "plain"
 
     # ---- cold start: SFT on clean worked solutions (completion-only loss) ------------------
-    config.cold_start = ml_collections.ConfigDict()
-    config.cold_start.kind = "sft"
+    config.cold_start = default_section("sft")
     config.cold_start.num_examples = 2048  # clean worked solutions
     config.cold_start.error_rate = 0.3  # a few wrong steps keep pass@1 low for RL to raise
     # As many steps as the main job's pretraining: with 400 the cold-start model reached only
@@ -42,7 +41,6 @@ def get_config(preset: str | None = None) -> ml_collections.ConfigDict:
     config.cold_start.steps = 1500
     config.cold_start.batch_size = 64
     config.cold_start.lr = 3e-3
-    config.cold_start.micro_batches = 1
     del config.pretrain
 
     # ---- reasoning RL: GRPO with accuracy + format + language consistency ----------------
@@ -52,7 +50,7 @@ def get_config(preset: str | None = None) -> ml_collections.ConfigDict:
     config.reasoning_rl.steps = 80
 
     # ---- rejection-sampling SFT on verified samples of the RL policy ---------------------
-    config.rejection_sft = r1.default_rejection_sft_section()
+    config.rejection_sft = default_section("rejection_sft")
     config.rejection_sft.num_problems = 512
     config.rejection_sft.num_samples = 4
     config.rejection_sft.sample_batch_size = 256
@@ -65,7 +63,7 @@ def get_config(preset: str | None = None) -> ml_collections.ConfigDict:
     # ---- final RL: accuracy + format --------------------------------------------------------
     config.final_rl = ml_collections.ConfigDict(config.rl.to_dict())
     config.final_rl.steps = 40
-    # config.rl stays as the defaults the eval stages read (rl.max_new_tokens).
+    del config.rl  # the two RL stages above are copies of the main job's rl section
 
     if preset in (None, "", "cpu"):
         pass
@@ -81,7 +79,6 @@ def get_config(preset: str | None = None) -> ml_collections.ConfigDict:
             config[name].group_size = 4
             config[name].max_new_tokens = 24
             config[name].checkpoint_every = 0
-        config.rl.max_new_tokens = 24
         config.rejection_sft.num_problems = 8
         config.rejection_sft.num_samples = 2
         config.rejection_sft.sample_batch_size = 16
@@ -93,6 +90,7 @@ def get_config(preset: str | None = None) -> ml_collections.ConfigDict:
                         config.eval_final):
             section.num_samples = 2
             section.batch_size = 16
+            section.max_new_tokens = 24
     else:
         raise ValueError(f"unknown preset {preset!r} for configs/r1_pipeline.py; expected smoke "
                          "or cpu")

@@ -2,11 +2,15 @@
 
 Nested overrides work on any field, e.g. `--config.rl.beta=0.001 --config.rl.steps=10`.
 Running the same command again resumes from the latest checkpoint in the workdir.
+`--print_config` validates, prints the resolved config, the model's parameter count, the
+devices and the mesh, and exits without creating the workdir. A bad flag or value exits 2
+with one line on stderr naming the field.
 """
 
 from __future__ import annotations
 
 import os
+import re
 import sys
 
 from absl import app, flags
@@ -23,6 +27,9 @@ _WORKDIR = flags.DEFINE_string(
     "workdir", None, "Run directory (checkpoints, metrics.jsonl, report). "
     "Default: runs/<config name>[_<preset>]."
 )
+_PRINT_CONFIG = flags.DEFINE_boolean(
+    "print_config", False, "Validate, print the resolved config, the model's parameter "
+    "count, the devices and the mesh, and exit without running or writing anything.")
 
 
 def default_workdir(config_arg: str) -> str:
@@ -31,22 +38,55 @@ def default_workdir(config_arg: str) -> str:
     return os.path.join("runs", name + (f"_{preset}" if preset else ""))
 
 
+def _fail(message: str) -> None:
+    print(f"config error: {message}", file=sys.stderr)
+    sys.exit(2)
+
+
+def _flag_error_line(err: BaseException, argv: list[str]) -> str:
+    """One line for a flag that could not be parsed or names no config field."""
+    text = str(err.args[0] if isinstance(err, (KeyError, AttributeError)) and err.args
+               else err)
+    text = " ".join(part.strip() for part in text.replace("\\n", "\n").splitlines()
+                    if part.strip())
+    text = re.sub(r"^flag\s+", "", text)
+    if isinstance(err, (KeyError, AttributeError)):
+        match = re.match(r"""['"]?([\w.]+)['"]?\s*(.*)""", text)
+        name, hint = (match.group(1), match.group(2)) if match else (text, "")
+        flag = next((a.split("=", 1)[0] for a in argv[1:]
+                     if a.startswith("--config.") and name in a.split("=", 1)[0].split(".")),
+                    f"--config...{name}")
+        return f"{flag}: no such config field {name!r}" + (f"; {hint}" if hint else "")
+    return text.replace("could not convert string to float", "expected a float, got") \
+               .replace("invalid literal for int() with base 10:", "expected an int, got")
+
+
+def parse_flags(argv: list[str]) -> list[str]:
+    """absl flag parsing with bad flags / unknown fields reported in one line, exit 2."""
+    try:
+        return flags.FLAGS(argv)
+    except (flags.Error, KeyError, AttributeError, TypeError, ValueError) as err:
+        _fail(_flag_error_line(err, argv))
+    return []
+
+
 def main(argv) -> None:
     del argv
     from absl import logging
 
     logging.set_verbosity(logging.WARNING)  # orbax logs every checkpoint write at INFO
-    from grpo_jax.config_validation import ConfigError
-    from grpo_jax.pipeline import train_and_evaluate
+    from grpo_jax.pipeline import describe, train_and_evaluate
+    from grpo_jax.runner import ConfigError
 
-    config_arg = flags.FLAGS["config"].config_filename if hasattr(
-        flags.FLAGS["config"], "config_filename") else _DEFAULT_CONFIG
+    config_arg = getattr(flags.FLAGS["config"], "config_filename", _DEFAULT_CONFIG)
     workdir = _WORKDIR.value or default_workdir(config_arg)
     try:
+        if _PRINT_CONFIG.value:
+            print(describe(_CONFIG.value))
+            return
         summary = train_and_evaluate(_CONFIG.value, workdir)
     except ConfigError as err:
-        print(f"config error: {err}", file=sys.stderr)
-        sys.exit(2)
+        _fail(str(err))
     print(f"[grpo_jax] report: {os.path.join(workdir, 'report.md')}")
     for name, figures in summary.items():
         shown = {k: round(v, 4) for k, v in figures.items() if isinstance(v, float)}
@@ -54,7 +94,7 @@ def main(argv) -> None:
 
 
 def run() -> None:
-    app.run(main)
+    app.run(main, flags_parser=parse_flags)
 
 
 if __name__ == "__main__":

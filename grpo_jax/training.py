@@ -104,7 +104,8 @@ def accumulate_gradients(
     """Sum of micro-batch losses, gradients and metrics.
 
     `loss_fn` must normalise with global counts (see `grpo_jax.losses.aggregate`) so that
-    the sum over micro-batches equals the full-batch value exactly.
+    the sum over micro-batches equals the full-batch value exactly. Metrics whose name ends
+    in `_max` are combined with a maximum instead of a sum. `metrics` must be a flat dict.
     """
     grad_fn = jax.value_and_grad(loss_fn, has_aux=True)
     if num_micro_batches == 1:
@@ -112,18 +113,23 @@ def accumulate_gradients(
         return loss, grads, metrics
     micro = split_micro_batches(batch, num_micro_batches)
 
+    def combine(metric_sum, metrics):  # `*_max` metrics are maxima, the rest sums
+        return {k: jnp.maximum(metric_sum[k], v) if k.endswith("_max") else metric_sum[k] + v
+                for k, v in metrics.items()}
+
     def body(carry, micro_batch):
         loss_sum, grad_sum, metric_sum = carry
         (loss, metrics), grads = grad_fn(params, micro_batch)
         return (
             loss_sum + loss,
             jax.tree.map(jnp.add, grad_sum, grads),
-            jax.tree.map(jnp.add, metric_sum, metrics),
+            combine(metric_sum, metrics),
         ), None
 
     first = jax.tree.map(lambda x: x[0], micro)
     (_, metric_shapes), _ = jax.eval_shape(grad_fn, params, first)
-    zeros_metrics = jax.tree.map(lambda s: jnp.zeros(s.shape, s.dtype), metric_shapes)
+    zeros_metrics = {k: jnp.full(s.shape, -jnp.inf if k.endswith("_max") else 0, s.dtype)
+                     for k, s in metric_shapes.items()}
     zeros_grads = jax.tree.map(jnp.zeros_like, params)
     (loss, grads, metrics), _ = jax.lax.scan(
         body, (jnp.zeros((), jnp.float32), zeros_grads, zeros_metrics), micro

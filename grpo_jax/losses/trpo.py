@@ -107,6 +107,7 @@ def natural_gradient_step(
     max_kl: float,
     cg_iters: int = 10,
     cg_tol: float = 1e-10,
+    return_scale: bool = False,
 ) -> PyTree:
     """TRPO's full step: the natural gradient scaled to the trust-region boundary.
 
@@ -121,9 +122,12 @@ def natural_gradient_step(
       max_kl: delta, the trust-region radius in mean KL.
       cg_iters: conjugate gradient iterations.
       cg_tol: conjugate gradient tolerance on the squared residual.
+      return_scale: also return sqrt(2 delta / x^T F x), the step size along x = F^{-1} g
+        (the natural-gradient "learning rate" of this step).
 
     Returns:
-      d, a pytree shaped like `grad`; the expected improvement is g.d.
+      d, a pytree shaped like `grad`; the expected improvement is g.d. With `return_scale`,
+      (d, scale).
     """
     if not max_kl > 0:
         raise ValueError(f"natural_gradient_step: `max_kl` must be > 0, got {max_kl}")
@@ -131,7 +135,8 @@ def natural_gradient_step(
     curvature = _vdot(direction, fvp(direction))
     safe = jnp.where(curvature > 0, curvature, 1.0)
     scale = jnp.where(curvature > 0, jnp.sqrt(2.0 * max_kl / safe), 0.0)
-    return jax.tree.map(lambda x: (scale * x).astype(x.dtype), direction)
+    step = jax.tree.map(lambda x: (scale * x).astype(x.dtype), direction)
+    return (step, scale) if return_scale else step
 
 
 class LineSearchResult(NamedTuple):

@@ -21,7 +21,7 @@ A typical rule set: embed -> "fsdp", vocab/heads/kv_heads/mlp -> "tensor", head_
 None (replicated).
 """
 
-from grpo_jax.models.config import ModelConfig, named_config
+from grpo_jax.models.config import ModelConfig, available_models, named_config
 from grpo_jax.models.transformer import (
     KVCache,
     Transformer,
@@ -40,6 +40,7 @@ __all__ = [
     "attend",
     "default_positions",
     "logprobs",
+    "available_models",
     "named_config",
     "rope_inverse_frequencies",
 ]

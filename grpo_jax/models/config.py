@@ -196,6 +196,11 @@ _NAMED = {
 }
 
 
+def available_models() -> list[str]:
+    """Names accepted by `named_config`."""
+    return sorted(_NAMED)
+
+
 def named_config(name: str, **overrides) -> ModelConfig:
     """Returns the named ModelConfig with field overrides (e.g. vocab_size=48, remat=True).
 

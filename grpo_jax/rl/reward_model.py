@@ -3,28 +3,25 @@
 The reward of a (prompt, completion) is the scalar head read at the last valid token (the
 EOS) of the row laid out as in SFT (BOS, prompt, completion, EOS; right-padded). Training
 uses the Bradley-Terry loss on pairs built from the task: a correct versus an incorrect
-worked solution of the same problem. The stage kind "reward_model" trains one and saves it
-under `<workdir>/<stage name>/`; `load_reward_model` turns that directory into a batched
-scorer and `RewardModel.reward_fn()` into a reward `(completion, example) -> float`.
+worked solution of the same problem. The stage kind "reward_model"
+(grpo_jax/stages/reward_model.py) trains one and saves it under `<workdir>/<stage name>/`;
+`load_reward_model` turns that directory into a batched scorer and `RewardModel.reward_fn()`
+into a reward `(completion, example) -> float`.
 """
 
 from __future__ import annotations
 
 import functools
 import os
-import shutil
-import time
 from typing import Any, Callable, Sequence
 
 import jax
 import jax.numpy as jnp
-import ml_collections
 import numpy as np
 import optax
 from flax import nnx
 
 from grpo_jax.models import ModelConfig, Transformer, logprobs
-from grpo_jax.rl.reward_sources import register_reward_source
 from grpo_jax.training import Params, Policy, accumulate_gradients, jit_update
 
 REWARD_MODEL_REWARD = "reward_model"  # name of the learned reward in a stage's `rewards`
@@ -166,8 +163,14 @@ class RewardModel:
         return completion if len(ids) <= room else self.tokenizer.decode(ids[:max(room, 0)])
 
     def reward_fn(self) -> Callable[[str, Any], float]:
-        """A per-completion reward `(completion, example) -> float` (one row per call)."""
-        return lambda completion, example: float(self.score([completion], [example])[0])
+        """A reward `(completion, example) -> float`; its `batched` attribute scores a whole
+        batch in one call (`grpo_jax.rl.rollout.score_completions` uses it)."""
+
+        def reward(completion, example) -> float:
+            return float(self.score([completion], [example])[0])
+
+        reward.batched = self.score
+        return reward
 
 
 def reward_model_dir(workdir: str, source: str) -> str:
@@ -179,129 +182,14 @@ def reward_model_dir(workdir: str, source: str) -> str:
     return path
 
 
-def load_reward_model(run, source: str, *, batch_size: int = 32) -> RewardModel:
-    """The reward model saved by a "reward_model" stage (same architecture as the run's model)."""
+def load_reward_model(path: str, model_config: ModelConfig, tokenizer, *, seq_len: int,
+                      prompt_fn: Callable[[Any], str], batch_size: int = 32) -> RewardModel:
+    """The reward model saved in `path` by a "reward_model" stage (the shape of
+    `model_config` with a scalar head)."""
     from grpo_jax.checkpoint import Checkpointer
-    from grpo_jax.stages import prompt_text
 
-    path = reward_model_dir(run.workdir, source)
     with Checkpointer(path, max_to_keep=1) as ckpt:
         state, _ = ckpt.restore()
     params = jax.tree.map(jnp.asarray, state["params"])
-    return RewardModel(scalar_head_policy(run.model_config), params, run.tokenizer,
-                       seq_len=run.config.model.max_seq_len,
-                       prompt_fn=functools.partial(prompt_text, run), batch_size=batch_size)
-
-
-@register_reward_source(REWARD_MODEL_REWARD)
-def _reward_model_source(run, section):
-    """The "reward_model" reward: the model saved at `<section>.reward_model`."""
-    source = section.get("reward_model", "") if section is not None else ""
-    if not source:
-        kind = section.get("kind", "rl") if section is not None else "rl"
-        raise ValueError(f"{kind}.reward_model: set it to the reward-model stage name or "
-                         "directory to use the 'reward_model' reward")
-    return load_reward_model(run, source).reward_fn()
-
-
-# ---------------------------------------------------------------------------------------
-# Stage kind "reward_model"
-
-
-def default_section() -> ml_collections.ConfigDict:
-    """Config section of a "reward_model" stage (every field commented)."""
-    s = ml_collections.ConfigDict()
-    s.kind = "reward_model"
-    s.num_pairs = 512  # training preference pairs (one per training problem)
-    s.eval_pairs = 64  # held-out pairs (test split) for pair accuracy
-    s.init = "policy"  # policy: start from the run's current params | scratch: fresh init
-    s.steps = 100  # optimizer steps
-    s.batch_size = 16  # pairs per step
-    s.micro_batches = 1  # gradient accumulation
-    s.lr = 1e-3
-    return s
-
-
-def validate_section(name: str, section, config) -> None:
-    """Raises ValueError naming the field for an unusable "reward_model" section."""
-    for field in ("num_pairs", "eval_pairs", "steps", "batch_size", "micro_batches"):
-        if int(section[field]) < 1:
-            raise ValueError(f"{name}.{field}: expected >= 1, got {section[field]}")
-    if section.init not in ("policy", "scratch"):
-        raise ValueError(f"{name}.init: expected policy or scratch, got {section.init!r}")
-    if section.batch_size % (section.micro_batches * jax.device_count()):
-        raise ValueError(f"{name}.batch_size: {section.batch_size} is not divisible by "
-                         f"micro_batches x devices = {section.micro_batches} x "
-                         f"{jax.device_count()}")
-
-
-def _pair_arrays(run, pairs):
-    from grpo_jax.stages import prompt_text
-
-    prompts = [prompt_text(run, ex) for ex, _, _ in pairs]
-    seq_len = run.config.model.max_seq_len
-    ct, cm = encode_texts(run.tokenizer, prompts, [c for _, c, _ in pairs], seq_len=seq_len)
-    rt, rm = encode_texts(run.tokenizer, prompts, [r for _, _, r in pairs], seq_len=seq_len)
-    return {"chosen_tokens": ct, "chosen_mask": cm, "rejected_tokens": rt, "rejected_mask": rm}
-
-
-def reward_model_stage(run, stage) -> None:
-    """Trains a Bradley-Terry reward model; saves it to <workdir>/<stage name>/."""
-    from grpo_jax.checkpoint import Checkpointer
-    from grpo_jax.sft.data import epoch_batches
-    from grpo_jax.stages import _optimizer
-
-    section, cfg = stage.section, run.config
-    seed = cfg.seed + 1000 * stage.index
-    train = preference_pairs(run.task, run.task.examples("train", section.num_pairs, seed=seed),
-                             seed=seed)
-    held = preference_pairs(run.task, run.task.examples("test", section.eval_pairs, seed=seed),
-                            seed=seed + 1)
-    if len(train) < section.batch_size:
-        raise ValueError(f"{stage.name}.num_pairs: only {len(train)} preference pairs could be "
-                         f"built, fewer than batch_size {section.batch_size}")
-    data = _pair_arrays(run, train)
-    policy = scalar_head_policy(run.model_config)
-    if section.init == "policy":
-        params = add_scalar_head(run.params)
-    else:
-        model = Transformer(run.model_config.replace(value_head=True), rngs=nnx.Rngs(seed))
-        params = nnx.to_pure_dict(nnx.state(model))
-    optimizer, schedule = _optimizer(run, section, section.steps)
-    opt_state = optimizer.init(params)
-    step_fn = make_reward_model_step(policy, optimizer, micro_batches=section.micro_batches)
-    for step in range(section.steps):
-        t0 = time.time()
-        rows = epoch_batches(len(train), section.batch_size, step, seed=seed)
-        batch = {k: jnp.asarray(v[rows]) for k, v in data.items()}
-        params, opt_state, m = step_fn(params, opt_state, batch)
-        m = jax.device_get(m)
-        run.global_step += 1
-        run.writer.write(run.global_step, {
-            "stage_step": step + 1, "loss": float(m["loss"]),
-            "pair_accuracy": float(m["pair_accuracy"]), "margin": float(m["margin"]),
-            "grad_norm": float(m["grad_norm"]), "learning_rate": float(schedule(step)),
-            "step_time_s": time.time() - t0}, stage=stage.name)
-    record = {"train_pairs": len(train), "eval_pairs": len(held)}
-    if held:
-        rm = RewardModel(policy, params, run.tokenizer, seq_len=cfg.model.max_seq_len,
-                         prompt_fn=lambda ex: _prompt(run, ex), batch_size=section.batch_size)
-        chosen = rm.score([c for _, c, _ in held], [ex for ex, _, _ in held])
-        rejected = rm.score([r for _, _, r in held], [ex for ex, _, _ in held])
-        record["eval_pair_accuracy"] = float(np.mean(chosen > rejected))
-        record["eval_margin"] = float(np.mean(chosen - rejected))
-    run.writer.write(run.global_step, record, stage=stage.name)
-    print(f"[grpo_jax] {stage.name}: " + ", ".join(f"{k}={v:.3f}" if isinstance(v, float)
-                                                   else f"{k}={v}" for k, v in record.items()),
-          flush=True)
-    out_dir = os.path.join(run.workdir, stage.name)
-    shutil.rmtree(out_dir, ignore_errors=True)  # a rerun after a crash overwrites it
-    with Checkpointer(out_dir, max_to_keep=1, async_=False) as ckpt:
-        ckpt.save(0, state={"params": params}, meta=record, force=True)
-    run.finish_stage(stage)
-
-
-def _prompt(run, example) -> str:
-    from grpo_jax.stages import prompt_text
-
-    return prompt_text(run, example)
+    return RewardModel(scalar_head_policy(model_config), params, tokenizer, seq_len=seq_len,
+                       prompt_fn=prompt_fn, batch_size=batch_size)

@@ -72,7 +72,11 @@ def score_completions(
     reward_fns: dict[str, Callable[[str, Any], float]],
     weights: dict[str, float],
 ) -> tuple[np.ndarray, dict[str, np.ndarray]]:
-    """Weighted sum of named rewards per completion, with each component kept."""
+    """Weighted sum of named rewards per completion, with each component kept.
+
+    A reward function with a `batched(texts, examples) -> [B]` attribute is called once for
+    the whole batch.
+    """
     components = {name: np.zeros(len(texts), np.float32) for name in weights}
     for name in weights:
         if name not in reward_fns:
@@ -80,7 +84,12 @@ def score_completions(
                 f"rl.rewards: unknown reward {name!r}; available: {sorted(reward_fns)}"
             )
         fn = reward_fns[name]
-        components[name] = np.asarray([fn(t, ex) for t, ex in zip(texts, examples)], np.float32)
+        batched = getattr(fn, "batched", None)  # e.g. a learned reward model: one call
+        if batched is not None:
+            components[name] = np.asarray(batched(list(texts), list(examples)), np.float32)
+        else:
+            components[name] = np.asarray([fn(t, ex) for t, ex in zip(texts, examples)],
+                                          np.float32)
     total = np.zeros(len(texts), np.float32)
     for name, weight in weights.items():
         total += np.float32(weight) * components[name]

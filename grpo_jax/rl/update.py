@@ -13,6 +13,7 @@ from typing import Any
 
 import jax
 import jax.numpy as jnp
+import numpy as np
 import optax
 
 from grpo_jax import losses
@@ -72,11 +73,14 @@ def policy_loss(params: Params, batch: dict, *, policy: Policy, settings: LossSe
         "clip_frac": token_mean(clipped.astype(jnp.float32)),
         "entropy": token_mean(jax.lax.stop_gradient(entropy)),
     }
+    if "sample_logp" in batch:  # the sampler's log-probs of the same tokens
+        metrics.update(logp_mismatch(jax.lax.stop_gradient(logp), batch["sample_logp"], mask,
+                                     num_tokens=num_tokens))
     total = per_token
     if settings.beta != 0.0:
         kl = losses.kl_penalty(logp, batch["ref_logp"], kind=settings.kl_kind)
         total = per_token + settings.beta * kl
-        metrics["kl"] = token_mean(jax.lax.stop_gradient(kl))
+        metrics["kl_ref"] = token_mean(jax.lax.stop_gradient(kl))
     loss = losses.aggregate(total, mask, mode=settings.loss_agg, num_tokens=num_tokens,
                             num_sequences=num_sequences, max_len=max_len)
     metrics["loss"] = loss
@@ -114,13 +118,33 @@ def make_logp_fn(policy: Policy, *, prompt_len: int, temperature: float = 1.0):
     return fn
 
 
-def build_batch(rollout, advantages) -> dict[str, Any]:
-    """Device batch of one rollout: full sequences, masks and per-completion advantages."""
-    tokens = jnp.concatenate([rollout.prompt_tokens, rollout.tokens], axis=1)
-    attention_mask = jnp.concatenate([rollout.prompt_mask, rollout.mask], axis=1)
-    return {
-        "tokens": tokens.astype(jnp.int32),
+def logp_mismatch(trainer_logp, sample_logp, mask, *, num_tokens=None) -> dict:
+    """How far the trainer's log-probs of the sampled tokens are from the sampler's.
+
+    logp_diff_max = max |trainer - sampler| over valid tokens; logp_diff_mean = the sum over
+    valid tokens / num_tokens (default: the valid-token count, so it is the mean). A
+    train/inference mismatch (dtype, kernels, truncated sampling) shows up here; in float32
+    on CPU expect about 1e-6.
+    """
+    mask = jnp.asarray(mask, bool)
+    diff = jnp.where(mask, jnp.abs(jnp.asarray(trainer_logp, jnp.float32)
+                                   - jnp.asarray(sample_logp, jnp.float32)), 0.0)
+    if num_tokens is None:
+        num_tokens = jnp.maximum(jnp.sum(mask.astype(jnp.float32)), 1.0)
+    return {"logp_diff_max": jnp.max(diff), "logp_diff_mean": jnp.sum(diff) / num_tokens}
+
+
+def build_batch(rollout, advantages=None) -> dict[str, Any]:
+    """Host batch of one rollout: full sequences, masks, the sampler's log-probs and (if
+    given) per-completion advantages."""
+    tokens = np.concatenate([rollout.prompt_tokens, rollout.tokens], axis=1)
+    attention_mask = np.concatenate([rollout.prompt_mask, rollout.mask], axis=1)
+    batch = {
+        "tokens": tokens.astype(np.int32),
         "attention_mask": attention_mask,
-        "completion_mask": jnp.asarray(rollout.mask),
-        "advantages": jnp.asarray(advantages, jnp.float32),
+        "completion_mask": np.asarray(rollout.mask),
+        "sample_logp": np.asarray(rollout.sample_logp, np.float32),
     }
+    if advantages is not None:
+        batch["advantages"] = np.asarray(advantages, np.float32)
+    return batch

@@ -1,0 +1,37 @@
+"""The main job with TRPO (natural-gradient steps in a KL trust region) instead of GRPO.
+
+pretrain -> eval_base -> trpo -> eval_final on the arithmetic task, as configs/default.py.
+One TRPO step per rollout batch on group-normalised advantages; the exact KL over the
+vocabulary makes it a small-model algorithm. Every field: grpo_jax/stages/trpo.py.
+
+    python -m grpo_jax.main --config=configs/trpo.py
+    python -m grpo_jax.main --config=configs/trpo.py:smoke   # seconds on CPU
+    python -m grpo_jax.main --config=configs/trpo.py --config.trpo.max_kl=0.02
+"""
+
+import os
+import sys
+
+sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+from configs import default  # noqa: E402
+from grpo_jax.stages import default_section  # noqa: E402
+
+
+def get_config(preset: str | None = None):
+    if preset not in (None, "", "cpu", "smoke"):
+        raise ValueError(f"unknown preset {preset!r} for configs/trpo.py; expected smoke or "
+                         "cpu")
+    config = default.get_config(preset)
+    config.stages = "pretrain,eval_base,trpo,eval_final"
+    config.trpo = default_section("trpo")
+    config.trpo.steps = 80
+    config.trpo.num_prompts = config.rl.num_prompts
+    config.trpo.group_size = config.rl.group_size
+    config.trpo.max_kl = 0.01  # trust-region radius (mean KL per completion token)
+    config.trpo.max_new_tokens = config.rl.max_new_tokens
+    config.trpo.rewards = config.rl.rewards
+    del config.rl
+    if preset == "smoke":
+        config.trpo.update(dict(steps=2, num_prompts=4, group_size=4, max_new_tokens=24,
+                                cg_iters=4, checkpoint_every=1))
+    return config

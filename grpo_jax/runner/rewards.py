@@ -1,0 +1,67 @@
+"""Reward names of a config section -> reward functions.
+
+A name in `<section>.rewards` is looked up, in order, among the task's own rewards
+(`task.reward_fns()`), the reward sources of the run's stage kinds (e.g. "reward_model",
+provided by the reward_model kind), sources registered in code with
+`register_reward_source`, and grpo_jax.rewards' built-ins. "overlong" is not a function of
+the text: the RL loop applies it to token lengths (DAPO's soft overlong punishment).
+"""
+
+from __future__ import annotations
+
+from typing import Any, Callable, Iterable
+
+from grpo_jax import rewards as rewards_lib
+
+RewardFn = Callable[[str, Any], float]
+# Sources registered in code: name -> factory(run, section) -> reward fn.
+REWARD_SOURCES: dict[str, Callable[[Any, Any], RewardFn]] = {}
+LENGTH_REWARDS = ("overlong",)
+BUILTIN_REWARDS = ("accuracy", "format", "format_soft", "language", "countdown",
+                   "countdown_tinyzero")
+
+
+def register_reward_source(name: str):
+    """Decorator: a reward usable in `<section>.rewards` built from the run and section."""
+
+    def wrap(factory):
+        REWARD_SOURCES[name] = factory
+        return factory
+
+    return wrap
+
+
+def _sources(kinds) -> dict[str, Callable[[Any, Any], RewardFn]]:
+    return {**(kinds.reward_sources() if kinds is not None else {}), **REWARD_SOURCES}
+
+
+def available_rewards(task, kinds) -> list[str]:
+    """Every reward name a section may use with this task and these stage kinds."""
+    names = set(task.reward_fns()) | set(_sources(kinds)) | set(BUILTIN_REWARDS)
+    return sorted(names | set(LENGTH_REWARDS))
+
+
+def resolve_reward_fns(run, names: Iterable[str], *, section=None) -> dict[str, RewardFn]:
+    """name -> fn(completion, example) for each name (length rewards are skipped).
+
+    A function may carry a `batched(completions, examples) -> np.ndarray` attribute (the
+    learned reward model does); `grpo_jax.rl.rollout.score_completions` then scores a whole
+    rollout in one call.
+    """
+    task_fns = run.task.reward_fns()
+    sources = _sources(getattr(run, "kinds", None))
+    fns = {}
+    for name in names:
+        if name in LENGTH_REWARDS:
+            continue
+        if name in task_fns:
+            fns[name] = task_fns[name]
+        elif name in sources:
+            fns[name] = sources[name](run, section)
+        elif name in BUILTIN_REWARDS:
+            fns[name] = rewards_lib.get_reward_fn(name)
+        else:
+            stage = section.get("kind", "rl") if section is not None else "rl"
+            raise ValueError(f"{stage}.rewards: unknown reward {name!r}; available: "
+                             f"{available_rewards(run.task, getattr(run, 'kinds', None))}")
+    return fns

@@ -1,0 +1,143 @@
+"""The one RL loop every RL stage kind (the GRPO family, PPO, TRPO) runs.
+
+    prompts -> rollout (sample, decode, score) -> device batch on the data mesh
+            -> the kind's `Learner.iterate` (advantages, losses, updates)
+            -> the shared record -> log -> checkpoint when due
+
+A kind supplies a `Learner`: its checkpointed state (a pytree whose "params" is the
+policy), its `iterate`, and optional host-side state kept in checkpoint meta (e.g. PPO's
+adaptive KL coefficient). Everything else (the prompt iterator and its resume, sampling
+keys, dynamic sampling, rewards, the core metrics, checkpoints) is here, once.
+"""
+
+from __future__ import annotations
+
+import time
+from typing import Iterator
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+
+from grpo_jax.rl.update import build_batch
+from grpo_jax.runner.rewards import resolve_reward_fns
+from grpo_jax.runner.rollouts import collect_rollout
+from grpo_jax.runner.toolkit import device_batch, log_step, progress
+from grpo_jax.tasks.data import prompt_iterator
+
+# Every RL stage's metrics line has these (besides reward/<name> per reward component).
+CORE_METRICS = ("stage_step", "reward_mean", "reward_std", "pass@1", "completion_length",
+                "truncated_frac", "loss", "entropy", "grad_norm", "learning_rate",
+                "logp_diff_max", "logp_diff_mean", "sample_time_s", "update_time_s",
+                "step_time_s")
+
+
+class Learner:
+    """What an RL stage kind plugs into `rl_loop`.
+
+    Attributes:
+      state: the checkpointed pytree; `state["params"]` is the policy's parameters.
+    """
+
+    state: dict
+
+    def iterate(self, batch: dict, rollout, step: int) -> dict:
+        """One iteration on a rollout batch: updates `self.state`, returns float metrics.
+
+        `batch` holds tokens / attention_mask [B, P+N], completion_mask and sample_logp
+        [B, N] on the data mesh; `rollout` the host-side rollout (rewards, components,
+        lengths, truncated). The metrics must include loss, entropy, grad_norm,
+        learning_rate, logp_diff_max and logp_diff_mean.
+        """
+        raise NotImplementedError
+
+    def host_state(self) -> dict:
+        """JSON-able state saved in checkpoint meta (restored by `load_host_state`)."""
+        return {}
+
+    def load_host_state(self, meta: dict) -> None:
+        del meta
+
+
+def minibatches(batch: dict, *, num_iterations: int, num_minibatches: int,
+                seed: tuple[int, ...]) -> Iterator[dict]:
+    """mu passes over the batch, each in `num_minibatches` random row subsets.
+
+    Rows of a subset keep their batch order (sorted indices); one minibatch is the batch.
+    The permutation of pass `it` is drawn from `np.random.default_rng([*seed, it])`.
+    """
+    rows = next(iter(batch.values())).shape[0]
+    per = rows // num_minibatches
+    for it in range(num_iterations):
+        order = np.random.default_rng([*seed, it]).permutation(rows)
+        for mb in range(num_minibatches):
+            if num_minibatches == 1:
+                yield batch
+            else:
+                idx = np.sort(order[mb * per:(mb + 1) * per])
+                yield jax.tree.map(lambda x: x[idx], batch)
+
+
+def reduce_update_metrics(metrics: list[dict]) -> dict:
+    """Metrics of several updates as host floats: the maximum of `*_max`, else the mean."""
+    def reduce(key):
+        values = jnp.stack([m[key] for m in metrics])
+        return jnp.max(values) if key.endswith("_max") else jnp.mean(values)
+
+    return {k: float(v) for k, v in jax.device_get({k: reduce(k) for k in metrics[0]}).items()}
+
+
+def rl_loop(run, stage, learner: Learner, *, sampling, dynamic: bool = False,
+            overlong_cache: int = 0) -> None:
+    """Runs `stage.section.steps` RL iterations of `learner` and ends the stage.
+
+    The section needs steps, num_prompts, group_size, rewards and checkpoint_every (and
+    max_sampling_rounds with `dynamic`).
+    """
+    section, cfg = stage.section, run.config
+    n, g = section.num_prompts, section.group_size
+    iterator = prompt_iterator(run.task.examples("train", cfg.task.train_size, seed=cfg.seed),
+                               batch_size=n, seed=cfg.seed + stage.index)
+    start = 0
+    if stage.resume_meta is not None:
+        learner.state = run.restore_stage(learner.state)
+        iterator.set_state(stage.resume_meta["data_state"])
+        learner.load_host_state(stage.resume_meta)
+        start = int(stage.resume_meta["stage_step"])
+    run.params = learner.state["params"]
+    weights = dict(section.rewards.to_dict())
+    reward_fns = resolve_reward_fns(run, weights, section=section)
+    bar = progress(stage, section.steps, start)
+    for step in range(start, section.steps):
+        t0 = time.time()
+        ro, _, info = collect_rollout(run, stage, iterator, step, sampling=sampling,
+                                      weights=weights, reward_fns=reward_fns, dynamic=dynamic,
+                                      overlong_cache=overlong_cache)
+        batch = device_batch(run, build_batch(ro))
+        t_sample = time.time()
+        metrics = learner.iterate(batch, ro, step)
+        run.params = learner.state["params"]
+        t_update = time.time()
+        correct = ro.components.get("accuracy", ro.rewards) >= 1.0
+        record = {
+            "stage_step": step + 1,
+            "reward_mean": float(ro.rewards.mean()),
+            "reward_std": float(ro.rewards.std()),
+            **{f"reward/{k}": float(np.mean(v)) for k, v in ro.components.items()},
+            "pass@1": float(np.mean(correct)),
+            "completion_length": float(ro.lengths.mean()),
+            "truncated_frac": float(ro.truncated.mean()),
+            **info,
+            **metrics,
+            "sample_time_s": t_sample - t0,
+            "update_time_s": t_update - t_sample,
+            "step_time_s": t_update - t0,
+        }
+        if g > 1:
+            record["zero_std_groups"] = float((ro.rewards.reshape(n, g).std(axis=1) == 0).mean())
+        log_step(run, stage, record, bar, reward="reward_mean", acc="pass@1")
+        run.save_if_due(stage, learner.state, stage_step=step + 1, total=section.steps,
+                        every=section.checkpoint_every, data_state=iterator.get_state(),
+                        **learner.host_state())
+    bar.close()
+    run.finish_stage(stage, section.steps)

@@ -1,0 +1,127 @@
+"""Rollout collection shared by the RL stage kinds, evaluation and rejection sampling."""
+
+from __future__ import annotations
+
+import dataclasses
+
+import jax
+import numpy as np
+
+from grpo_jax.rewards import overlong_penalty
+from grpo_jax.rl.rollout import Rollout, rollout
+from grpo_jax.runner.rewards import LENGTH_REWARDS
+from grpo_jax.runner.toolkit import prompt_text
+
+
+def sample_and_score(run, examples, *, num_samples: int, batch_size: int, sampling, key,
+                     weights=None, policy=None, params=None):
+    """Samples `num_samples` completions per example in fixed-size batches with the run's
+    policy (or `policy`, `params`); one dict per sample (example, text, length, components,
+    reward)."""
+    policy = run.policy if policy is None else policy
+    params = run.params if params is None else params
+    flat = [ex for ex in examples for _ in range(num_samples)]
+    reward_fns = run.task.reward_fns()
+    weights = weights or {name: 1.0 for name in reward_fns}
+    records = []
+    for start in range(0, len(flat), batch_size):
+        chunk = flat[start:start + batch_size]
+        real = len(chunk)
+        chunk = chunk + [chunk[0]] * (batch_size - real)  # static shape: pad with copies
+        ro = rollout(policy, params, run.tokenizer, chunk,
+                     [prompt_text(run, ex) for ex in chunk], jax.random.fold_in(key, start),
+                     sampling=sampling, prompt_len=run.config.task.prompt_len,
+                     reward_fns=reward_fns, weights=weights)
+        for i in range(real):
+            records.append({
+                "example": chunk[i],
+                "text": ro.texts[i],
+                "length": int(ro.lengths[i]),
+                "components": {k: float(v[i]) for k, v in ro.components.items()},
+                "reward": float(ro.rewards[i]),
+            })
+    return records
+
+
+def _combine_rollouts(parts, take):
+    """A Rollout whose every field is `take` (a function of the parts' field values)."""
+    out = {}
+    for field in dataclasses.fields(parts[0]):
+        values = [getattr(p, field.name) for p in parts]
+        if field.name == "components":
+            out[field.name] = {k: take([v[k] for v in values]) for k in values[0]}
+        elif field.name == "texts":
+            out[field.name] = list(take([np.asarray(v, dtype=object) for v in values]))
+        else:
+            out[field.name] = take(values)
+    return type(parts[0])(**out)
+
+
+def concat_rollouts(parts):
+    """Concatenates Rollouts row-wise."""
+    return _combine_rollouts(parts, np.concatenate)
+
+
+def take_rows(ro, rows):
+    """The Rollout restricted to `rows`."""
+    rows = np.asarray(rows, int)
+    return _combine_rollouts([ro], lambda values: values[0][rows])
+
+
+def collect_rollout(run, stage, iterator, step: int, *, sampling, weights, reward_fns,
+                    dynamic: bool, overlong_cache: int = 0) -> tuple[Rollout, list, dict]:
+    """One batch of N groups of G scored completions (N = num_prompts, G = group_size).
+
+    With `overlong_cache` > 0 the soft overlong punishment (DAPO) is added to the rewards as
+    the component "overlong". With `dynamic` sampling (DAPO), groups whose rewards are all
+    equal (zero advantage, no gradient) are dropped and more prompts are sampled, for at most
+    `max_sampling_rounds` rounds; if the batch is still short, the remaining groups are
+    filled with fully masked rows (they carry no loss) so the update keeps its compiled shape.
+
+    `weights` are the section's reward weights; "overlong" among them weights the overlong
+    punishment (1.0 if absent).
+
+    Returns (rollout, examples, info dict).
+    """
+    section = stage.section
+    n, g = section.num_prompts, section.group_size
+    text_weights = {k: v for k, v in weights.items() if k not in LENGTH_REWARDS}
+    kept, kept_examples, rounds, dropped = [], [], 0, 0
+    while True:
+        batch_examples = [ex for ex in next(iterator) for _ in range(g)]
+        key = jax.random.fold_in(run.stage_key(stage.index, step), rounds)
+        ro = rollout(run.policy, run.params, run.tokenizer, batch_examples,
+                     [prompt_text(run, ex) for ex in batch_examples], key, sampling=sampling,
+                     prompt_len=run.config.task.prompt_len, reward_fns=reward_fns,
+                     weights=text_weights)
+        if overlong_cache > 0:
+            penalty = overlong_penalty(ro.lengths, max_length=section.max_new_tokens,
+                                       cache_length=overlong_cache)
+            ro.components["overlong"] = penalty
+            ro.rewards = ro.rewards + np.float32(weights.get("overlong", 1.0)) * penalty
+        rounds += 1
+        if not dynamic:
+            return ro, batch_examples, {"sampling_rounds": 1}
+        groups = ro.rewards.reshape(n, g)
+        good = np.flatnonzero(groups.std(axis=1) > 0)
+        dropped += n - len(good)
+        have = sum(len(k.rewards) for k in kept) // g
+        good = good[: n - have]
+        if len(good):
+            rows = (good[:, None] * g + np.arange(g)[None]).reshape(-1)
+            kept.append(take_rows(ro, rows))
+            kept_examples.extend(batch_examples[i] for i in rows)
+        have += len(good)
+        if have == n or rounds >= section.max_sampling_rounds:
+            break
+    filled = n - have
+    if filled:
+        # Masked filler rows: copies of the last batch's first rows with no loss mask.
+        filler = take_rows(ro, np.arange(filled * g))
+        filler.mask = np.zeros_like(filler.mask)
+        filler.rewards = np.zeros_like(filler.rewards)
+        kept.append(filler)
+        kept_examples.extend(batch_examples[: filled * g])
+    merged = concat_rollouts(kept) if len(kept) > 1 else kept[0]
+    return merged, kept_examples, {"sampling_rounds": rounds, "dropped_groups": dropped,
+                                   "filled_groups": filled}

@@ -1,0 +1,155 @@
+"""Supervised training shared by pretrain, sft, rejection_sft and distill: the next-token
+loop over (prompt, completion) rows, and the verified-sample rows of the R1 stages."""
+
+from __future__ import annotations
+
+import json
+import os
+import time
+
+import jax
+import numpy as np
+
+from grpo_jax.sft.data import encode_pairs, epoch_batches
+from grpo_jax.sft.loss import make_supervised_step
+from grpo_jax.sft.verified import fill_rows, select_verified
+from grpo_jax.runner.rollouts import sample_and_score
+from grpo_jax.runner.toolkit import (device_batch, log_step, progress, prompt_text,
+                                     sampling_config, stage_optimizer)
+from grpo_jax.training import init_opt_state
+
+
+def train_supervised(run, stage, prompts, completions, *, loss_on_prompt: bool) -> None:
+    """Trains `run.params` on the (prompt, completion) rows for section.steps steps (lr,
+    batch_size, micro_batches and checkpoint_every from the section) and ends the stage."""
+    section = stage.section
+    data = encode_pairs(run.tokenizer, prompts, completions,
+                        max_len=run.config.model.max_seq_len, loss_on_prompt=loss_on_prompt)
+    optimizer, schedule = stage_optimizer(run, lr=section.lr, steps=section.steps)
+    opt_state = init_opt_state(optimizer, run.params, run.mesh)
+    start = 0
+    if stage.resume_meta is not None:
+        state = run.restore_stage({"params": run.params, "opt_state": opt_state})
+        run.params, opt_state = state["params"], state["opt_state"]
+        start = int(stage.resume_meta["stage_step"])
+    step_fn = make_supervised_step(run.policy, optimizer, micro_batches=section.micro_batches)
+    bar = progress(stage, section.steps, start)
+    for step in range(start, section.steps):
+        t0 = time.time()
+        rows = epoch_batches(len(data["tokens"]), section.batch_size, step,
+                             seed=run.config.seed + stage.index)
+        batch = device_batch(run, {k: v[rows] for k, v in data.items()})
+        run.params, opt_state, metrics = step_fn(run.params, opt_state, batch)
+        metrics = jax.device_get(metrics)
+        log_step(run, stage, {
+            "stage_step": step + 1,
+            "loss": float(metrics["loss"]),
+            "grad_norm": float(metrics["grad_norm"]),
+            "learning_rate": float(schedule(step)),
+            "step_time_s": time.time() - t0,
+        }, bar, loss="loss")
+        run.save_if_due(stage, {"params": run.params, "opt_state": opt_state},
+                        stage_step=step + 1, total=section.steps,
+                        every=section.checkpoint_every)
+    bar.close()
+    run.finish_stage(stage, section.steps)
+
+
+def clean_solutions(run, num: int, *, seed: int, error_rate: float = 0.0):
+    """`num` worked solutions of training problems (clean unless `error_rate`):
+    (prompts, completions)."""
+    if num <= 0:
+        return [], []
+    rng = np.random.default_rng(seed)
+    prompts, completions = [], []
+    for ex in run.task.examples("train", num, seed=seed):
+        text, _ = run.task.solution(ex, rng=rng, error_rate=error_rate, format_error_rate=0.0)
+        prompts.append(prompt_text(run, ex))
+        completions.append(text)
+    return prompts, completions
+
+
+def sample_verified(run, stage, policy, params, *, seed: int):
+    """Samples section.num_samples per training problem with (policy, params) and keeps the
+    verified-correct, well-formed ones: (prompts, completions, info)."""
+    section = stage.section
+    examples = run.task.examples("train", section.num_problems, seed=seed)
+    sampling = sampling_config(run, max_new_tokens=section.max_new_tokens,
+                               temperature=section.temperature)
+    records = sample_and_score(run, examples, num_samples=section.num_samples,
+                               batch_size=section.sample_batch_size, sampling=sampling,
+                               key=run.stage_key(stage.index, 0), policy=policy, params=params)
+    kept = select_verified(records, min_accuracy=section.min_accuracy,
+                           min_format=section.min_format, dedupe=section.dedupe)
+    info = {"sampled": len(records), "kept": len(kept),
+            "kept_frac": len(kept) / max(len(records), 1),
+            "problems_covered": len({getattr(r["example"], "id", i) for i, r in
+                                     enumerate(kept)})}
+    return ([prompt_text(run, r["example"]) for r in kept], [r["text"] for r in kept], info)
+
+
+def stage_rows(run, stage, sample):
+    """The stage's (prompts, completions, info): read from `<workdir>/<stage>/data.jsonl`
+    when an earlier attempt of the stage saved them, else `sample()` and saved, so a resumed
+    stage trains on the same rows (its sampling model may be gone by then)."""
+    path = os.path.join(run.workdir, stage.name, "data.jsonl")
+    if os.path.exists(path):
+        with open(path) as f:
+            lines = [json.loads(line) for line in f if line.strip()]
+        return ([r["prompt"] for r in lines[1:]], [r["completion"] for r in lines[1:]],
+                lines[0]["info"])
+    prompts, completions, info = sample()
+    os.makedirs(os.path.dirname(path), exist_ok=True)
+    tmp = path + ".tmp"
+    with open(tmp, "w") as f:
+        f.write(json.dumps({"info": info}) + "\n")
+        for p, c in zip(prompts, completions):
+            f.write(json.dumps({"prompt": p, "completion": c}) + "\n")
+    os.replace(tmp, path)
+    return prompts, completions, info
+
+
+def train_on_rows(run, stage, prompts, completions, info) -> None:
+    """Logs the selection `info`, then fine-tunes on the rows (completion tokens only)."""
+    run.writer.write(run.global_step, {k: float(v) for k, v in info.items()}, stage=stage.name)
+    print(f"[grpo_jax] {stage.name}: " + ", ".join(f"{k}={v}" for k, v in info.items()),
+          flush=True)
+    if not prompts:
+        print(f"[grpo_jax] {stage.name}: no verified completions and no mixed-in data; "
+              "skipping training", flush=True)
+        run.finish_stage(stage)
+        return
+    prompts, completions = fill_rows(prompts, completions, stage.section.batch_size)
+    train_supervised(run, stage, prompts, completions, loss_on_prompt=False)
+
+
+def verified_sampling_fields(s: ml_collections.ConfigDict) -> None:
+    """Fields of rejection_sft and distill sections: what to sample, what to keep, how to
+    fine-tune."""
+    s.num_problems = 256  # training problems to sample from
+    s.num_samples = 4  # k completions per problem
+    s.temperature = 1.0  # sampling temperature
+    s.max_new_tokens = 40  # completion budget when sampling
+    s.sample_batch_size = 64  # sequences per sampler call (compile once)
+    s.min_accuracy = 1.0  # keep completions with accuracy reward >= this
+    s.min_format = 1.0  # ... and strict format reward >= this
+    s.dedupe = True  # drop repeated (problem, completion) pairs
+    s.steps = 100  # SFT optimizer steps on the kept rows
+    s.batch_size = 32  # SFT rows per step
+    s.micro_batches = 1
+    s.lr = 1e-3
+    s.checkpoint_every = 0  # SFT steps between checkpoints (0 = only at the end)
+
+
+def validate_verified_sampling(check) -> None:
+    """Checks the fields of `verified_sampling_fields`."""
+    for field in ("num_problems", "num_samples", "sample_batch_size", "steps", "batch_size"):
+        check.integer(field)
+    check.positive("temperature")
+    check.fits_context("max_new_tokens")
+    check.number("min_accuracy")
+    check.number("min_format")
+    check.positive("lr")
+    check.integer("checkpoint_every", low=0)
+    check.divides("sample_batch_size", check.section.sample_batch_size, micro_field=None)
+    check.divides("batch_size", check.section.batch_size)

@@ -1,0 +1,57 @@
+"""Small helpers every stage kind uses: optimizer, progress bar, prompts, sampling settings,
+device batches on the data mesh, and step logging."""
+
+from __future__ import annotations
+
+import jax
+from tqdm.auto import tqdm
+
+from grpo_jax import tasks as tasks_lib
+from grpo_jax.sampling import SamplingConfig
+from grpo_jax.training import make_optimizer
+
+
+def stage_optimizer(run, *, lr: float, steps: int):
+    """(AdamW with warmup + cosine + clipping from config.optim, its lr schedule)."""
+    o = run.config.optim
+    return make_optimizer(lr=lr, steps=steps, warmup_frac=o.warmup_frac,
+                          final_lr_frac=o.final_lr_frac, weight_decay=o.weight_decay,
+                          b1=o.b1, b2=o.b2, clip_norm=o.clip_norm)
+
+
+def progress(stage, total: int, initial: int):
+    return tqdm(total=total, initial=initial, desc=f"{stage.name}", leave=False,
+                mininterval=2.0, disable=None)
+
+
+def prompt_text(run, example) -> str:
+    """The example's prompt in the run's template."""
+    return tasks_lib.apply_template(example, template=run.config.task.template)
+
+
+def sampling_config(run, *, max_new_tokens: int, temperature: float, top_k: int = 0,
+                    top_p: float = 1.0) -> SamplingConfig:
+    return SamplingConfig(
+        max_new_tokens=max_new_tokens,
+        temperature=temperature,
+        top_k=top_k,
+        top_p=top_p,
+        eos_ids=(run.tokenizer.eos_id,),
+        pad_id=run.tokenizer.pad_id,
+    )
+
+
+def device_batch(run, batch):
+    """A host batch (a pytree of [B, ...] arrays) placed with rows over the data mesh."""
+    return jax.device_put(batch, run.data_sharding)
+
+
+def log_step(run, stage, record: dict, bar=None, **postfix) -> None:
+    """One training step: +1 global step, one metrics line, the progress bar moved."""
+    run.global_step += 1
+    run.writer.write(run.global_step, record, stage=stage.name)
+    if bar is not None:
+        bar.update(1)
+        if postfix:
+            bar.set_postfix(**{k: f"{record[v]:.3f}" for k, v in postfix.items()
+                               if v in record})

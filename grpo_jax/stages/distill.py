@@ -1,0 +1,81 @@
+"""Stage kind "distill" (DeepSeek-R1, https://arxiv.org/abs/2501.12948, sec. 2.4): a teacher
+(the run's current policy, or another finished run's final policy) samples; verified traces
+are kept; a fresh student of another named size is fine-tuned on them and becomes the run's
+model for every later stage (and on resume: `Run.replace_model`)."""
+
+from __future__ import annotations
+
+import json
+import os
+
+import ml_collections
+from flax import nnx
+
+from grpo_jax.checkpoint import Checkpointer
+from grpo_jax.models import Transformer, available_models, named_config
+from grpo_jax.runner import StageKind
+from grpo_jax.runner.supervised import (sample_verified, stage_rows, train_on_rows,
+                                        validate_verified_sampling, verified_sampling_fields)
+from grpo_jax.training import Policy
+
+
+def default_section() -> ml_collections.ConfigDict:
+    """Config section of a "distill" stage (every field commented)."""
+    s = ml_collections.ConfigDict()
+    s.kind = "distill"
+    verified_sampling_fields(s)
+    s.teacher = ""  # "": the run's current params | a finished grpo_jax run's workdir
+    s.student_model = "tiny-1m"  # grpo_jax.models.named_config name of the student
+    return s
+
+
+def validate(check) -> None:
+    validate_verified_sampling(check)
+    check.choice("student_model", available_models())
+    teacher = check.string("teacher")
+    if teacher and not os.path.isfile(os.path.join(teacher, "config.json")):
+        check.fail("teacher", f"{teacher!r} is not a grpo_jax workdir (no config.json); use "
+                              "'' for the run's current params")
+
+
+def load_teacher(run, workdir: str):
+    """(Policy, params) of the final checkpoint of another grpo_jax run (same tokenizer).
+
+    The teacher's shape comes from its own config.json (and a distilled model's name in its
+    checkpoint meta), not from this run's config."""
+    with open(os.path.join(workdir, "config.json")) as f:
+        cfg = json.load(f)
+    with Checkpointer(os.path.join(workdir, "checkpoints")) as ckpt:
+        step = ckpt.latest_step()
+        if step is None:
+            raise ValueError(f"teacher: no checkpoint in {workdir}/checkpoints")
+        meta = ckpt.restore_meta(step)
+        name = meta.get("model_name", cfg["model"]["name"])
+        model_config = named_config(name, vocab_size=run.tokenizer.vocab_size,
+                                    max_seq_len=cfg["model"]["max_seq_len"],
+                                    dtype=cfg["model"]["dtype"],
+                                    param_dtype=cfg["model"]["param_dtype"])
+        abstract = nnx.eval_shape(lambda: Transformer(model_config, rngs=nnx.Rngs(0)))
+        policy, template = Policy.from_model(abstract)
+        state, _ = ckpt.restore(step, target={"params": template})
+    return policy, state["params"]
+
+
+def run_distill(run, stage) -> None:
+    section = stage.section
+    seed = run.config.seed + 1000 * stage.index
+
+    def sample():
+        if section.teacher:
+            policy, params = load_teacher(run, section.teacher)
+        else:
+            policy, params = run.policy, run.params
+        return sample_verified(run, stage, policy, params, seed=seed)
+
+    rows = stage_rows(run, stage, sample)
+    run.replace_model(section.student_model, seed=seed)  # the student is the run's model now
+    train_on_rows(run, stage, *rows)
+
+
+KIND = StageKind("distill", run_distill, default_section, validate,
+                 description="distillation of verified teacher traces into a fresh student")

@@ -1,0 +1,92 @@
+"""Stage kind "trpo": one natural-gradient step per rollout batch, on group-normalised
+advantages, in the shared RL loop (the step itself is grpo_jax.rl.trpo.make_trpo_step)."""
+
+from __future__ import annotations
+
+import jax
+import jax.numpy as jnp
+import ml_collections
+
+from grpo_jax import losses
+from grpo_jax.rl import trpo
+from grpo_jax.runner import Learner, StageKind, rl_loop
+from grpo_jax.runner.toolkit import sampling_config
+
+
+def default_section() -> ml_collections.ConfigDict:
+    """Config section of a "trpo" stage (every field commented)."""
+    s = ml_collections.ConfigDict()
+    s.kind = "trpo"
+    s.steps = 30  # TRPO iterations (one natural-gradient step per rollout batch)
+    s.num_prompts = 16  # N prompts per iteration
+    s.group_size = 8  # G completions per prompt (group-normalised advantages)
+    s.adv_eps = 1e-6  # std floor in group normalisation
+    s.max_kl = 0.01  # delta: trust-region radius in mean KL per token
+    s.damping = 0.1  # Tikhonov damping of the Fisher-vector product
+    s.cg_iters = 10  # conjugate gradient iterations
+    s.backtrack_ratio = 0.5  # line-search shrink factor
+    s.max_backtracks = 10  # line-search candidates
+    s.accept_ratio = 0.1  # smallest actual / expected improvement accepted
+    s.top_k = 0  # 0 = off (sampling is at temperature 1)
+    s.top_p = 1.0
+    s.max_new_tokens = 40
+    s.rewards = ml_collections.ConfigDict({"accuracy": 1.0, "format": 0.2})  # name -> weight
+    s.reward_model = ""  # reward_model stage name (or directory) for the "reward_model" reward
+    s.checkpoint_every = 10  # steps between checkpoints (0 = only at the end)
+    return s
+
+
+def validate(check) -> None:
+    section = check.section
+    for field in ("steps", "num_prompts", "cg_iters", "max_backtracks"):
+        check.integer(field)
+    if check.integer("group_size") < 2:
+        check.fail("group_size", f"trpo uses group-normalised advantages and needs G >= 2, "
+                                 f"got {section.group_size}")
+    check.divides("num_prompts", section.num_prompts * section.group_size, micro_field=None,
+                  what=f"rollout batch N*G = {section.num_prompts * section.group_size}")
+    check.positive("adv_eps")
+    check.positive("max_kl")
+    check.number("damping", low=0.0)
+    check.number("backtrack_ratio", low=0.0, high=1.0, low_open=True, high_open=True)
+    check.number("accept_ratio", low=0.0)
+    check.integer("top_k", low=0)
+    check.number("top_p", low=0.0, high=1.0, low_open=True)
+    check.fits_context("max_new_tokens")
+    check.rewards()
+    check.integer("checkpoint_every", low=0)
+
+
+class TRPOLearner(Learner):
+    """The natural-gradient step: no optimizer state, only the parameters."""
+
+    def __init__(self, run, stage):
+        section = stage.section
+        self.run, self.section = run, section
+        self.state = {"params": run.params}
+        self.step_fn = trpo.make_trpo_step(
+            run.policy, prompt_len=run.config.task.prompt_len, max_kl=section.max_kl,
+            damping=section.damping, cg_iters=section.cg_iters,
+            backtrack_ratio=section.backtrack_ratio, max_backtracks=section.max_backtracks,
+            accept_ratio=section.accept_ratio)
+
+    def iterate(self, batch, rollout, step):
+        advantages = losses.group_advantages(jnp.asarray(rollout.rewards),
+                                             group_size=self.section.group_size,
+                                             scale="group", eps=self.section.adv_eps)
+        batch["advantages"] = jax.device_put(advantages, self.run.data_sharding)
+        self.state["params"], m = self.step_fn(self.state["params"], batch)
+        metrics = {k: float(v) for k, v in jax.device_get(m).items()}
+        metrics["loss"] = -metrics["surrogate_gain"]
+        return metrics
+
+
+def run_trpo(run, stage) -> None:
+    section = stage.section
+    sampling = sampling_config(run, max_new_tokens=section.max_new_tokens, temperature=1.0,
+                               top_k=section.top_k, top_p=section.top_p)
+    rl_loop(run, stage, TRPOLearner(run, stage), sampling=sampling)
+
+
+KIND = StageKind("trpo", run_trpo, default_section, validate, rl_curves=True,
+                 description="TRPO: conjugate-gradient natural step with a KL line search")

@@ -10,9 +10,9 @@ import jax
 import numpy as np
 import pytest
 
-from grpo_jax import stages
+from grpo_jax.runner import StageSpec, rollouts
 from grpo_jax.metrics import read_metrics
-from grpo_jax.pipeline import StageSpec, train_and_evaluate
+from grpo_jax.pipeline import train_and_evaluate
 from grpo_jax.rl.rollout import Rollout
 from grpo_jax.tasks import get_task
 
@@ -46,7 +46,7 @@ def scripted_rollouts(monkeypatch, reward_rounds):
             texts=[f"t{i}" for i in range(rows)], rewards=rewards,
             components={"accuracy": rewards.copy()}, truncated=lengths == NEW)
 
-    monkeypatch.setattr(stages, "rollout", fake_rollout)
+    monkeypatch.setattr(rollouts, "rollout", fake_rollout)
 
 
 def prompts():
@@ -60,7 +60,7 @@ def test_dynamic_sampling_keeps_only_groups_with_signal(monkeypatch):
     round1 = [1, 0, 0,  1, 1, 1,  0, 1, 0,  0, 0, 0]
     round2 = [0, 0, 0,  1, 0, 1,  0, 0, 1,  1, 1, 0]
     scripted_rollouts(monkeypatch, [round1, round2])
-    ro, examples, info = stages.collect_rollout(run, stage, prompts(), 0, sampling=None,
+    ro, examples, info = rollouts.collect_rollout(run, stage, prompts(), 0, sampling=None,
                                                 weights={"accuracy": 1.0}, reward_fns={},
                                                 dynamic=True)
     groups = ro.rewards.reshape(N, G)
@@ -75,7 +75,7 @@ def test_dynamic_sampling_terminates_and_masks_the_shortfall(monkeypatch):
     constant = [1.0] * (N * G)
     one_good = [1, 0, 0] + [0.0] * (N * G - G)
     scripted_rollouts(monkeypatch, [one_good, constant, constant, constant])
-    ro, _, info = stages.collect_rollout(run, stage, prompts(), 0, sampling=None,
+    ro, _, info = rollouts.collect_rollout(run, stage, prompts(), 0, sampling=None,
                                          weights={"accuracy": 1.0}, reward_fns={},
                                          dynamic=True)
     assert info["sampling_rounds"] == 3  # the bound, not an endless loop
@@ -87,7 +87,7 @@ def test_dynamic_sampling_terminates_and_masks_the_shortfall(monkeypatch):
 def test_static_sampling_takes_one_round(monkeypatch):
     run, stage = fake_run()
     scripted_rollouts(monkeypatch, [[1.0] * (N * G)])
-    ro, _, info = stages.collect_rollout(run, stage, prompts(), 0, sampling=None,
+    ro, _, info = rollouts.collect_rollout(run, stage, prompts(), 0, sampling=None,
                                          weights={"accuracy": 1.0}, reward_fns={},
                                          dynamic=False)
     assert info == {"sampling_rounds": 1} and np.all(ro.rewards == 1.0)
@@ -95,11 +95,11 @@ def test_static_sampling_takes_one_round(monkeypatch):
 
 def test_soft_overlong_punishment_is_added_per_length(monkeypatch):
     run, stage = fake_run()
-    stage.section.max_new_tokens, stage.section.overlong_cache = NEW, 2
+    stage.section.max_new_tokens = NEW
     scripted_rollouts(monkeypatch, [[0.0] * (N * G)])
-    ro, _, _ = stages.collect_rollout(run, stage, prompts(), 0, sampling=None,
+    ro, _, _ = rollouts.collect_rollout(run, stage, prompts(), 0, sampling=None,
                                       weights={"accuracy": 1.0, "overlong": 0.5},
-                                      reward_fns={}, dynamic=False)
+                                      reward_fns={}, dynamic=False, overlong_cache=2)
     # L_max = 5, L_cache = 2: lengths 1..3 -> 0, 4 -> -0.5, 5 -> -1; weight 0.5.
     expected = {1: 0.0, 2: 0.0, 3: 0.0, 4: -0.25, 5: -0.5}
     for length, reward in zip(ro.lengths, ro.rewards):
@@ -127,4 +127,4 @@ def test_one_step_smoke(tmp_path, overrides):
         assert all(line["sampling_rounds"] >= 1 for line in lines)
     if "ref_reset_every" in overrides:
         # The reference is reset to the policy before step 2, so its KL is 0 again there.
-        assert lines[1]["kl"] == pytest.approx(0.0, abs=1e-6)
+        assert lines[1]["kl_ref"] == pytest.approx(0.0, abs=1e-6)

@@ -11,10 +11,12 @@ import numpy as np
 import pytest
 from flax import nnx
 
-import grpo_jax.extra_stages  # noqa: F401  (registers the stage kinds)
 from grpo_jax.metrics import read_metrics
+from grpo_jax.pipeline import run_stage
 from grpo_jax.models import Transformer, logprobs, named_config
 from grpo_jax.rl import ppo
+from grpo_jax.runner import ConfigError, validate
+from grpo_jax.stages import KINDS, default_section
 from grpo_jax.rl.reward_model import add_scalar_head, scalar_head_policy
 from grpo_jax.training import Policy
 
@@ -110,15 +112,14 @@ def test_prepare_gives_reward_to_go_with_zero_critic():
 
 def test_ppo_stage_two_steps_with_adaptive_kl(tmp_path):
     config = default_config.get_config("smoke")
-    config.ppo = ppo.default_section()
+    config.ppo = default_section("ppo")
     config.ppo.update(dict(steps=2, num_prompts=8, group_size=2, num_iterations=1,
                            num_minibatches=2, max_new_tokens=16, beta=0.1, adaptive_kl=True,
                            kl_target=0.05, kl_horizon=80, checkpoint_every=0))
     # "language" is not a task reward: it is resolved through grpo_jax.rewards.get_reward_fn.
     config.ppo.rewards = {"accuracy": 1.0, "language": 0.5}
     config.stages = "ppo"
-    grpo_jax.extra_stages.validate("ppo", config.ppo, config)
-    grpo_jax.extra_stages.run_single_stage(config, "ppo", tmp_path)
+    run_stage(config, "ppo", tmp_path)
     lines = [r for r in read_metrics(tmp_path / "metrics.jsonl") if r["stage"] == "ppo"]
     assert [r["stage_step"] for r in lines] == [1, 2]
     for key in ("loss", "pg_loss", "value_loss", "grad_norm", "critic_grad_norm", "entropy",
@@ -126,22 +127,23 @@ def test_ppo_stage_two_steps_with_adaptive_kl(tmp_path):
         assert np.isfinite(lines[0][key]) and np.isfinite(lines[1][key]), key
     # Step 1: the policy is the reference, so the measured KL is 0 and the controller lowers
     # beta by the clipped error: 0.1 * (1 - 0.2 * 16 / 80) = 0.096.
-    assert lines[0]["kl"] == pytest.approx(0.0, abs=1e-6)
+    assert lines[0]["kl_ref"] == pytest.approx(0.0, abs=1e-6)
     assert lines[0]["kl_coef"] == pytest.approx(0.1)
     assert lines[1]["kl_coef"] == pytest.approx(0.096)
-    assert "reward/language" in lines[0] and np.isfinite(lines[1]["kl"])
+    assert "reward/language" in lines[0] and np.isfinite(lines[1]["kl_ref"])
 
 
 def test_ppo_section_errors_name_the_field():
     config = default_config.get_config("smoke")
-    section = ppo.default_section()
-    section.num_minibatches = 3
-    with pytest.raises(ValueError, match=r"ppo\.num_minibatches"):
-        ppo.validate_section("ppo", section, config)
-    section = ppo.default_section()
-    section.rewards = {"reward_model": 1.0}
-    with pytest.raises(ValueError, match=r"ppo\.reward_model"):
-        ppo.validate_section("ppo", section, config)
+    config.stages = "ppo"
+    config.ppo = default_section("ppo")
+    config.ppo.num_minibatches = 3
+    with pytest.raises(ConfigError, match=r"ppo\.num_minibatches"):
+        validate(config, KINDS)
+    config.ppo = default_section("ppo")
+    config.ppo.rewards = {"reward_model": 1.0}
+    with pytest.raises(ConfigError, match=r"ppo\.reward_model"):
+        validate(config, KINDS)
 
 
 def test_ppo_update_fits_the_critic_and_moves_the_policy():
@@ -161,7 +163,7 @@ def test_ppo_update_fits_the_critic_and_moves_the_policy():
              "scores": jnp.asarray([1.0, 0.0, 1.0, 0.0])}
     prepare = ppo.make_prepare_fn(policy, critic, prompt_len=prompt_len, gamma=1.0, lambda_=0.95)
     batch.update(prepare(params, params, critic_params, batch, jnp.float32(0.0)))
-    batch.pop("kl")
+    batch.pop("kl_ref")
     opt, _ = make_optimizer(lr=3e-3, steps=100, warmup_frac=0.0, clip_norm=0.0)
     update = ppo.make_ppo_update(policy, critic, opt, opt, prompt_len=prompt_len, epsilon=0.2,
                                  value_clip=None)
@@ -186,7 +188,7 @@ def test_ppo_restart_gives_identical_parameters(crash_and_resume):
     and adaptive KL coefficient (both optimizers, critic, reference and data state restored)."""
     config = default_config.get_config("smoke")
     config.mesh.num_devices = 1
-    config.ppo = ppo.default_section()
+    config.ppo = default_section("ppo")
     config.ppo.update(dict(steps=4, num_prompts=4, group_size=2, num_iterations=1,
                            num_minibatches=1, max_new_tokens=12, beta=0.1, adaptive_kl=True,
                            kl_target=0.05, kl_horizon=80, checkpoint_every=2))

@@ -9,8 +9,13 @@ import sys
 import numpy as np
 import pytest
 
-import grpo_jax.extra_stages  # noqa: F401  (registers the stage kinds and the task)
-from grpo_jax import r1, stages, tasks
+from grpo_jax import tasks
+from grpo_jax.pipeline import run_stage, train_and_evaluate
+from grpo_jax.runner import ConfigError, validate
+from grpo_jax.runner import supervised as runner_supervised
+from grpo_jax.runner.toolkit import prompt_text
+from grpo_jax.sft.verified import fill_rows, select_verified
+from grpo_jax.stages import KINDS, default_section
 from grpo_jax.metrics import read_metrics
 from grpo_jax.rewards import strict_format_reward
 
@@ -30,23 +35,24 @@ def test_select_verified_keeps_only_correct_and_well_formed():
     records = [_record(ex, "a", 1.0, 1.0), _record(ex, "b", 1.0, 0.0),
                _record(ex, "c", 0.0, 1.0), _record(ex, "a", 1.0, 1.0),
                _record(ex, "d", 1.0, 1.0)]
-    assert [r["text"] for r in r1.select_verified(records)] == ["a", "d"]
-    assert [r["text"] for r in r1.select_verified(records, dedupe=False)] == ["a", "a", "d"]
-    assert [r["text"] for r in r1.select_verified(records, min_format=0.0)] == ["a", "b", "d"]
+    assert [r["text"] for r in select_verified(records)] == ["a", "d"]
+    assert [r["text"] for r in select_verified(records, dedupe=False)] == ["a", "a", "d"]
+    assert [r["text"] for r in select_verified(records, min_format=0.0)] == ["a", "b", "d"]
     with pytest.raises(ValueError, match="accuracy"):
-        r1.select_verified([{"example": ex, "text": "x", "components": {"format": 1.0}}])
+        select_verified([{"example": ex, "text": "x", "components": {"format": 1.0}}])
 
 
 def test_fill_rows_repeats_to_a_batch():
-    assert r1.fill_rows(["p1", "p2"], ["c1", "c2"], 5) == (["p1", "p2"] * 3, ["c1", "c2"] * 3)
-    assert r1.fill_rows(["p"] * 6, ["c"] * 6, 4) == (["p"] * 6, ["c"] * 6)
-    assert r1.fill_rows([], [], 4) == ([], [])
+    assert fill_rows(["p1", "p2"], ["c1", "c2"], 5) == (["p1", "p2"] * 3, ["c1", "c2"] * 3)
+    assert fill_rows(["p"] * 6, ["c"] * 6, 4) == (["p"] * 6, ["c"] * 6)
+    assert fill_rows([], [], 4) == ([], [])
 
 
 def _fake_sampler(monkeypatch):
     """sample_and_score replaced by noisy worked solutions scored by the task's real rewards."""
 
-    def fake(run, examples, *, num_samples, batch_size, sampling, key, weights=None):
+    def fake(run, examples, *, num_samples, batch_size, sampling, key, weights=None,
+             policy=None, params=None):
         rng = np.random.default_rng(0)
         fns = run.task.reward_fns()
         out = []
@@ -58,22 +64,22 @@ def _fake_sampler(monkeypatch):
                             "components": comps, "reward": sum(comps.values())})
         return out
 
-    monkeypatch.setattr(stages, "sample_and_score", fake)
+    monkeypatch.setattr(runner_supervised, "sample_and_score", fake)
 
 
 def test_rejection_sft_trains_only_on_verified_completions(tmp_path, monkeypatch):
     _fake_sampler(monkeypatch)
     config = default_config.get_config("smoke")
-    config.rsft = r1.default_rejection_sft_section()
+    config.rsft = default_section("rejection_sft")
     config.rsft.update(dict(num_problems=16, num_samples=4, sample_batch_size=16,
                             max_new_tokens=24, steps=2, batch_size=8, mix_sft_examples=0))
     config.stages = "rsft"
-    run = grpo_jax.extra_stages.run_single_stage(config, "rsft", tmp_path)
+    run = run_stage(config, "rsft", tmp_path)
     lines = (tmp_path / "rsft" / "data.jsonl").read_text().splitlines()
     info = json.loads(lines[0])["info"]
     rows = [json.loads(line) for line in lines[1:]]
     assert info["sampled"] == 64 and 0 < info["kept"] == len(rows) < 64
-    by_prompt = {stages.prompt_text(run, ex): ex for ex in
+    by_prompt = {prompt_text(run, ex): ex for ex in
                  run.task.examples("train", 16, seed=config.seed)}
     for row in rows:
         ex = by_prompt[row["prompt"]]
@@ -86,12 +92,12 @@ def test_rejection_sft_trains_only_on_verified_completions(tmp_path, monkeypatch
 def test_distill_replaces_the_policy_with_a_fresh_student(tmp_path, monkeypatch):
     _fake_sampler(monkeypatch)
     config = default_config.get_config("smoke")
-    config.distill = r1.default_distill_section()
+    config.distill = default_section("distill")
     config.distill.update(dict(num_problems=8, num_samples=2, sample_batch_size=16,
                                max_new_tokens=24, steps=1, batch_size=8,
                                student_model="tiny-10m"))
     config.stages = "distill"
-    run = grpo_jax.extra_stages.run_single_stage(config, "distill", tmp_path)
+    run = run_stage(config, "distill", tmp_path)
     assert run.model_config.num_layers == 10 and len(run.params["blocks"]) == 10
     assert run.extra_meta["model_name"] == "tiny-10m"
     from grpo_jax.checkpoint import Checkpointer
@@ -103,15 +109,16 @@ def test_distill_replaces_the_policy_with_a_fresh_student(tmp_path, monkeypatch)
 
 def test_distill_section_errors_name_the_field():
     config = default_config.get_config("smoke")
-    section = r1.default_distill_section()
-    section.student_model = "huge"
-    with pytest.raises(ValueError, match=r"distill\.student_model"):
-        r1.validate_section("distill", section, config)
+    config.stages = "distill"
+    config.distill = default_section("distill")
+    config.distill.student_model = "huge"
+    with pytest.raises(ConfigError, match=r"distill\.student_model"):
+        validate(config, KINDS)
 
 
 def test_r1_pipeline_smoke_runs_end_to_end(tmp_path):
     config = r1_pipeline.get_config("smoke")
-    summary = grpo_jax.pipeline.train_and_evaluate(config, str(tmp_path))
+    summary = train_and_evaluate(config, str(tmp_path))
     assert {"before", "after"} <= set(summary)
     assert (tmp_path / "report.md").exists() and (tmp_path / "report.json").exists()
     seen = {r["stage"] for r in read_metrics(tmp_path / "metrics.jsonl")}

@@ -12,9 +12,11 @@ import ml_collections
 import numpy as np
 import pytest
 
-import grpo_jax.extra_stages  # noqa: F401  (registers the stage kinds)
 from grpo_jax.metrics import read_metrics
+from grpo_jax.pipeline import run_stage
 from grpo_jax.rl import reward_model as rm
+from grpo_jax.stages import default_section
+from grpo_jax.stages import reward_model as reward_model_stage
 
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 sys.path.insert(0, REPO)
@@ -46,11 +48,11 @@ def test_preference_pairs_are_correct_versus_incorrect():
 
 def test_reward_model_stage_learns_and_scores(tmp_path):
     config = default_config.get_config("smoke")
-    config.rm = rm.default_section()
+    config.rm = default_section("reward_model")
     config.rm.update(dict(num_pairs=64, eval_pairs=32, steps=30, batch_size=16, lr=1e-2,
                           init="scratch"))
     config.stages = "rm"
-    run = grpo_jax.extra_stages.run_single_stage(config, "rm", tmp_path)
+    run = run_stage(config, "rm", tmp_path)
     lines = [r for r in read_metrics(tmp_path / "metrics.jsonl") if r["stage"] == "rm"]
     losses = [r["loss"] for r in lines if "loss" in r]
     assert len(losses) == 30 and losses[0] == pytest.approx(math.log(2.0), abs=1e-5)
@@ -60,15 +62,16 @@ def test_reward_model_stage_learns_and_scores(tmp_path):
     final = lines[-1]
     assert 0.0 <= final["eval_pair_accuracy"] <= 1.0 and final["eval_pairs"] >= 28
     # The saved model reloads into a scorer and a per-completion reward function.
-    scorer = rm.load_reward_model(run, "rm", batch_size=8)
+    scorer = reward_model_stage.load(run, "rm")
     pairs = rm.preference_pairs(run.task, run.task.examples("test", 8, seed=5), seed=5)
     chosen = scorer.score([c for _, c, _ in pairs], [e for e, _, _ in pairs])
-    from grpo_jax.rl.reward_sources import resolve_reward_fns
+    from grpo_jax.runner.rewards import resolve_reward_fns
 
     section = ml_collections.ConfigDict({"kind": "rl", "reward_model": "rm"})
     fn = resolve_reward_fns(run, ["reward_model"], section=section)["reward_model"]
     assert fn(pairs[0][1], pairs[0][0]) == pytest.approx(float(chosen[0]), rel=1e-5, abs=1e-6)
+    # Batched scoring (one call per rollout) gives the per-row values.
+    np.testing.assert_allclose(fn.batched([c for _, c, _ in pairs], [e for e, _, _ in pairs]),
+                               chosen, rtol=1e-5, atol=1e-6)
     with pytest.raises(ValueError, match="reward_model"):
-        rm.load_reward_model(run, "missing_stage")
-    with pytest.raises(ValueError, match=r"rl\.reward_model"):
-        resolve_reward_fns(run, ["reward_model"], section=ml_collections.ConfigDict({"kind": "rl"}))
+        reward_model_stage.load(run, "missing_stage")

@@ -11,11 +11,13 @@ import numpy as np
 import pytest
 from flax import nnx
 
-import grpo_jax.extra_stages  # noqa: F401  (registers the stage kinds)
 from grpo_jax import losses
 from grpo_jax.metrics import read_metrics
+from grpo_jax.pipeline import run_stage
 from grpo_jax.models import Transformer, named_config
 from grpo_jax.rl import trpo
+from grpo_jax.runner import ConfigError, validate
+from grpo_jax.stages import KINDS, default_section
 from grpo_jax.training import Policy
 
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
@@ -61,7 +63,7 @@ def test_trpo_step_keeps_kl_within_bound_and_improves():
     assert m["accepted"] == 1.0
     measured = _exact_mean_kl(policy, params, new_params, batch, 3)
     assert 0.0 < measured <= max_kl * (1 + 1e-4)
-    np.testing.assert_allclose(m["kl"], measured, rtol=1e-3)
+    np.testing.assert_allclose(m["kl_step"], measured, rtol=1e-3)
     # The accepted step improves the surrogate (ratio-weighted advantage) over theta_old.
     surrogate, _ = trpo.trpo_objectives(policy, params, batch, prompt_len=3)
     gain = float(surrogate(new_params) - surrogate(params))
@@ -74,39 +76,40 @@ def test_trpo_step_keeps_kl_within_bound_and_improves():
 
 def test_trpo_stage_one_step(tmp_path):
     config = default_config.get_config("smoke")
-    config.trpo = trpo.default_section()
+    config.trpo = default_section("trpo")
     config.trpo.update(dict(steps=1, num_prompts=4, group_size=4, max_new_tokens=16,
                             cg_iters=4, max_kl=0.01, checkpoint_every=0))
     config.trpo.rewards = {"accuracy": 1.0, "format": 0.2}
     config.stages = "trpo"
-    grpo_jax.extra_stages.validate("trpo", config.trpo, config)
-    grpo_jax.extra_stages.run_single_stage(config, "trpo", tmp_path)
+    run_stage(config, "trpo", tmp_path)
     (line,) = [r for r in read_metrics(tmp_path / "metrics.jsonl") if r["stage"] == "trpo"]
-    for key in ("kl", "surrogate_gain", "expected_gain", "grad_norm", "reward_mean"):
+    for key in ("kl_step", "surrogate_gain", "expected_gain", "grad_norm", "reward_mean",
+                "entropy", "learning_rate", "logp_diff_max"):
         assert np.isfinite(line[key]), key
-    assert line["kl"] <= 0.01 * (1 + 1e-4)
+    assert line["kl_step"] <= 0.01 * (1 + 1e-4)
 
 
 def test_trpo_section_errors_name_the_field():
     config = default_config.get_config("smoke")
-    section = trpo.default_section()
-    section.group_size = 1
-    with pytest.raises(ValueError, match=r"trpo\.group_size"):
-        trpo.validate_section("trpo", section, config)
-    section = trpo.default_section()
-    section.max_kl = 0.0
-    with pytest.raises(ValueError, match=r"trpo\.max_kl"):
-        trpo.validate_section("trpo", section, config)
+    config.stages = "trpo"
+    config.trpo = default_section("trpo")
+    config.trpo.group_size = 1
+    with pytest.raises(ConfigError, match=r"trpo\.group_size"):
+        validate(config, KINDS)
+    config.trpo = default_section("trpo")
+    config.trpo.max_kl = 0.0
+    with pytest.raises(ConfigError, match=r"trpo\.max_kl"):
+        validate(config, KINDS)
 
 
 def test_trpo_restart_gives_identical_parameters(crash_and_resume, monkeypatch):
     """4 TRPO steps straight vs 2 + crash + resume + 2: the same parameters and metrics (the
     policy, data iterator and PRNG key are restored; TRPO has no optimizer state)."""
-    from grpo_jax.rl.reward_sources import REWARD_SOURCES
+    from grpo_jax.runner.rewards import REWARD_SOURCES
 
     config = default_config.get_config("smoke")
     config.mesh.num_devices = 1
-    config.trpo = trpo.default_section()
+    config.trpo = default_section("trpo")
     config.trpo.update(dict(steps=4, num_prompts=4, group_size=4, max_new_tokens=12,
                             cg_iters=4, max_kl=0.01, checkpoint_every=2))
     # The untrained smoke model earns no task reward; a reward that differs between samples
@@ -117,7 +120,7 @@ def test_trpo_restart_gives_identical_parameters(crash_and_resume, monkeypatch):
     config.trpo.rewards = {"accuracy": 1.0, "digit_share": 1.0}
     config.stages = "trpo"
     lines_a, lines_b = crash_and_resume(config, "trpo")
-    assert any(r["kl"] > 0 for r in lines_a)  # the steps moved the policy
+    assert any(r["kl_step"] > 0 for r in lines_a)  # the steps moved the policy
     for ra, rb in zip(lines_a, lines_b):
-        for key in ("reward_mean", "kl", "surrogate_gain", "step_fraction"):
+        for key in ("reward_mean", "kl_step", "surrogate_gain", "step_fraction"):
             assert ra[key] == rb[key], key

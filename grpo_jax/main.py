@@ -45,19 +45,19 @@ def _fail(message: str) -> None:
 
 def _flag_error_line(err: BaseException, argv: list[str]) -> str:
     """One line for a flag that could not be parsed or names no config field."""
-    text = str(err.args[0] if isinstance(err, (KeyError, AttributeError)) and err.args
-               else err)
-    text = " ".join(part.strip() for part in text.replace("\\n", "\n").splitlines()
-                    if part.strip())
-    text = re.sub(r"^flag\s+", "", text)
+    text = " ".join(str(err).replace("\\n", "\n").split())
     if isinstance(err, (KeyError, AttributeError)):
-        match = re.match(r"""['"]?([\w.]+)['"]?\s*(.*)""", text)
-        name, hint = (match.group(1), match.group(2)) if match else (text, "")
-        flag = next((a.split("=", 1)[0] for a in argv[1:]
-                     if a.startswith("--config.") and name in a.split("=", 1)[0].split(".")),
-                    f"--config...{name}")
-        return f"{flag}: no such config field {name!r}" + (f"; {hint}" if hint else "")
-    return text.replace("could not convert string to float", "expected a float, got") \
+        match = re.search(r'Did you mean "([^"]+)" instead of "([^"]+)"', text)
+        if match:
+            suggestion, name = match.group(1), match.group(2)
+        else:
+            suggestion, name = None, re.sub(r"""^[\s'"\\]+|[\s'"\\]+$""", "", text)
+        flag = next((a.split("=", 1)[0] for a in argv[1:] if a.startswith("--config.")
+                     and name in a.split("=", 1)[0].split(".")), f"--config.{name}")
+        hint = f" (did you mean {suggestion!r}?)" if suggestion else ""
+        return f"{flag}: no such config field {name!r}{hint}"
+    text = re.sub(r"^flag\s+", "", text)
+    return text.replace("could not convert string to float:", "expected a float, got") \
                .replace("invalid literal for int() with base 10:", "expected an int, got")
 
 
@@ -91,6 +91,21 @@ def main(argv) -> None:
     for name, figures in summary.items():
         shown = {k: round(v, 4) for k, v in figures.items() if isinstance(v, float)}
         print(f"[grpo_jax] {name}: {shown}")
+
+
+def cli(argv: list[str]) -> int:
+    """The command line in-process (for tests): parse `argv`, run, return the exit code."""
+    saved, sys.argv = sys.argv, list(argv)  # ml-collections reads overrides from sys.argv
+    try:
+        main(parse_flags(argv))
+    except SystemExit as exit_:
+        return int(exit_.code or 0)
+    finally:
+        sys.argv = saved
+        flags.FLAGS.unparse_flags()
+        for name in [n for n in flags.FLAGS if n.startswith("config.")]:
+            delattr(flags.FLAGS, name)  # override flags are defined anew by the next parse
+    return 0
 
 
 def run() -> None:

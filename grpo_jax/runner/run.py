@@ -45,7 +45,8 @@ class Run:
         self.stage_names = stage_names(config)
         self.task = tasks_lib.get_task(config.task.name, **config.task.kwargs.to_dict())
         self.tokenizer = build_tokenizer(config, self.task, self.workdir)
-        check_prompt_buckets(config, self.task, self.tokenizer)
+        if config.tokenizer != "char":  # validation checked the char tokenizer's buckets
+            check_prompt_buckets(config, self.task, self.tokenizer)
         self.mesh = parallel.make_mesh(config.mesh.shape.to_dict(),
                                        devices=mesh_devices(config))
         self.rules = tuple((name, _axes(axes)) for name, axes in config.mesh.rules)

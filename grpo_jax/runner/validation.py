@@ -3,7 +3,9 @@
 `validate(config, kinds)` runs before the workdir is touched and before any stage: the
 run-wide sections (task, tokenizer, model, mesh, optim, checkpoint), then every stage
 named in `config.stages` (its fields against its kind's default section, then the kind's
-own `validate(check)`). `check_prompt_buckets` runs once the tokenizer exists.
+own `validate(check)`). `check_prompt_buckets` (every training and held-out prompt fits
+task.prompt_len) runs here for the char tokenizer and in the Run for a tokenizer trained
+in the workdir.
 """
 
 from __future__ import annotations
@@ -21,7 +23,7 @@ from grpo_jax import tasks as tasks_lib
 from grpo_jax.models.config import _DTYPES, available_models
 from grpo_jax.rl.algorithms import ALGORITHMS
 from grpo_jax.runner import rewards as rewards_lib
-from grpo_jax.runner.build import MODEL_SHAPE_FIELDS, model_config_for
+from grpo_jax.runner.build import MODEL_SHAPE_FIELDS, build_tokenizer, model_config_for
 
 TEMPLATES = ("plain", "r1_zero")
 TOKENIZERS = ("char", "sentencepiece")
@@ -81,7 +83,8 @@ class Fields:
             self.fail(field, f"expected a number, got {value!r}")
         if not math.isfinite(value):
             self.fail(field, f"expected a finite number, got {value}")
-        left, right = "(" if low_open else "[", ")" if high_open else "]"
+        left = "(" if low_open or low is None else "["
+        right = ")" if high_open or high is None else "]"
         interval = (f"{left}{low if low is not None else '-inf'}, "
                     f"{high if high is not None else 'inf'}{right}")
         if low is not None and (value < low or (low_open and value == low)):
@@ -190,14 +193,17 @@ def _check_fields_against_default(check: SectionCheck, default) -> None:
     section, kind = check.section, check.section.kind
     have, want = set(section.keys()), set(default.keys())
     missing, extra = sorted(want - have), sorted(have - want)
+    start = f"start from grpo_jax.stages.default_section({kind!r})"
+    if extra and missing:
+        check.fail("kind", f"this section's fields are not those of a {kind!r} stage "
+                           f"(unknown: {extra}; missing: {missing}); {start}")
     if extra:
         close = difflib.get_close_matches(extra[0], sorted(want), n=1)
         hint = f" (did you mean {close[0]!r}?)" if close else ""
         check.fail(extra[0], f"unknown field for a {kind!r} stage{hint}"
                    + (f"; other unknown fields: {extra[1:]}" if extra[1:] else ""))
     if missing:
-        check.fail("kind", f"a {kind!r} section needs the fields {missing}; start from "
-                           f"configs/{kind}.py or grpo_jax.stages.default_section({kind!r})")
+        check.fail("kind", f"a {kind!r} section needs the fields {missing}; {start}")
     for field in sorted(want):
         expected, value = default[field], section[field]
         if isinstance(expected, bool):
@@ -295,6 +301,8 @@ def validate(config: ml_collections.ConfigDict, kinds) -> None:
 
     top.choice("tokenizer", TOKENIZERS)
     top.integer("tokenizer_vocab_size", low=8)
+    if config.tokenizer == "char":  # others are built in the workdir: checked by the Run
+        check_prompt_buckets(config, task_obj, build_tokenizer(config, task_obj, None))
     validate_model(config)
     _, data_parallel = mesh_size(config)
     try:

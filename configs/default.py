@@ -25,6 +25,9 @@ from grpo_jax.stages import default_section  # noqa: E402
 def get_config(preset: str | None = None) -> ml_collections.ConfigDict:
     config = ml_collections.ConfigDict()
     config.seed = 0  # one seed for data, initialisation and sampling
+    # A step whose loss, gradient or update is not finite is skipped (never applied); this
+    # many skipped steps in a row stop the run with one line.
+    config.max_consecutive_skips = 3
     # Stages run in order and share one workdir. Each name is a section of this config
     # whose `kind` says what it does: pretrain | sft | eval | rl | ppo | trpo | reward_model |
     # rejection_sft | distill. Every field of a kind, with its comment, is in

@@ -259,6 +259,29 @@ class Checkpointer:
             ) from err
         return _wrap_typed_keys(state, typed), meta
 
+    # ------------------------------------------------------------------ removal
+    def delete(self, step: int) -> None:
+        """Deletes checkpoint `step`."""
+        self.wait()
+        self._manager.delete(step)
+        self._manager.reload()
+
+    def quarantine(self, step: int) -> str:
+        """Moves checkpoint `step` out of the managed directory (into `<directory>_corrupt/`),
+        so restores and saves no longer see it; returns where it went."""
+        self.wait()
+        source = os.path.join(self.directory, str(step))
+        target_dir = self.directory.rstrip(os.sep) + "_corrupt"
+        os.makedirs(target_dir, exist_ok=True)
+        target = os.path.join(target_dir, str(step))
+        suffix = 0
+        while os.path.exists(target):
+            suffix += 1
+            target = os.path.join(target_dir, f"{step}.{suffix}")
+        os.replace(source, target)
+        self._manager.reload()
+        return target
+
     # ------------------------------------------------------------------ lifecycle
     def wait(self) -> None:
         """Blocks until all pending asynchronous saves are finished."""

@@ -4,7 +4,8 @@ Nested overrides work on any field, e.g. `--config.rl.beta=0.001 --config.rl.ste
 Running the same command again resumes from the latest checkpoint in the workdir.
 `--print_config` validates, prints the resolved config, the model's parameter count, the
 devices and the mesh, and exits without creating the workdir. A bad flag or value exits 2
-with one line on stderr naming the field.
+with one line on stderr naming the field; a busy workdir exits 2; SIGTERM / SIGINT save a
+checkpoint and exit 0; repeated non-finite steps exit 3, each with one line.
 """
 
 from __future__ import annotations
@@ -77,6 +78,7 @@ def main(argv) -> None:
     logging.set_verbosity(logging.WARNING)  # orbax logs every checkpoint write at INFO
     from grpo_jax.pipeline import describe, train_and_evaluate
     from grpo_jax.runner import ConfigError
+    from grpo_jax.runner.guards import NonFiniteError, Preempted, WorkdirBusyError
 
     config_arg = getattr(flags.FLAGS["config"], "config_filename", _DEFAULT_CONFIG)
     workdir = _WORKDIR.value or default_workdir(config_arg)
@@ -87,6 +89,15 @@ def main(argv) -> None:
         summary = train_and_evaluate(_CONFIG.value, workdir)
     except ConfigError as err:
         _fail(str(err))
+    except Preempted as stopped:
+        print(str(stopped), flush=True)
+        sys.exit(0)
+    except WorkdirBusyError as err:
+        print(f"error: {err}", file=sys.stderr)
+        sys.exit(2)
+    except NonFiniteError as err:
+        print(f"error: {err}", file=sys.stderr)
+        sys.exit(3)
     print(f"[grpo_jax] report: {os.path.join(workdir, 'report.md')}")
     for name, figures in summary.items():
         shown = {k: round(v, 4) for k, v in figures.items() if isinstance(v, float)}

@@ -21,6 +21,8 @@ import ml_collections
 from grpo_jax import parallel
 from grpo_jax import tasks as tasks_lib
 from grpo_jax.runner import Run, StageSpec, validate
+from grpo_jax.runner.guards import Preempted, StopRequest
+from grpo_jax.runner.run import CorruptCheckpointError
 from grpo_jax.runner.build import build_tokenizer, model_config_for
 from grpo_jax.runner.report import write_run_report
 from grpo_jax.runner.validation import mesh_size, stage_names
@@ -28,26 +30,43 @@ from grpo_jax.stages import KINDS
 
 
 def train_and_evaluate(config: ml_collections.ConfigDict, workdir: str) -> dict:
-    """Runs every stage of `config.stages` in `workdir`; returns the report's figures."""
+    """Runs every stage of `config.stages` in `workdir`; returns the report's figures.
+
+    Raises runner.ConfigError (bad config, before anything is written), Preempted (SIGTERM /
+    SIGINT: a checkpoint was written), NonFiniteError and WorkdirBusyError.
+    """
     parallel.initialize_distributed()  # before anything touches devices; no-op on one host
     validate(config, KINDS)
-    run = Run(config, workdir, KINDS)
-    try:
-        start, resume_meta, last_stage = run.resume_point()
-        if last_stage is not None:
-            run.writer.truncate_after(run.global_step)
-        for index, name in enumerate(run.stage_names):
-            if index < start:
-                continue
-            section = config[name]
-            spec = StageSpec(index, name, section, resume_meta if index == start else None)
-            t0 = time.time()
-            KINDS[section.kind].run(run, spec)
-            print(f"[grpo_jax] stage {name} ({section.kind}) done in {time.time() - t0:.1f}s",
-                  flush=True)
-        return write_run_report(run)
-    finally:
-        run.close()
+    with StopRequest() as stop:
+        while True:
+            run = Run(config, workdir, KINDS, stop=stop)
+            try:
+                return _run_stages(run)
+            except CorruptCheckpointError as err:
+                # A stage could not restore its checkpoint: set it aside, resume from the
+                # one before (the Run is rebuilt, so nothing of the failed attempt remains).
+                run.quarantine(err.step, err.reason)
+            finally:
+                run.close()
+
+
+def _run_stages(run: Run) -> dict:
+    start, resume_meta, last_stage = run.resume_point()
+    if last_stage is not None:
+        run.writer.truncate_after(run.global_step)
+    for index, name in enumerate(run.stage_names):
+        if index < start:
+            continue
+        section = run.config[name]
+        spec = StageSpec(index, name, section, resume_meta if index == start else None)
+        t0 = time.time()
+        KINDS[section.kind].run(run, spec)
+        print(f"[grpo_jax] stage {name} ({section.kind}) done in {time.time() - t0:.1f}s",
+              flush=True)
+        if run.stop.requested and index + 1 < len(run.stage_names):
+            run.checkpointer.wait()
+            raise Preempted(run.stopped_line(f"stage {name}"))
+    return write_run_report(run)
 
 
 def run_stage(config: ml_collections.ConfigDict, name: str, workdir: str) -> Run:

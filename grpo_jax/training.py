@@ -137,6 +137,43 @@ def accumulate_gradients(
     return loss, grads, metrics
 
 
+def all_finite(tree: Any) -> jax.Array:
+    """True when every floating-point leaf of `tree` is finite (a bool scalar)."""
+    checks = [jnp.all(jnp.isfinite(x)) for x in jax.tree.leaves(tree)
+              if jnp.issubdtype(jnp.asarray(x).dtype, jnp.inexact)]
+    return jnp.all(jnp.stack(checks)) if checks else jnp.asarray(True)
+
+
+def keep_if(ok: jax.Array, new: Any, old: Any) -> Any:
+    """`new` where `ok` else `old`, leaf by leaf (ok is a bool scalar)."""
+    return jax.tree.map(lambda a, b: jnp.where(ok, a, b), new, old)
+
+
+def apply_if_finite(optimizer: optax.GradientTransformation, grads: Params, opt_state: Any,
+                    params: Params, *, loss: jax.Array, also_ok: jax.Array | None = None):
+    """One optimizer update, applied only when the loss, the gradients and the updated
+    parameters are all finite (and `also_ok`); otherwise params and opt_state stay as they
+    were.
+
+    Returns:
+      (params, opt_state, flags) with float flags "skipped" (1 = not applied),
+      "nonfinite_loss", "nonfinite_grad" and "nonfinite_update".
+    """
+    updates, new_opt_state = optimizer.update(grads, opt_state, params)
+    new_params = optax.apply_updates(params, updates)
+    finite_loss = jnp.all(jnp.isfinite(loss))
+    finite_grad = all_finite(grads)
+    finite_update = all_finite(new_params)
+    ok = finite_loss & finite_grad & finite_update
+    if also_ok is not None:
+        ok = ok & also_ok
+    flags = {"skipped": (~ok).astype(jnp.float32),
+             "nonfinite_loss": (~finite_loss).astype(jnp.float32),
+             "nonfinite_grad": (~finite_grad).astype(jnp.float32),
+             "nonfinite_update": (~finite_update).astype(jnp.float32)}
+    return keep_if(ok, new_params, params), keep_if(ok, new_opt_state, opt_state), flags
+
+
 def init_opt_state(optimizer: optax.GradientTransformation, params: Params, mesh=None):
     """optimizer.init(params) with every leaf on the mesh.
 

@@ -26,7 +26,8 @@ import optax
 from grpo_jax import losses
 from grpo_jax.models import logprobs
 from grpo_jax.rl.update import logp_mismatch
-from grpo_jax.training import Params, Policy, accumulate_gradients, jit_update
+from grpo_jax.training import (Params, Policy, accumulate_gradients, apply_if_finite,
+                               jit_update, keep_if)
 
 
 # ---------------------------------------------------------------------------------------
@@ -186,12 +187,17 @@ def make_ppo_update(policy: Policy, critic: Policy, policy_optimizer, critic_opt
             micro_batches)
         metrics = {**metrics, **critic_metrics, "grad_norm": optax.global_norm(grads),
                    "critic_grad_norm": optax.global_norm(critic_grads)}
-        updates, opt_state = policy_optimizer.update(grads, opt_state, params)
-        params = optax.apply_updates(params, updates)
-        critic_updates, critic_opt_state = critic_optimizer.update(critic_grads,
-                                                                   critic_opt_state,
-                                                                   critic_params)
-        critic_params = optax.apply_updates(critic_params, critic_updates)
-        return params, opt_state, critic_params, critic_opt_state, metrics
+        # Policy and critic move together or not at all (a non-finite value of either).
+        new_params, new_opt_state, flags = apply_if_finite(
+            policy_optimizer, grads, opt_state, params, loss=metrics["pg_loss"])
+        new_critic, new_critic_opt, critic_flags = apply_if_finite(
+            critic_optimizer, critic_grads, critic_opt_state, critic_params,
+            loss=metrics["value_loss"])
+        ok = (flags["skipped"] + critic_flags["skipped"]) == 0
+        params, opt_state = keep_if(ok, (new_params, new_opt_state), (params, opt_state))
+        critic_params, critic_opt_state = keep_if(ok, (new_critic, new_critic_opt),
+                                                  (critic_params, critic_opt_state))
+        flags = {k: jnp.maximum(flags[k], critic_flags[k]) for k in flags}
+        return params, opt_state, critic_params, critic_opt_state, {**metrics, **flags}
 
     return jit_update(update, num_state_args=4)

@@ -22,7 +22,8 @@ import optax
 from flax import nnx
 
 from grpo_jax.models import ModelConfig, Transformer, logprobs
-from grpo_jax.training import Params, Policy, accumulate_gradients, jit_update
+from grpo_jax.training import (Params, Policy, accumulate_gradients, apply_if_finite,
+                               jit_update)
 
 REWARD_MODEL_REWARD = "reward_model"  # name of the learned reward in a stage's `rewards`
 
@@ -126,8 +127,9 @@ def make_reward_model_step(policy: Policy, optimizer: optax.GradientTransformati
         fn = functools.partial(loss_fn, num_pairs=num_pairs)
         _, grads, metrics = accumulate_gradients(fn, params, batch, micro_batches)
         metrics["grad_norm"] = optax.global_norm(grads)
-        updates, opt_state = optimizer.update(grads, opt_state, params)
-        return optax.apply_updates(params, updates), opt_state, metrics
+        params, opt_state, flags = apply_if_finite(optimizer, grads, opt_state, params,
+                                                   loss=metrics["loss"])
+        return params, opt_state, {**metrics, **flags}
 
     return jit_update(step)
 

@@ -117,6 +117,11 @@ def rollout(
     tokens = np.asarray(out.tokens)
     mask = np.asarray(out.mask, bool)
     lengths = np.asarray(out.lengths)
+    bad = np.flatnonzero(~np.isfinite(np.where(mask, np.asarray(out.logp), 0.0)).all(axis=1))
+    if len(bad):
+        raise FloatingPointError(
+            f"sampler: non-finite logits in {len(bad)} of {len(prompts)} rows (first: row "
+            f"{bad[0]}); the policy's parameters or inputs are not finite")
     texts = [tokenizer.decode(tokens[i, : lengths[i]].tolist()) for i in range(len(prompts))]
     rewards, components = score_completions(texts, examples, reward_fns, weights)
     eos = np.isin(tokens, np.asarray(sampling.eos_ids)) & mask

@@ -20,7 +20,7 @@ import optax.tree_utils as otu
 
 from grpo_jax import losses
 from grpo_jax.rl.update import logp_mismatch
-from grpo_jax.training import Params, Policy
+from grpo_jax.training import Params, Policy, all_finite, keep_if
 
 
 def completion_logits(policy: Policy, params: Params, tokens, attention_mask, prompt_len: int):
@@ -69,7 +69,8 @@ def make_trpo_step(policy: Policy, *, prompt_len: int, max_kl: float, damping: f
     metrics: surrogate_gain, expected_gain, kl_step (the accepted step's true mean
     KL(pi_old || pi_new)), accepted, step_fraction, grad_norm, entropy (of pi_old, token
     mean), learning_rate (step_fraction * sqrt(2 delta / x^T F x): the accepted step size
-    along the natural gradient x = F^{-1} g).
+    along the natural gradient x = F^{-1} g), and "skipped" (a non-finite step is not
+    applied: the parameters stay).
     """
 
     @jax.jit
@@ -101,6 +102,10 @@ def make_trpo_step(policy: Policy, *, prompt_len: int, max_kl: float, damping: f
             targets = batch["tokens"][:, prompt_len:]
             old_logp = jnp.take_along_axis(old_logp_all, targets[..., None], -1)[..., 0]
             metrics.update(logp_mismatch(old_logp, batch["sample_logp"], mask))
-        return result.params, metrics
+        ok = all_finite(result.params) & jnp.isfinite(result.improvement) & all_finite(grad)
+        metrics.update({"skipped": (~ok).astype(jnp.float32),
+                        "nonfinite_grad": (~all_finite(grad)).astype(jnp.float32),
+                        "nonfinite_update": (~all_finite(result.params)).astype(jnp.float32)})
+        return keep_if(ok, result.params, params), metrics
 
     return step

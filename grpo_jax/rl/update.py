@@ -18,7 +18,8 @@ import optax
 
 from grpo_jax import losses
 from grpo_jax.models import logprobs
-from grpo_jax.training import Params, Policy, accumulate_gradients, jit_update
+from grpo_jax.training import (Params, Policy, accumulate_gradients, apply_if_finite,
+                               jit_update)
 
 
 @dataclasses.dataclass(frozen=True)
@@ -89,7 +90,10 @@ def policy_loss(params: Params, batch: dict, *, policy: Policy, settings: LossSe
 
 def make_train_step(policy: Policy, optimizer: optax.GradientTransformation,
                     settings: LossSettings, *, prompt_len: int, micro_batches: int):
-    """jit(params, opt_state, batch) -> (params, opt_state, metrics)."""
+    """jit(params, opt_state, batch) -> (params, opt_state, metrics).
+
+    A non-finite loss, gradient or update is not applied (`training.apply_if_finite`; the
+    metrics' "skipped" flag says so)."""
 
     def train_step(params, opt_state, batch):
         mask = batch["completion_mask"]
@@ -100,9 +104,9 @@ def make_train_step(policy: Policy, optimizer: optax.GradientTransformation,
                                     num_sequences=num_sequences)
         loss, grads, metrics = accumulate_gradients(loss_fn, params, batch, micro_batches)
         metrics["grad_norm"] = optax.global_norm(grads)
-        updates, opt_state = optimizer.update(grads, opt_state, params)
-        params = optax.apply_updates(params, updates)
-        return params, opt_state, metrics
+        params, opt_state, flags = apply_if_finite(optimizer, grads, opt_state, params,
+                                                   loss=loss)
+        return params, opt_state, {**metrics, **flags}
 
     return jit_update(train_step)
 

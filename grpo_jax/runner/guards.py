@@ -65,25 +65,30 @@ class StopRequest:
 
 
 class SkipCounter:
-    """Counts steps whose update was skipped as non-finite; raises after `limit` in a row."""
+    """Counts steps whose update was skipped as non-finite; `check` raises after `limit`
+    in a row."""
 
     def __init__(self, limit: int):
         self.limit, self.consecutive, self.total = limit, 0, 0
+        self.what: list[str] = []
 
-    def update(self, stage_name: str, stage_step: int, metrics: dict) -> dict:
-        """Records one step from its update metrics (`skipped` > 0 when any update of the
-        step was not applied, `nonfinite_*` naming what); returns the metrics to log."""
+    def count(self, metrics: dict) -> dict:
+        """Records one step from its update metrics (`skipped` > 0 when an update of the
+        step was not applied, `nonfinite_*` naming what); returns {"skipped_steps": total}."""
         skipped = metrics.get("skipped", 0.0) > 0
         self.consecutive = self.consecutive + 1 if skipped else 0
         self.total += int(skipped)
-        if skipped and self.consecutive >= self.limit:
-            what = [k[len("nonfinite_"):] for k, v in metrics.items()
-                    if k.startswith("nonfinite_") and v > 0] or ["value"]
-            raise NonFiniteError(
-                f"{stage_name} step {stage_step}: non-finite {' and '.join(what)} in "
-                f"{self.consecutive} consecutive steps (max_consecutive_skips={self.limit}); "
-                "no such update was applied and every checkpoint holds finite parameters")
+        if skipped:
+            self.what = [what for what in ("loss", "grad", "update")
+                         if metrics.get(f"nonfinite_{what}", 0.0) > 0] or ["update"]
         return {"skipped_steps": float(self.total)}
+
+    def check(self, stage_name: str, stage_step: int) -> None:
+        if self.consecutive >= self.limit:
+            raise NonFiniteError(
+                f"{stage_name} step {stage_step}: non-finite {' and '.join(self.what)} in "
+                f"{self.consecutive} consecutive steps (max_consecutive_skips={self.limit}); "
+                "none of them was applied and every checkpoint holds finite parameters")
 
 
 class WorkdirLock:

@@ -20,6 +20,7 @@ import jax.numpy as jnp
 import numpy as np
 
 from grpo_jax.rl.update import build_batch
+from grpo_jax.runner.guards import SkipCounter
 from grpo_jax.runner.rewards import resolve_reward_fns
 from grpo_jax.runner.rollouts import collect_rollout
 from grpo_jax.runner.toolkit import device_batch, log_step, progress
@@ -28,8 +29,8 @@ from grpo_jax.tasks.data import prompt_iterator
 # Every RL stage's metrics line has these (besides reward/<name> per reward component).
 CORE_METRICS = ("stage_step", "reward_mean", "reward_std", "pass@1", "completion_length",
                 "truncated_frac", "loss", "entropy", "grad_norm", "learning_rate",
-                "logp_diff_max", "logp_diff_mean", "sample_time_s", "update_time_s",
-                "step_time_s")
+                "logp_diff_max", "logp_diff_mean", "skipped_steps", "sample_time_s",
+                "update_time_s", "step_time_s")
 
 
 class Learner:
@@ -47,7 +48,8 @@ class Learner:
         `batch` holds tokens / attention_mask [B, P+N], completion_mask and sample_logp
         [B, N] on the data mesh; `rollout` the host-side rollout (rewards, components,
         lengths, truncated). The metrics must include loss, entropy, grad_norm,
-        learning_rate, logp_diff_max and logp_diff_mean.
+        learning_rate, logp_diff_max and logp_diff_mean, and "skipped" > 0 when an update
+        was not applied because a value was not finite.
         """
         raise NotImplementedError
 
@@ -107,6 +109,7 @@ def rl_loop(run, stage, learner: Learner, *, sampling, dynamic: bool = False,
     run.params = learner.state["params"]
     weights = dict(section.rewards.to_dict())
     reward_fns = resolve_reward_fns(run, weights, section=section)
+    skips = SkipCounter(cfg.max_consecutive_skips)
     bar = progress(stage, section.steps, start)
     for step in range(start, section.steps):
         t0 = time.time()
@@ -135,7 +138,9 @@ def rl_loop(run, stage, learner: Learner, *, sampling, dynamic: bool = False,
         }
         if g > 1:
             record["zero_std_groups"] = float((ro.rewards.reshape(n, g).std(axis=1) == 0).mean())
+        record.update(skips.count(metrics))
         log_step(run, stage, record, bar, reward="reward_mean", acc="pass@1")
+        skips.check(stage.name, step + 1)
         run.save_if_due(stage, learner.state, stage_step=step + 1, total=section.steps,
                         every=section.checkpoint_every, data_state=iterator.get_state(),
                         **learner.host_state())

@@ -8,7 +8,9 @@ so `resume_point` tells the pipeline which stage to start and whether it resumes
 from __future__ import annotations
 
 import dataclasses
+import json
 import os
+import time
 from typing import Any
 
 import jax
@@ -21,8 +23,12 @@ from grpo_jax.checkpoint import Checkpointer
 from grpo_jax.metrics import MetricWriter
 from grpo_jax.models import Transformer
 from grpo_jax.runner.build import build_model, build_tokenizer, model_config_for
-from grpo_jax.runner.validation import _axes, check_prompt_buckets, stage_names
-from grpo_jax.training import Policy
+from grpo_jax.runner.guards import NonFiniteError, Preempted, StopRequest, WorkdirLock
+from grpo_jax.runner.validation import ConfigError, _axes, check_prompt_buckets, stage_names
+from grpo_jax.training import Policy, all_finite
+
+CONFIG_FILE = "config.json"
+HISTORY_FIELD = "_history"  # config.json: earlier configs of the run (extensions)
 
 
 @dataclasses.dataclass
@@ -38,11 +44,23 @@ class StageSpec:
 class Run:
     """Everything stages share. Build it after `validation.validate(config, kinds)`."""
 
-    def __init__(self, config: ml_collections.ConfigDict, workdir: str, kinds):
+    def __init__(self, config: ml_collections.ConfigDict, workdir: str, kinds,
+                 stop: StopRequest | None = None):
         self.config, self.kinds = config, kinds
+        self.stop = stop  # set while a run is in progress: SIGTERM / SIGINT requests
         self.workdir = os.path.abspath(workdir)
         os.makedirs(self.workdir, exist_ok=True)
+        self.lock = WorkdirLock(self.workdir)
+        self.lock.acquire()  # one run per workdir
+        try:
+            self._setup(config)
+        except BaseException:
+            self.lock.release()
+            raise
+
+    def _setup(self, config) -> None:
         self.stage_names = stage_names(config)
+        self.history = check_config_drift(config, self.workdir)
         self.task = tasks_lib.get_task(config.task.name, **config.task.kwargs.to_dict())
         self.tokenizer = build_tokenizer(config, self.task, self.workdir)
         if config.tokenizer != "char":  # validation checked the char tokenizer's buckets
@@ -62,8 +80,11 @@ class Run:
         self.global_step = 0  # checkpoint numbering: +1 per training step and per stage end
         self.evals: dict[str, dict] = {}  # finished eval stages' figures (kept in meta)
         self.extra_meta: dict[str, Any] = {}
-        with open(os.path.join(self.workdir, "config.json"), "w") as f:
-            f.write(config.to_json_best_effort(indent=2))
+        record = json.loads(config.to_json_best_effort())
+        if self.history:
+            record[HISTORY_FIELD] = self.history
+        with open(os.path.join(self.workdir, CONFIG_FILE), "w") as f:
+            json.dump(record, f, indent=2)
 
     # ------------------------------------------------------------------ the model
     def place_model(self, model) -> tuple[Policy, Any]:
@@ -102,18 +123,38 @@ class Run:
         }
 
     def save(self, stage: StageSpec, state: dict, *, stage_step: int, done: bool,
-             force: bool = True, **extra) -> None:
-        """Checkpoint `state` plus the run's PRNG key under the current global step."""
-        self.checkpointer.save(
+             force: bool = True, **extra) -> bool:
+        """Checkpoint `state` plus the run's PRNG key under the current global step (False
+        when that step is already saved). Parameters that are not finite are never written."""
+        if not bool(all_finite(state["params"])):
+            raise NonFiniteError(f"{stage.name} step {stage_step}: the parameters are not "
+                                 "finite; not writing them to a checkpoint")
+        return self.checkpointer.save(
             self.global_step, state={**state, "rng": self.key},
             meta=self.meta(stage, stage_step=stage_step, done=done, **extra), force=force
         )
 
     def save_if_due(self, stage: StageSpec, state: dict, *, stage_step: int, total: int,
                     every: int, **extra) -> None:
-        """A mid-stage checkpoint every `every` steps (the stage's end has its own)."""
-        if every and stage_step % every == 0 and stage_step < total:
+        """A mid-stage checkpoint every `every` steps, and a full-state one after the last
+        step of the run's last stage (raising its steps later continues from it).
+
+        Then, if a stop was requested (SIGTERM / SIGINT), a checkpoint of this step and
+        `Preempted`; at a stage's last step the stage finishes first (the pipeline stops
+        between stages)."""
+        last = stage.index == len(self.stage_names) - 1
+        if (every and stage_step % every == 0 and stage_step < total) or \
+                (last and stage_step == total):
             self.save(stage, state, stage_step=stage_step, done=False, **extra)
+        if self.stop is not None and self.stop.requested and stage_step < total:
+            self.save(stage, state, stage_step=stage_step, done=False, **extra)
+            self.checkpointer.wait()
+            raise Preempted(self.stopped_line(f"{stage.name} step {stage_step}"))
+
+    def stopped_line(self, where: str) -> str:
+        return (f"[grpo_jax] stopped on {self.stop.requested} after {where}: checkpoint "
+                f"{os.path.join(self.checkpointer.directory, str(self.global_step))}; run the "
+                "same command to resume")
 
     def finish_stage(self, stage: StageSpec, stage_step: int = 0) -> None:
         """End-of-stage checkpoint holding only the parameters."""
@@ -122,30 +163,140 @@ class Run:
 
     def restore_stage(self, target: dict, step: int | None = None) -> dict:
         """The checkpoint's state (default: latest) restored onto `target`; the saved PRNG
-        key becomes the run's key again."""
-        state, _ = self.checkpointer.restore(step, target={**target, "rng": self.key})
+        key becomes the run's key again. Raises CorruptCheckpointError when unreadable."""
+        step = self.checkpointer.latest_step() if step is None else step
+        try:
+            state, _ = self.checkpointer.restore(step, target={**target, "rng": self.key})
+        except Exception as err:  # noqa: BLE001
+            raise CorruptCheckpointError(step, f"{type(err).__name__}: "
+                                         f"{(str(err).splitlines() or [''])[0]}") from err
+        if not bool(all_finite(state["params"])):
+            raise CorruptCheckpointError(step, "non-finite parameters")
         self.key = state.pop("rng")
         return state
 
     def resume_point(self) -> tuple[int, dict | None, str | None]:
         """(first stage to run, meta of an unfinished stage checkpoint, last checkpointed
-        stage); restores the parameters of a finished stage."""
-        step = self.checkpointer.latest_step()
-        if step is None:
-            return 0, None, None
-        meta = self.checkpointer.restore_meta(step)
+        stage); restores the parameters of a finished stage.
+
+        A finished last stage whose `steps` were raised (an extension) resumes from its
+        full-state checkpoint after its old last step. A checkpoint that cannot be read is
+        moved aside (`Checkpointer.quarantine`) with one line, and the next older one used.
+        """
+        while True:
+            step = self.checkpointer.latest_step()
+            if step is None:
+                return 0, None, None
+            try:
+                meta = self.checkpointer.restore_meta(step)
+                extension = self._extension_meta(meta)
+                if extension is not None:
+                    return self._resume_from(extension)
+                if meta["stage_done"]:
+                    self._adopt(meta)
+                    self.params = self.restore_stage({"params": self.params}, step)["params"]
+                    return int(meta["stage_index"]) + 1, None, meta["stage"]
+                return self._resume_from(meta)
+            except CorruptCheckpointError as err:
+                self.quarantine(err.step, err.reason)
+            except Exception as err:  # noqa: BLE001  (unreadable meta or arrays)
+                self.quarantine(step, f"{type(err).__name__}: {str(err).splitlines()[0]}"
+                                if str(err) else type(err).__name__)
+
+    def _adopt(self, meta: dict) -> None:
         if meta.get("model_name"):  # a distill stage made a student the run's model
             self.replace_model(meta["model_name"], seed=self.config.seed)
         self.global_step = int(meta["global_step"])
         self.evals = dict(meta.get("evals", {}))
-        if meta["stage_done"]:
-            self.params = self.restore_stage({"params": self.params}, step)["params"]
-            return int(meta["stage_index"]) + 1, None, meta["stage"]
+
+    def _resume_from(self, meta: dict):
+        self._adopt(meta)
         return int(meta["stage_index"]), meta, meta["stage"]
 
+    def _extension_meta(self, meta: dict) -> dict | None:
+        """The full-state checkpoint to continue from when the finished last stage's steps
+        were raised; None when this is not an extension."""
+        last = len(self.stage_names) - 1
+        if not (meta["stage_done"] and int(meta["stage_index"]) == last):
+            return None
+        section = self.config[self.stage_names[last]]
+        if int(section.get("steps", 0) or 0) <= int(meta["stage_step"]):
+            return None
+        for step in reversed(self.checkpointer.all_steps()):
+            candidate = self.checkpointer.restore_meta(step)
+            if (candidate["stage_index"] == last and not candidate["stage_done"]
+                    and candidate["stage_step"] == meta["stage_step"]):
+                for later in [s for s in self.checkpointer.all_steps() if s > step]:
+                    self.checkpointer.delete(later)  # the old end of the stage
+                return candidate
+        raise ConfigError(
+            f"{self.stage_names[last]}.steps: the run has no full-state checkpoint after its "
+            f"step {meta['stage_step']} to continue from (checkpoint.max_to_keep too small?)")
+
+    def quarantine(self, step: int, reason: str) -> None:
+        """Moves unreadable checkpoint `step` aside (kept for inspection), with one line."""
+        where = self.checkpointer.quarantine(step)
+        print(f"[grpo_jax] checkpoint {step} is unreadable ({reason}); moved to {where}, "
+              "resuming from the previous one", flush=True)
+
     def close(self) -> None:
-        self.checkpointer.close()
-        self.writer.close()
+        try:
+            self.checkpointer.close()
+            self.writer.close()
+        finally:
+            self.lock.release()
+
+
+class CorruptCheckpointError(RuntimeError):
+    """A checkpoint could not be restored."""
+
+    def __init__(self, step: int, reason: str):
+        super().__init__(f"checkpoint {step}: {reason}")
+        self.step, self.reason = step, reason
+
+
+def _flatten(tree, prefix=""):
+    out = {}
+    for key, value in tree.items():
+        name = f"{prefix}{key}"
+        if isinstance(value, dict) and value:
+            out.update(_flatten(value, name + "."))
+        else:
+            out[name] = value
+    return out
+
+
+def check_config_drift(config, workdir: str) -> list:
+    """Compares the config with the one of the run already in `workdir` (if it has
+    checkpoints); returns config.json's history for the new config.json.
+
+    Any difference is a ConfigError listing the fields, except raising the last stage's
+    `steps` (an extension: the run continues that stage, and the change is recorded in
+    config.json's history)."""
+    path = os.path.join(workdir, CONFIG_FILE)
+    checkpoints = os.path.join(workdir, "checkpoints")
+    if not os.path.isfile(path) or not os.path.isdir(checkpoints) or not any(
+            name.isdigit() for name in os.listdir(checkpoints)):
+        return []
+    with open(path) as f:
+        old = json.load(f)
+    history = old.pop(HISTORY_FIELD, [])
+    before, after = _flatten(old), _flatten(json.loads(config.to_json_best_effort()))
+    changed = {k: (before.get(k, "<absent>"), after.get(k, "<absent>"))
+               for k in sorted(set(before) | set(after)) if before.get(k) != after.get(k)}
+    if not changed:
+        return history
+    names = stage_names(config)
+    extension = f"{names[-1]}.steps"
+    if set(changed) == {extension} and isinstance(changed[extension][0], int) \
+            and changed[extension][1] > changed[extension][0]:
+        return history + [{"time": time.strftime("%Y-%m-%dT%H:%M:%S"),
+                           "changed": {extension: list(changed[extension])}}]
+    shown = ", ".join(f"{k} {a!r} -> {b!r}" for k, (a, b) in list(changed.items())[:8])
+    more = f" (and {len(changed) - 8} more)" if len(changed) > 8 else ""
+    raise ConfigError(
+        f"config: differs from the run in {workdir}: {shown}{more}; use another --workdir "
+        f"(only raising {extension} continues this run)")
 
 
 def mesh_devices(config) -> list:

@@ -13,6 +13,7 @@ import numpy as np
 from grpo_jax.sft.data import encode_pairs, epoch_batches
 from grpo_jax.sft.loss import make_supervised_step
 from grpo_jax.sft.verified import fill_rows, select_verified
+from grpo_jax.runner.guards import SkipCounter
 from grpo_jax.runner.rollouts import sample_and_score
 from grpo_jax.runner.toolkit import (device_batch, log_step, progress, prompt_text,
                                      sampling_config, stage_optimizer)
@@ -33,6 +34,7 @@ def train_supervised(run, stage, prompts, completions, *, loss_on_prompt: bool) 
         run.params, opt_state = state["params"], state["opt_state"]
         start = int(stage.resume_meta["stage_step"])
     step_fn = make_supervised_step(run.policy, optimizer, micro_batches=section.micro_batches)
+    skips = SkipCounter(run.config.max_consecutive_skips)
     bar = progress(stage, section.steps, start)
     for step in range(start, section.steps):
         t0 = time.time()
@@ -40,14 +42,16 @@ def train_supervised(run, stage, prompts, completions, *, loss_on_prompt: bool) 
                              seed=run.config.seed + stage.index)
         batch = device_batch(run, {k: v[rows] for k, v in data.items()})
         run.params, opt_state, metrics = step_fn(run.params, opt_state, batch)
-        metrics = jax.device_get(metrics)
+        metrics = {k: float(v) for k, v in jax.device_get(metrics).items()}
         log_step(run, stage, {
             "stage_step": step + 1,
-            "loss": float(metrics["loss"]),
-            "grad_norm": float(metrics["grad_norm"]),
+            "loss": metrics["loss"],
+            "grad_norm": metrics["grad_norm"],
             "learning_rate": float(schedule(step)),
+            **skips.count(metrics),
             "step_time_s": time.time() - t0,
         }, bar, loss="loss")
+        skips.check(stage.name, step + 1)
         run.save_if_due(stage, {"params": run.params, "opt_state": opt_state},
                         stage_step=step + 1, total=section.steps,
                         every=section.checkpoint_every)

@@ -285,6 +285,7 @@ def validate(config: ml_collections.ConfigDict, kinds) -> None:
                               f"{config[name].get('kind')!r}")
     top = Fields(config, "config")
     top.integer("seed", low=0)
+    top.integer("max_consecutive_skips")
 
     task = Fields(config.task, "task")
     task.choice("name", tasks_lib.available_tasks())

@@ -154,7 +154,10 @@ def _argmax(x):
     """
     top = jnp.max(x, axis=-1, keepdims=True)
     iota = jax.lax.broadcasted_iota(jnp.int32, x.shape, x.ndim - 1)
-    return jnp.min(jnp.where(x == top, iota, x.shape[-1]), axis=-1)
+    # A row with no maximum (all NaN) would give V: never an id outside the vocabulary (its
+    # log-prob is NaN, which `rl.rollout` reports as an error).
+    return jnp.minimum(jnp.min(jnp.where(x == top, iota, x.shape[-1]), axis=-1),
+                       x.shape[-1] - 1)
 
 
 def _categorical(key, logits):

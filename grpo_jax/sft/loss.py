@@ -9,7 +9,8 @@ import optax
 
 from grpo_jax import losses
 from grpo_jax.models import logprobs
-from grpo_jax.training import Params, Policy, accumulate_gradients, jit_update
+from grpo_jax.training import (Params, Policy, accumulate_gradients, apply_if_finite,
+                               jit_update)
 
 
 def supervised_loss(params: Params, batch: dict, *, policy: Policy, num_tokens):
@@ -24,15 +25,16 @@ def supervised_loss(params: Params, batch: dict, *, policy: Policy, num_tokens):
 
 def make_supervised_step(policy: Policy, optimizer: optax.GradientTransformation, *,
                          micro_batches: int = 1):
-    """jit(params, opt_state, batch) -> (params, opt_state, metrics)."""
+    """jit(params, opt_state, batch) -> (params, opt_state, metrics); a non-finite loss,
+    gradient or update is not applied (metrics["skipped"])."""
 
     def step(params, opt_state, batch):
         num_tokens = jnp.maximum(jnp.sum(batch["loss_mask"].astype(jnp.float32)), 1.0)
         loss_fn = functools.partial(supervised_loss, policy=policy, num_tokens=num_tokens)
         loss, grads, metrics = accumulate_gradients(loss_fn, params, batch, micro_batches)
         metrics["grad_norm"] = optax.global_norm(grads)
-        updates, opt_state = optimizer.update(grads, opt_state, params)
-        params = optax.apply_updates(params, updates)
-        return params, opt_state, metrics
+        params, opt_state, flags = apply_if_finite(optimizer, grads, opt_state, params,
+                                                   loss=loss)
+        return params, opt_state, {**metrics, **flags}
 
     return jit_update(step)

@@ -1,0 +1,237 @@
+"""What survives what: SIGTERM, non-finite values, corrupt checkpoints, a busy workdir,
+config drift and run extensions."""
+
+from __future__ import annotations
+
+import contextlib
+import io
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+import optax
+import pytest
+
+from grpo_jax import main as main_lib
+from grpo_jax.checkpoint import Checkpointer
+from grpo_jax.metrics import MetricWriter, read_metrics
+from grpo_jax.pipeline import train_and_evaluate
+from grpo_jax.runner import ConfigError
+from grpo_jax.runner.guards import NonFiniteError, WorkdirLock
+from grpo_jax.runner.rewards import REWARD_SOURCES
+from grpo_jax.training import apply_if_finite
+
+REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+sys.path.insert(0, REPO)
+from configs import default as default_config  # noqa: E402
+
+
+def rl_config(steps=4, **rl):
+    """RL only on the smoke config, with rewards that differ within groups (the soft
+    overlong punishment on completion lengths), so every step has real gradients."""
+    config = default_config.get_config("smoke")
+    config.mesh.num_devices = 1
+    config.stages = "rl"
+    config.rl.update(dict(steps=steps, checkpoint_every=1, beta=0.04, max_new_tokens=12,
+                          overlong_cache=8, **rl))
+    return config
+
+
+def final_params(workdir):
+    with Checkpointer(os.path.join(workdir, "checkpoints")) as ckpt:
+        state, meta = ckpt.restore()
+    assert meta["stage_done"]
+    return state["params"]
+
+
+def assert_same_params(a, b):
+    jax.tree.map(lambda x, y: np.testing.assert_array_equal(np.asarray(x), np.asarray(y)),
+                 a, b)
+
+
+@pytest.fixture(scope="module")
+def straight(tmp_path_factory):
+    """One uninterrupted 4-step run the fault tests compare against."""
+    workdir = tmp_path_factory.mktemp("straight")
+    train_and_evaluate(rl_config(), str(workdir))
+    rows = [r for r in read_metrics(workdir / "metrics.jsonl") if r["stage"] == "rl"]
+    assert np.std([r["reward_std"] for r in rows]) >= 0 and rows[0]["reward_std"] > 0
+    return workdir
+
+
+def test_sigterm_saves_exits_0_and_the_rerun_equals_an_uninterrupted_run(tmp_path, straight):
+    workdir = tmp_path / "run"
+    overrides = ["--config.stages=rl", "--config.mesh.num_devices=1", "--config.rl.steps=4",
+                 "--config.rl.checkpoint_every=0", "--config.rl.beta=0.04",
+                 "--config.rl.max_new_tokens=12", "--config.rl.overlong_cache=8"]
+    # checkpoint_every differs from the straight run's, but only in when it saves.
+    command = [sys.executable, "-m", "grpo_jax.main", "--config=configs/default.py:smoke",
+               *overrides, f"--workdir={workdir}"]
+    env = {**os.environ, "JAX_PLATFORMS": "cpu"}
+    process = subprocess.Popen(command, cwd=REPO, env=env, stdout=subprocess.PIPE,
+                               stderr=subprocess.PIPE, text=True)
+    metrics = workdir / "metrics.jsonl"
+    deadline = time.time() + 240
+    while time.time() < deadline and process.poll() is None:
+        if metrics.exists() and any(r.get("stage_step") == 1 for r in read_metrics(metrics)):
+            break
+        time.sleep(0.05)
+    process.send_signal(signal.SIGTERM)
+    out, err = process.communicate(timeout=120)
+    assert process.returncode == 0, err
+    assert "stopped on SIGTERM after rl step" in out and "Traceback" not in err, (out, err)
+    done = [r["stage_step"] for r in read_metrics(metrics) if r["stage"] == "rl"]
+    assert done and done[-1] < 4  # it stopped mid-stage
+    config = rl_config()
+    config.rl.checkpoint_every = 0
+    train_and_evaluate(config, str(workdir))  # the same command again resumes
+    assert [r["stage_step"] for r in read_metrics(metrics) if r["stage"] == "rl"] == [1, 2, 3, 4]
+    assert_same_params(final_params(workdir), final_params(straight))
+
+
+def test_a_corrupt_newest_checkpoint_falls_back_to_the_one_before(tmp_path, straight,
+                                                                  monkeypatch, capsys):
+    workdir = tmp_path / "run"
+    original = MetricWriter.write
+
+    def crash_at_three(self, step, metrics, *, stage=None):
+        if stage == "rl" and metrics.get("stage_step") == 3:
+            raise KeyboardInterrupt("simulated crash")
+        return original(self, step, metrics, stage=stage)
+
+    monkeypatch.setattr(MetricWriter, "write", crash_at_three)
+    with pytest.raises(KeyboardInterrupt):
+        train_and_evaluate(rl_config(), str(workdir))
+    monkeypatch.setattr(MetricWriter, "write", original)
+    with Checkpointer(workdir / "checkpoints") as ckpt:
+        newest = ckpt.latest_step()
+    assert newest == 2
+    # Truncate every array file of the newest checkpoint.
+    for root, _, files in os.walk(workdir / "checkpoints" / str(newest) / "state"):
+        for name in files:
+            if not name.endswith(".json"):
+                with open(os.path.join(root, name), "r+b") as f:
+                    f.truncate(3)
+    train_and_evaluate(rl_config(), str(workdir))
+    lines = [line for line in capsys.readouterr().out.splitlines() if "unreadable" in line]
+    assert len(lines) == 1 and "checkpoint 2 is unreadable" in lines[0], lines
+    assert (workdir / "checkpoints_corrupt" / "2").is_dir()  # kept, not deleted
+    assert_same_params(final_params(workdir), final_params(straight))
+    # Unreadable metadata is handled the same way (it falls back, nothing is lost).
+    with Checkpointer(workdir / "checkpoints") as ckpt:
+        newest = ckpt.latest_step()
+    meta = next((workdir / "checkpoints" / str(newest)).rglob("*meta*"), None)
+    if meta is not None and meta.is_file():
+        meta.write_text("{not json")
+    elif meta is not None:
+        for path in meta.rglob("*"):
+            if path.is_file():
+                path.write_text("{not json")
+    train_and_evaluate(rl_config(), str(workdir))
+    assert "unreadable" in capsys.readouterr().out
+
+
+def test_non_finite_steps_are_skipped_counted_and_stop_the_run(tmp_path, monkeypatch):
+    monkeypatch.setitem(REWARD_SOURCES, "nan_reward",
+                        lambda run, section: lambda completion, example: float("nan"))
+    config = rl_config(steps=6)
+    config.rl.rewards = {"accuracy": 1.0, "nan_reward": 1.0}
+    config.max_consecutive_skips = 3
+    with pytest.raises(NonFiniteError, match=r"rl step 3: non-finite loss"):
+        train_and_evaluate(config, str(tmp_path))
+    rows = [r for r in read_metrics(tmp_path / "metrics.jsonl") if r["stage"] == "rl"]
+    assert [r["skipped_steps"] for r in rows] == [1.0, 2.0, 3.0]
+    initial = None
+    with Checkpointer(tmp_path / "checkpoints") as ckpt:
+        for step in ckpt.all_steps():
+            state, _ = ckpt.restore(step)
+            leaves = jax.tree.leaves(state["params"])
+            assert all(np.all(np.isfinite(np.asarray(x))) for x in leaves)
+            if initial is None:
+                initial = state["params"]
+            else:  # nothing was applied: the parameters never moved
+                assert_same_params(state["params"], initial)
+    # The command line says it in one line and exits non-zero.
+    err, out = io.StringIO(), io.StringIO()
+    with contextlib.redirect_stderr(err), contextlib.redirect_stdout(out):
+        code = main_lib.cli(["grpo_jax", "--config=configs/default.py:smoke",
+                             "--config.stages=rl", "--config.mesh.num_devices=1",
+                             "--config.rl.steps=3", "--config.rl.max_new_tokens=12",
+                             "--config.rl.rewards.format=nan", f"--workdir={tmp_path / 'b'}"])
+    assert code == 2 and "rl.rewards.format: expected a finite weight" in err.getvalue()
+
+
+def test_apply_if_finite_keeps_the_state_on_any_non_finite_value():
+    params = {"w": jnp.ones(3)}
+    optimizer = optax.adam(0.1)
+    opt_state = optimizer.init(params)
+    good = {"w": jnp.ones(3)}
+    new, _, flags = apply_if_finite(optimizer, good, opt_state, params, loss=jnp.float32(1.0))
+    assert float(flags["skipped"]) == 0 and not np.allclose(new["w"], 1.0)
+    for grads, loss, what in (({"w": jnp.array([1.0, jnp.nan, 1.0])}, 1.0, "grad"),
+                              (good, jnp.inf, "loss")):
+        kept, kept_state, flags = apply_if_finite(optimizer, grads, opt_state, params,
+                                                  loss=jnp.float32(loss))
+        assert float(flags["skipped"]) == 1 and float(flags[f"nonfinite_{what}"]) == 1
+        np.testing.assert_array_equal(kept["w"], params["w"])
+        jax.tree.map(np.testing.assert_array_equal, kept_state, opt_state)
+
+
+def test_the_sampler_never_emits_an_id_outside_the_vocabulary():
+    from grpo_jax.sampling.sampler import _argmax
+
+    x = jnp.array([[0.1, 2.0, 0.3], [jnp.nan, jnp.nan, jnp.nan]])
+    np.testing.assert_array_equal(np.asarray(_argmax(x)), [1, 2])
+
+
+def test_a_busy_workdir_is_refused_and_a_stale_lock_taken_over(tmp_path):
+    workdir = tmp_path / "run"
+    workdir.mkdir()
+    lock = WorkdirLock(str(workdir))
+    lock.acquire()
+    try:
+        err = io.StringIO()
+        with contextlib.redirect_stderr(err), contextlib.redirect_stdout(io.StringIO()):
+            code = main_lib.cli(["grpo_jax", "--config=configs/default.py:smoke",
+                                 "--config.stages=eval_base", f"--workdir={workdir}"])
+        lines = err.getvalue().strip().splitlines()
+        assert code == 2 and len(lines) == 1 and f"in use by process {os.getpid()}" in lines[0]
+        assert not (workdir / "config.json").exists()
+    finally:
+        lock.release()
+    (workdir / ".lock").write_text("999999999\n")  # a dead holder: no flock is held
+    config = default_config.get_config("smoke")
+    config.stages = "eval_base"
+    train_and_evaluate(config, str(workdir))
+    assert (workdir / "report.md").exists()
+
+
+def test_config_drift_is_refused_and_raising_the_last_stage_steps_continues(tmp_path):
+    workdir = str(tmp_path / "run")
+    train_and_evaluate(rl_config(steps=2), workdir)
+    other_seed = rl_config(steps=2)
+    other_seed.seed = 1
+    with pytest.raises(ConfigError, match=r"seed 0 -> 1"):
+        train_and_evaluate(other_seed, workdir)
+    with pytest.raises(ConfigError, match=r"rl\.steps 2 -> 1"):
+        train_and_evaluate(rl_config(steps=1), workdir)
+    before = final_params(workdir)
+    train_and_evaluate(rl_config(steps=4), workdir)  # train longer: continues the run
+    rows = [r for r in read_metrics(os.path.join(workdir, "metrics.jsonl"))
+            if r["stage"] == "rl"]
+    assert [r["stage_step"] for r in rows] == [1, 2, 3, 4]
+    after = final_params(workdir)
+    assert any(not np.array_equal(np.asarray(a), np.asarray(b))
+               for a, b in zip(jax.tree.leaves(before), jax.tree.leaves(after)))
+    record = json.loads(open(os.path.join(workdir, "config.json")).read())
+    assert record["rl"]["steps"] == 4
+    assert record["_history"][-1]["changed"] == {"rl.steps": [2, 4]}
+    # The same command again has nothing left to do and changes nothing.
+    train_and_evaluate(rl_config(steps=4), workdir)
+    assert_same_params(final_params(workdir), after)

@@ -38,7 +38,7 @@ import jax
 import jax.numpy as jnp
 import orbax.checkpoint as ocp
 
-__all__ = ["CheckpointNotFoundError", "Checkpointer"]
+__all__ = ["CheckpointNotFoundError", "CheckpointSaveError", "Checkpointer"]
 
 _STATE = "state"
 _META = "meta"
@@ -48,6 +48,17 @@ _TYPED_KEYS_FIELD = "__typed_prng_keys__"
 
 class CheckpointNotFoundError(FileNotFoundError):
     """Raised when a restore is asked for and no (matching) finished checkpoint exists."""
+
+
+class CheckpointSaveError(RuntimeError):
+    """A checkpoint could not be written (disk full, permissions, ...): one line."""
+
+
+def _save_error(step, directory, err) -> str:
+    where = f"checkpoint {step}" if step is not None else "a checkpoint"
+    reason = (str(err).splitlines() or [""])[0] or type(err).__name__
+    return (f"saving {where} in {directory} failed ({type(err).__name__}: {reason}); the run "
+            "stopped there (the last good checkpoint is kept)")
 
 
 def _is_typed_key(x: Any) -> bool:
@@ -188,14 +199,25 @@ class Checkpointer:
             json.dumps(meta)
         except TypeError as err:
             raise ValueError(f"meta: expected a JSON-serialisable dict ({err})") from None
-        saved = self._manager.save(
-            step,
-            args=ocp.args.Composite(
-                **{_STATE: ocp.args.StandardSave(storable), _META: ocp.args.JsonSave(meta)}
-            ),
-            force=True,
-        )
+        self.check_errors()  # an earlier asynchronous save that failed stops here
+        try:
+            saved = self._manager.save(
+                step,
+                args=ocp.args.Composite(
+                    **{_STATE: ocp.args.StandardSave(storable), _META: ocp.args.JsonSave(meta)}
+                ),
+                force=True,
+            )
+        except Exception as err:  # noqa: BLE001
+            raise CheckpointSaveError(_save_error(step, self.directory, err)) from err
         return bool(saved)
+
+    def check_errors(self) -> None:
+        """Raises CheckpointSaveError if an asynchronous save has failed (non-blocking)."""
+        try:
+            self._manager.check_for_errors()
+        except Exception as err:  # noqa: BLE001
+            raise CheckpointSaveError(_save_error(None, self.directory, err)) from err
 
     # ------------------------------------------------------------------ restore
     def _check_step(self, step: int | None) -> int:
@@ -284,13 +306,19 @@ class Checkpointer:
 
     # ------------------------------------------------------------------ lifecycle
     def wait(self) -> None:
-        """Blocks until all pending asynchronous saves are finished."""
-        self._manager.wait_until_finished()
+        """Blocks until all pending asynchronous saves are finished (CheckpointSaveError if
+        one failed)."""
+        try:
+            self._manager.wait_until_finished()
+        except Exception as err:  # noqa: BLE001
+            raise CheckpointSaveError(_save_error(None, self.directory, err)) from err
 
     def close(self) -> None:
         """Waits for pending saves and releases the manager's resources."""
-        self._manager.wait_until_finished()
-        self._manager.close()
+        try:
+            self.wait()
+        finally:
+            self._manager.close()
 
     def __enter__(self) -> Checkpointer:
         return self

@@ -5,7 +5,8 @@ Running the same command again resumes from the latest checkpoint in the workdir
 `--print_config` validates, prints the resolved config, the model's parameter count, the
 devices and the mesh, and exits without creating the workdir. A bad flag or value exits 2
 with one line on stderr naming the field; a busy workdir exits 2; SIGTERM / SIGINT save a
-checkpoint and exit 0; repeated non-finite steps exit 3, each with one line.
+checkpoint and exit 0; repeated non-finite steps exit 3 and a failed checkpoint save exits
+4, each with one line.
 """
 
 from __future__ import annotations
@@ -78,6 +79,7 @@ def main(argv) -> None:
     logging.set_verbosity(logging.WARNING)  # orbax logs every checkpoint write at INFO
     from grpo_jax.pipeline import describe, train_and_evaluate
     from grpo_jax.runner import ConfigError
+    from grpo_jax.checkpoint import CheckpointSaveError
     from grpo_jax.runner.guards import NonFiniteError, Preempted, WorkdirBusyError
 
     config_arg = getattr(flags.FLAGS["config"], "config_filename", _DEFAULT_CONFIG)
@@ -98,6 +100,9 @@ def main(argv) -> None:
     except NonFiniteError as err:
         print(f"error: {err}", file=sys.stderr)
         sys.exit(3)
+    except CheckpointSaveError as err:
+        print(f"error: {err}", file=sys.stderr)
+        sys.exit(4)
     print(f"[grpo_jax] report: {os.path.join(workdir, 'report.md')}")
     for name, figures in summary.items():
         shown = {k: round(v, 4) for k, v in figures.items() if isinstance(v, float)}

@@ -217,3 +217,25 @@ def test_orbax_checkpoint_manager_round_trip(tmp_path):
             args=ocp.args.Composite(data=grain.checkpoint.CheckpointRestore(fresh)),
         )["data"]
     assert _take(restored, 5) == expected
+
+
+@pytest.mark.parametrize("content,needle", [
+    (b'{"question": "a", "answer": "1"}\n{"question": "\xff\xfe", "answer": "2"}\n',
+     ":2: not UTF-8 (byte 0xff at column 15)"),
+    (b'{"question": "a", "answer": "1"}\n{"question": "b", "answer": NaN}\n',
+     ":2: non-finite number NaN"),
+    (b'{"question": "a", "answer": "1", "n": ' + b"9" * 5000 + b"}\n", ":1: Exceeds the limit"),
+    (b'{"question": "a", "answer": "1", "n": 1e999}\n', ":1: field 'n' must be a finite number"),
+    (b'{"question": "a"\n', ":1: invalid JSON"),
+    (b"", ": no rows (the file is empty)"),
+    (b"\n\n  \n", ": no rows (the file is empty)"),
+])
+def test_load_jsonl_every_malformed_row_names_file_and_line(tmp_path, content, needle):
+    path = tmp_path / "rows.jsonl"
+    path.write_bytes(content)
+    with pytest.raises(ValueError) as error:
+        data.load_jsonl(path, schema={"question": str, "answer": str, "n": float},
+                        required=("question", "answer"))
+    message = str(error.value)
+    assert message.startswith(str(path)) and needle in message, message
+    assert "\n" not in message

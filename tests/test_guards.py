@@ -235,3 +235,32 @@ def test_config_drift_is_refused_and_raising_the_last_stage_steps_continues(tmp_
     # The same command again has nothing left to do and changes nothing.
     train_and_evaluate(rl_config(steps=4), workdir)
     assert_same_params(final_params(workdir), after)
+
+
+def test_a_failed_save_stops_the_run_at_that_save_with_one_line(tmp_path, monkeypatch):
+    """A save that fails (here: the disk is full) stops the run at that save: exit 4, one
+    line, no training past it."""
+    from grpo_jax import checkpoint
+
+    original = checkpoint.Checkpointer.save
+
+    def full_disk(self, step, **kwargs):
+        if step >= 2:
+            def fail(*args, **kw):
+                raise OSError(28, "No space left on device")
+
+            monkeypatch.setattr(self._manager, "save", fail)
+        return original(self, step, **kwargs)
+
+    monkeypatch.setattr(checkpoint.Checkpointer, "save", full_disk)
+    err, out = io.StringIO(), io.StringIO()
+    with contextlib.redirect_stderr(err), contextlib.redirect_stdout(out):
+        code = main_lib.cli(["grpo_jax", "--config=configs/default.py:smoke",
+                             "--config.stages=rl", "--config.mesh.num_devices=1",
+                             "--config.rl.steps=4", "--config.rl.checkpoint_every=1",
+                             "--config.rl.max_new_tokens=12", f"--workdir={tmp_path}"])
+    lines = [line for line in err.getvalue().splitlines() if line.strip()]
+    assert code == 4 and len(lines) == 1, err.getvalue()
+    assert "saving checkpoint 2" in lines[0] and "No space left on device" in lines[0]
+    steps = [r["stage_step"] for r in read_metrics(tmp_path / "metrics.jsonl")]
+    assert steps == [1, 2]  # stopped at the failed save of step 2

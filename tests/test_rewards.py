@@ -186,3 +186,30 @@ def test_get_reward_fn():
     assert get_reward_fn("overlong", max_length=10, cache_length=5)(GOOD, None) == -1.0
     with pytest.raises(ValueError, match="unknown reward 'x'"):
         get_reward_fn("x")
+
+
+def test_math_verify_timeout_works_in_any_thread_and_scores_zero(monkeypatch):
+    """The same completion gets the same score in the main thread and in a worker thread,
+    and a comparison past the timeout scores 0 and is counted (also off the main thread)."""
+    import threading
+
+    from grpo_jax.rewards import accuracy
+
+    def in_thread(fn):
+        out = []
+        thread = threading.Thread(target=lambda: out.append(fn()))
+        thread.start()
+        thread.join()
+        return out[0]
+
+    pair = (r"\frac{6}{8}", r"\frac{3}{4}")
+    assert accuracy.answers_match(*pair) is True
+    assert in_thread(lambda: accuracy.answers_match(r"\frac{9}{12}", r"\frac{3}{4}")) is True
+    before = accuracy.math_verify_timeouts()
+    monkeypatch.setattr(accuracy, "MATH_VERIFY_TIMEOUT_SECONDS", 0.0)
+    assert in_thread(lambda: accuracy.answers_match(r"\frac{12}{16}", r"\frac{3}{4}")) is False
+    assert accuracy.math_verify_timeouts() == before + 1
+    monkeypatch.setattr(accuracy, "MATH_VERIFY_TIMEOUT_SECONDS", 2)
+    # Verdicts are cached: the timed-out pair keeps its score; a new pair works again.
+    assert accuracy.answers_match(r"\frac{12}{16}", r"\frac{3}{4}") is False
+    assert accuracy.answers_match(r"\frac{15}{20}", r"\frac{3}{4}") is True

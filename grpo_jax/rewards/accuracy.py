@@ -3,13 +3,15 @@
 Numbers are compared exactly as rationals after a tolerant normalisation (thousands commas,
 spaces, a leading "+", trailing ".0", "$" signs, "a/b" fractions, short decimal exponents).
 Other answers (LaTeX, symbolic) go through math-verify
-(https://github.com/huggingface/Math-Verify) with a timeout in the main thread, on inputs
-pre-screened so that no call can build astronomically large numbers; when math-verify is
-unavailable, errors or times out, a normalised string comparison decides.
+(https://github.com/huggingface/Math-Verify) in a worker process with a wall-clock timeout
+that works from any thread, on inputs pre-screened so that no call can build astronomically
+large numbers; a timeout scores 0 (and is counted: `math_verify_timeouts()`); when
+math-verify is unavailable or errors, a normalised string comparison decides.
 """
 
 from __future__ import annotations
 
+import functools
 import logging
 import re
 import threading
@@ -20,7 +22,7 @@ from grpo_jax.rewards.parsing import extract_answer
 # Longest answer string parsed as a number / passed to math-verify.
 MAX_NUMBER_CHARS = 100
 MAX_SYMBOLIC_CHARS = 256
-# math-verify timeout (seconds; signal based, so main thread only).
+# math-verify timeout (seconds of wall clock, enforced from the calling thread).
 MATH_VERIFY_TIMEOUT_SECONDS = 2
 
 _NUMBER = re.compile(r"[+-]?(?:\d+(?:\.\d*)?|\.\d+)(?:[eE][+-]?\d{1,3})?")
@@ -96,27 +98,75 @@ def _safe_for_symbolic(text: str) -> bool:
     return True
 
 
-def _math_verify_equal(predicted: str, reference: str) -> bool | None:
-    """math-verify equality, or None when it cannot decide (missing, error, timeout)."""
-    try:
-        import math_verify  # pylint: disable=import-outside-toplevel
-    except ImportError:
-        return None
-    in_main_thread = threading.current_thread() is threading.main_thread()
-    timeout = MATH_VERIFY_TIMEOUT_SECONDS if in_main_thread else None
-    logger = logging.getLogger("math_verify")
-    level = logger.level
-    logger.setLevel(logging.ERROR)  # it warns once when the timeout is off
-    try:
-        gold = math_verify.parse(_as_latex(reference), parsing_timeout=timeout)
-        target = math_verify.parse(_as_latex(predicted), parsing_timeout=timeout)
-        if not gold or not target:
-            return None
-        return bool(math_verify.verify(gold, target, timeout_seconds=timeout))
-    except Exception:  # pylint: disable=broad-except
-        return None
-    finally:
-        logger.setLevel(level)
+_TIMED_OUT = "timeout"
+
+
+class _MathVerifyWorker:
+    """One worker process for math-verify (grpo_jax/rewards/math_verify_worker.py), so its
+    timeout is a wall-clock wait on a pipe that works in any thread (math-verify's own
+    timeout is a SIGALRM: main thread only). A call past the timeout kills the worker (a new
+    one starts on the next call) and counts as a timeout."""
+
+    def __init__(self):
+        self._lock = threading.Lock()
+        self._process = None
+        self.timeouts = 0
+        self.calls = 0
+
+    def _start(self) -> None:
+        import subprocess  # pylint: disable=import-outside-toplevel
+        import sys  # pylint: disable=import-outside-toplevel
+
+        self._process = subprocess.Popen(
+            [sys.executable, "-m", "grpo_jax.rewards.math_verify_worker"],
+            stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.DEVNULL,
+            text=True, bufsize=1)
+        self.calls = 0
+
+    def _stop(self) -> None:
+        if self._process is not None:
+            self._process.kill()
+            self._process.wait(timeout=5)
+        self._process = None
+
+    def compare(self, predicted: str, reference: str, timeout: float):
+        import json  # pylint: disable=import-outside-toplevel
+        import select  # pylint: disable=import-outside-toplevel
+
+        with self._lock:
+            try:
+                if self._process is None or self._process.poll() is not None:
+                    self._start()
+                self._process.stdin.write(json.dumps([predicted, reference]) + "\n")
+                self._process.stdin.flush()
+                # The first call also waits for the worker to import math-verify.
+                wait = timeout + (60.0 if self.calls == 0 else 0.0)
+                ready, _, _ = select.select([self._process.stdout], [], [], wait)
+                if ready:
+                    self.calls += 1
+                    return json.loads(self._process.stdout.readline())
+            except (OSError, ValueError):  # the worker died: undecided, restart next time
+                self._stop()
+                return None
+            self._stop()
+            self.timeouts += 1
+            return _TIMED_OUT
+
+
+_WORKER = _MathVerifyWorker()
+
+
+def math_verify_timeouts() -> int:
+    """How many math-verify comparisons timed out in this process (each scored 0)."""
+    return _WORKER.timeouts
+
+
+@functools.lru_cache(maxsize=65536)
+def _math_verify_equal(predicted: str, reference: str):
+    """math-verify equality (True / False), None when it cannot decide (missing or error),
+    or "timeout" (scored as no match). Cached: the same pair always gets the same verdict,
+    in any thread."""
+    return _WORKER.compare(predicted, reference, MATH_VERIFY_TIMEOUT_SECONDS)
 
 
 def _as_latex(text: str) -> str:
@@ -146,7 +196,10 @@ def answers_match(predicted: str | None, reference: str | None, *, symbolic: boo
     if predicted_number is not None and reference_number is not None:
         return predicted_number == reference_number
     if symbolic and _safe_for_symbolic(predicted) and _safe_for_symbolic(reference):
-        if _math_verify_equal(predicted, reference):
+        verdict = _math_verify_equal(predicted, reference)
+        if verdict == _TIMED_OUT:
+            return False
+        if verdict:
             return True
     return normalize_text(predicted) == normalize_text(reference)
 

@@ -19,6 +19,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
+from grpo_jax.rewards.accuracy import math_verify_timeouts
 from grpo_jax.rl.update import build_batch
 from grpo_jax.runner.guards import SkipCounter
 from grpo_jax.runner.rewards import resolve_reward_fns
@@ -113,6 +114,7 @@ def rl_loop(run, stage, learner: Learner, *, sampling, dynamic: bool = False,
     bar = progress(stage, section.steps, start)
     for step in range(start, section.steps):
         t0 = time.time()
+        timeouts = math_verify_timeouts()
         ro, _, info = collect_rollout(run, stage, iterator, step, sampling=sampling,
                                       weights=weights, reward_fns=reward_fns, dynamic=dynamic,
                                       overlong_cache=overlong_cache)
@@ -131,6 +133,7 @@ def rl_loop(run, stage, learner: Learner, *, sampling, dynamic: bool = False,
             "completion_length": float(ro.lengths.mean()),
             "truncated_frac": float(ro.truncated.mean()),
             **info,
+            "reward_timeouts": float(math_verify_timeouts() - timeouts),
             **metrics,
             "sample_time_s": t_sample - t0,
             "update_time_s": t_update - t_sample,

@@ -142,6 +142,7 @@ class Run:
         Then, if a stop was requested (SIGTERM / SIGINT), a checkpoint of this step and
         `Preempted`; at a stage's last step the stage finishes first (the pipeline stops
         between stages)."""
+        self.checkpointer.check_errors()  # an asynchronous save failed: stop now
         last = stage.index == len(self.stage_names) - 1
         if (every and stage_step % every == 0 and stage_step < total) or \
                 (last and stage_step == total):
@@ -241,8 +242,8 @@ class Run:
 
     def close(self) -> None:
         try:
-            self.checkpointer.close()
             self.writer.close()
+            self.checkpointer.close()
         finally:
             self.lock.release()
 

@@ -15,6 +15,7 @@ helpers `save_iterator` / `restore_iterator` do the same outside a `CheckpointMa
 from __future__ import annotations
 
 import json
+import math
 import os
 from collections.abc import Callable, Mapping, Sequence
 from typing import Any
@@ -81,23 +82,34 @@ def load_jsonl(
         list of row dicts, in file order.
 
     Raises:
-        ValueError: `<path>:<line>: ...` naming the field (missing / wrong type) or the JSON
-            error, for the first bad row.
+        ValueError: `<path>:<line>: ...` naming the field (missing / wrong type / not a
+            finite number), the JSON error, bytes that are not UTF-8, NaN / Infinity or an
+            integer too long to convert, for the first bad row; `<path>: no rows` for a file
+            without any.
     """
     schema = dict(schema or {})
     required = tuple(schema) if required is None else tuple(required)
     path = os.fspath(path)
     rows = []
-    with open(path, encoding="utf-8") as f:
-        for line_number, line in enumerate(f, start=1):
+    with open(path, "rb") as f:
+        for line_number, raw in enumerate(f, start=1):
+            try:
+                line = raw.decode("utf-8")
+            except UnicodeDecodeError as e:
+                raise ValueError(
+                    f"{path}:{line_number}: not UTF-8 (byte 0x{raw[e.start]:02x} at column "
+                    f"{e.start + 1})"
+                ) from None
             if not line.strip():
                 continue
             try:
-                row = json.loads(line)
+                row = json.loads(line, parse_constant=_reject_constant)
             except json.JSONDecodeError as e:
                 raise ValueError(
                     f"{path}:{line_number}: invalid JSON ({e.msg} at column {e.colno})"
                 ) from None
+            except ValueError as e:  # NaN / Infinity, or an int too long to convert
+                raise ValueError(f"{path}:{line_number}: {str(e).splitlines()[0]}") from None
             if not isinstance(row, dict):
                 raise ValueError(
                     f"{path}:{line_number}: expected a JSON object, got {type(row).__name__}"
@@ -112,8 +124,18 @@ def load_jsonl(
                         f"{_type_name(expected)}, "
                         f"got {type(row[field]).__name__} {row[field]!r:.40}"
                     )
+                if isinstance(row.get(field), float) and not math.isfinite(row[field]):
+                    raise ValueError(f"{path}:{line_number}: field {field!r} must be a finite "
+                                     f"number, got {row[field]!r}")
             rows.append(row)
+    if not rows:
+        raise ValueError(f"{path}: no rows (the file is empty); expected one JSON object per "
+                         "line")
     return rows
+
+
+def _reject_constant(name: str):
+    raise ValueError(f"non-finite number {name} (JSON has no NaN or Infinity)")
 
 
 def _example_cls():

@@ -12,8 +12,6 @@ import pytest
 from flax import nnx
 
 from grpo_jax import losses
-from grpo_jax.metrics import read_metrics
-from grpo_jax.pipeline import run_stage
 from grpo_jax.models import Transformer, named_config
 from grpo_jax.rl import trpo
 from grpo_jax.runner import ConfigError, validate

@@ -12,7 +12,6 @@ math-verify is unavailable or errors, a normalised string comparison decides.
 from __future__ import annotations
 
 import functools
-import logging
 import re
 import threading
 from fractions import Fraction

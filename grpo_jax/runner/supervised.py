@@ -8,6 +8,7 @@ import os
 import time
 
 import jax
+import ml_collections
 import numpy as np
 
 from grpo_jax.sft.data import encode_pairs, epoch_batches

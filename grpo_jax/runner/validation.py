@@ -21,7 +21,6 @@ import ml_collections
 from grpo_jax import parallel
 from grpo_jax import tasks as tasks_lib
 from grpo_jax.models.config import _DTYPES, available_models
-from grpo_jax.rl.algorithms import ALGORITHMS
 from grpo_jax.runner import rewards as rewards_lib
 from grpo_jax.runner.build import MODEL_SHAPE_FIELDS, build_tokenizer, model_config_for
 

@@ -1,15 +1,8 @@
 """Test set-up: CPU with 8 virtual devices so sharding tests run on any machine."""
 
 import os
-import tempfile
 
 os.environ.setdefault("JAX_PLATFORMS", "cpu")
-# One persistent compilation cache for the session (subprocesses and notebook kernels inherit
-# it): the many small runs of the suite compile the same programs, and a cached executable is
-# the same program, so results are unchanged (the restart tests stay bit-exact).
-os.environ.setdefault("JAX_COMPILATION_CACHE_DIR", tempfile.mkdtemp(prefix="grpo_jax_jit_"))
-os.environ.setdefault("JAX_PERSISTENT_CACHE_MIN_COMPILE_TIME_SECS", "0")
-os.environ.setdefault("JAX_PERSISTENT_CACHE_MIN_ENTRY_SIZE_BYTES", "-1")
 _flags = os.environ.get("XLA_FLAGS", "")
 if "xla_force_host_platform_device_count" not in _flags:
     os.environ["XLA_FLAGS"] = (_flags + " --xla_force_host_platform_device_count=8").strip()

@@ -114,6 +114,7 @@ def test_soft_overlong_punishment_is_added_per_length(monkeypatch):
 def test_one_step_smoke(tmp_path, overrides):
     config = default_config.get_config("smoke")
     config.mesh.num_devices = 1
+    config.model.num_layers = 1
     config.stages = "rl"
     config.rl.steps = 2
     for key, value in overrides.items():

@@ -37,6 +37,7 @@ def rl_config(steps=4, **rl):
     overlong punishment on completion lengths), so every step has real gradients."""
     config = default_config.get_config("smoke")
     config.mesh.num_devices = 1
+    config.model.num_layers = 1
     config.stages = "rl"
     config.rl.update(dict(steps=steps, checkpoint_every=1, beta=0.04, max_new_tokens=12,
                           overlong_cache=8, **rl))
@@ -68,6 +69,7 @@ def straight(tmp_path_factory):
 def test_sigterm_saves_exits_0_and_the_rerun_equals_an_uninterrupted_run(tmp_path, straight):
     workdir = tmp_path / "run"
     overrides = ["--config.stages=rl", "--config.mesh.num_devices=1", "--config.rl.steps=4",
+                 "--config.model.num_layers=1",
                  "--config.rl.checkpoint_every=0", "--config.rl.beta=0.04",
                  "--config.rl.max_new_tokens=12", "--config.rl.overlong_cache=8"]
     # checkpoint_every differs from the straight run's, but only in when it saves.
@@ -257,6 +259,7 @@ def test_a_failed_save_stops_the_run_at_that_save_with_one_line(tmp_path, monkey
     with contextlib.redirect_stderr(err), contextlib.redirect_stdout(out):
         code = main_lib.cli(["grpo_jax", "--config=configs/default.py:smoke",
                              "--config.stages=rl", "--config.mesh.num_devices=1",
+                             "--config.model.num_layers=1",
                              "--config.rl.steps=4", "--config.rl.checkpoint_every=1",
                              "--config.rl.max_new_tokens=12", f"--workdir={tmp_path}"])
     lines = [line for line in err.getvalue().splitlines() if line.strip()]

@@ -11,8 +11,6 @@ import numpy as np
 import pytest
 from flax import nnx
 
-from grpo_jax.metrics import read_metrics
-from grpo_jax.pipeline import run_stage
 from grpo_jax.models import Transformer, logprobs, named_config
 from grpo_jax.rl import ppo
 from grpo_jax.runner import ConfigError, validate
@@ -165,6 +163,7 @@ def test_ppo_restart_gives_identical_parameters(crash_and_resume):
     and adaptive KL coefficient (both optimizers, critic, reference and data state restored)."""
     config = default_config.get_config("smoke")
     config.mesh.num_devices = 1
+    config.model.num_layers = 1
     config.ppo = default_section("ppo")
     config.ppo.update(dict(steps=4, num_prompts=4, group_size=2, num_iterations=1,
                            num_minibatches=1, max_new_tokens=12, beta=0.1, adaptive_kl=True,

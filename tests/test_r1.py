@@ -95,16 +95,17 @@ def test_distill_replaces_the_policy_with_a_fresh_student(tmp_path, monkeypatch)
     config.distill = default_section("distill")
     config.distill.update(dict(num_problems=8, num_samples=2, sample_batch_size=16,
                                max_new_tokens=24, steps=1, batch_size=8,
-                               student_model="tiny-10m"))
+                               student_model="tiny-1m"))
+    config.model.num_layers = 1  # the run's model; the student is a fresh tiny-1m (4 blocks)
     config.stages = "distill"
     run = run_stage(config, "distill", tmp_path)
-    assert run.model_config.num_layers == 10 and len(run.params["blocks"]) == 10
-    assert run.extra_meta["model_name"] == "tiny-10m"
+    assert run.model_config.num_layers == 4 and len(run.params["blocks"]) == 4
+    assert run.extra_meta["model_name"] == "tiny-1m"
     from grpo_jax.checkpoint import Checkpointer
 
     with Checkpointer(tmp_path / "checkpoints") as ckpt:
         state, meta = ckpt.restore()
-    assert meta["model_name"] == "tiny-10m" and len(state["params"]["blocks"]) == 10
+    assert meta["model_name"] == "tiny-1m" and len(state["params"]["blocks"]) == 4
 
 
 def test_distill_section_errors_name_the_field():

@@ -36,6 +36,7 @@ def varied_reward(monkeypatch):
 def all_kinds_config(rewards):
     config = default_config.get_config("smoke")
     config.mesh.num_devices = 1
+    config.model.num_layers = 2
     new = 16
     config.pretrain.steps = 2
     config.sft = default_section("sft")
@@ -127,6 +128,7 @@ def test_ppo_batches_are_sharded_and_give_the_single_device_update(tmp_path, mon
     from grpo_jax.stages.ppo import PPOLearner
 
     config = default_config.get_config("smoke")
+    config.model.num_layers = 1
     config.ppo = default_section("ppo")
     config.ppo.update(dict(steps=1, num_prompts=8, group_size=1, num_iterations=1,
                            num_minibatches=1, max_new_tokens=12, beta=0.1,
@@ -140,8 +142,9 @@ def test_trpo_batches_are_sharded_and_give_the_single_device_update(tmp_path, mo
     from grpo_jax.stages.trpo import TRPOLearner
 
     config = default_config.get_config("smoke")
+    config.model.num_layers = 1
     config.trpo = default_section("trpo")
-    config.trpo.update(dict(steps=1, num_prompts=4, group_size=4, cg_iters=4,
+    config.trpo.update(dict(steps=1, num_prompts=4, group_size=4, cg_iters=2,
                             max_new_tokens=12, checkpoint_every=0))
     config.trpo.rewards = varied_reward
     _sharded_vs_single(tmp_path, config, "trpo", monkeypatch, TRPOLearner)

@@ -26,6 +26,7 @@ from configs import default as default_config  # noqa: E402
 def smoke_config(**rl):
     config = default_config.get_config("smoke")
     config.mesh.num_devices = 1  # the sharded run is tested once, in the main-job smoke test
+    config.model.num_layers = 1  # one block: the trainer's logic, at a fraction of the compile
     for key, value in rl.items():
         config.rl[key] = value
     return config

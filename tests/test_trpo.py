@@ -92,6 +92,7 @@ def test_trpo_restart_gives_identical_parameters(crash_and_resume, monkeypatch):
 
     config = default_config.get_config("smoke")
     config.mesh.num_devices = 1
+    config.model.num_layers = 1
     config.trpo = default_section("trpo")
     config.trpo.update(dict(steps=4, num_prompts=4, group_size=4, max_new_tokens=12,
                             cg_iters=4, max_kl=0.01, checkpoint_every=2))

@@ -28,6 +28,7 @@ from grpo_jax.runner.validation import ConfigError, _axes, check_prompt_buckets,
 from grpo_jax.training import Policy, all_finite
 
 CONFIG_FILE = "config.json"
+_all_finite = jax.jit(all_finite)  # one program per parameter structure
 HISTORY_FIELD = "_history"  # config.json: earlier configs of the run (extensions)
 
 
@@ -51,7 +52,8 @@ class Run:
         self.workdir = os.path.abspath(workdir)
         os.makedirs(self.workdir, exist_ok=True)
         self.lock = WorkdirLock(self.workdir)
-        self.lock.acquire()  # one run per workdir
+        if jax.process_index() == 0:  # one run per workdir (process 0 holds the lock)
+            self.lock.acquire()
         try:
             self._setup(config)
         except BaseException:
@@ -126,7 +128,7 @@ class Run:
              force: bool = True, **extra) -> bool:
         """Checkpoint `state` plus the run's PRNG key under the current global step (False
         when that step is already saved). Parameters that are not finite are never written."""
-        if not bool(all_finite(state["params"])):
+        if not bool(_all_finite(state["params"])):
             raise NonFiniteError(f"{stage.name} step {stage_step}: the parameters are not "
                                  "finite; not writing them to a checkpoint")
         return self.checkpointer.save(
@@ -171,7 +173,7 @@ class Run:
         except Exception as err:  # noqa: BLE001
             raise CorruptCheckpointError(step, f"{type(err).__name__}: "
                                          f"{(str(err).splitlines() or [''])[0]}") from err
-        if not bool(all_finite(state["params"])):
+        if not bool(_all_finite(state["params"])):
             raise CorruptCheckpointError(step, "non-finite parameters")
         self.key = state.pop("rng")
         return state

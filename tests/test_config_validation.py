@@ -189,3 +189,12 @@ def test_model_shape_overrides_reach_the_run(tmp_path):
         assert len(run.params["blocks"]) == 3 and run.params["embedding"].shape[-1] == 96
     finally:
         run.close()
+
+
+@pytest.mark.parametrize("config", [DEFAULT, PPO, TRPO, R1, DEFAULT.replace(":smoke", ""),
+                                    PPO.replace(":smoke", ""), TRPO.replace(":smoke", ""),
+                                    R1.replace(":smoke", "")])
+def test_every_shipped_config_validates(tmp_path, config):
+    code, out, err = _cli(f"--config={config}", "--print_config", f"--workdir={tmp_path / 'r'}")
+    assert code == 0, err
+    assert "parameters" in out and not (tmp_path / "r").exists()

@@ -36,7 +36,7 @@ def varied_reward(monkeypatch):
 def all_kinds_config(rewards):
     config = default_config.get_config("smoke")
     config.mesh.num_devices = 1
-    config.model.num_layers = 2
+    config.model.num_layers = 1
     new = 16
     config.pretrain.steps = 2
     config.sft = default_section("sft")

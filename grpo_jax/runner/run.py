@@ -202,6 +202,8 @@ class Run:
                 return self._resume_from(meta)
             except CorruptCheckpointError as err:
                 self.quarantine(err.step, err.reason)
+            except ConfigError:
+                raise
             except Exception as err:  # noqa: BLE001  (unreadable meta or arrays)
                 self.quarantine(step, f"{type(err).__name__}: {str(err).splitlines()[0]}"
                                 if str(err) else type(err).__name__)

@@ -41,6 +41,12 @@ def sampling_config(run, *, max_new_tokens: int, temperature: float, top_k: int 
     )
 
 
+def section_sampling(run, section, *, temperature: float = 1.0) -> SamplingConfig:
+    """The sampling settings of an RL section (max_new_tokens, top_k, top_p)."""
+    return sampling_config(run, max_new_tokens=section.max_new_tokens, temperature=temperature,
+                           top_k=section.top_k, top_p=section.top_p)
+
+
 def device_batch(run, batch):
     """A host batch (a pytree of [B, ...] arrays) placed with rows over the data mesh."""
     return jax.device_put(batch, run.data_sharding)

@@ -144,6 +144,16 @@ class SectionCheck(Fields):
                   if micro_field else f"the {self.data_parallel} data-parallel devices")
             self.fail(field, f"{what or rows} is not divisible by {by}")
 
+    def minibatches(self) -> None:
+        """The rollout batch (num_prompts x group_size rows) splits into num_minibatches,
+        and each minibatch into micro_batches x data-parallel devices."""
+        rows = self.section.num_prompts * self.section.group_size
+        if rows % self.integer("num_minibatches"):
+            self.fail("num_minibatches", f"rollout batch N*G = {rows} is not divisible by "
+                                         f"{self.section.num_minibatches}")
+        per_mb = rows // self.section.num_minibatches
+        self.divides("micro_batches", per_mb, what=f"minibatch of {per_mb} rows")
+
     def fits_context(self, field: str = "max_new_tokens") -> int:
         """prompt bucket + `field` tokens fit the model's context length."""
         new = self.integer(field)

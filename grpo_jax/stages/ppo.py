@@ -17,7 +17,7 @@ from grpo_jax.rl import ppo
 from grpo_jax.rl.reward_model import add_scalar_head, scalar_head_policy
 from grpo_jax.runner import Learner, StageKind, rl_loop
 from grpo_jax.runner.rl_loop import minibatches, reduce_update_metrics
-from grpo_jax.runner.toolkit import sampling_config, stage_optimizer
+from grpo_jax.runner.toolkit import section_sampling, stage_optimizer
 from grpo_jax.training import init_opt_state
 
 
@@ -56,12 +56,7 @@ def validate(check) -> None:
     section = check.section
     for field in ("steps", "num_prompts", "group_size", "num_iterations", "num_minibatches"):
         check.integer(field)
-    rows = section.num_prompts * section.group_size
-    if rows % section.num_minibatches:
-        check.fail("num_minibatches", f"rollout batch {rows} is not divisible by "
-                                      f"{section.num_minibatches}")
-    per_mb = rows // section.num_minibatches
-    check.divides("micro_batches", per_mb, what=f"minibatch of {per_mb} rows")
+    check.minibatches()
     check.positive("lr")
     check.positive("critic_lr")
     check.positive("epsilon")
@@ -156,10 +151,7 @@ class PPOLearner(Learner):
 
 
 def run_ppo(run, stage) -> None:
-    section = stage.section
-    sampling = sampling_config(run, max_new_tokens=section.max_new_tokens, temperature=1.0,
-                               top_k=section.top_k, top_p=section.top_p)
-    rl_loop(run, stage, PPOLearner(run, stage), sampling=sampling)
+    rl_loop(run, stage, PPOLearner(run, stage), sampling=section_sampling(run, stage.section))
 
 
 KIND = StageKind("ppo", run_ppo, default_section, validate, rl_curves=True,

@@ -15,7 +15,7 @@ from grpo_jax.rl.algorithms import ALGORITHMS, compute_advantages, get_algorithm
 from grpo_jax.rl.update import LossSettings, logp_mismatch, make_logp_fn, make_train_step
 from grpo_jax.runner import Learner, StageKind, rl_loop
 from grpo_jax.runner.rl_loop import minibatches, reduce_update_metrics
-from grpo_jax.runner.toolkit import sampling_config, stage_optimizer
+from grpo_jax.runner.toolkit import section_sampling, stage_optimizer
 from grpo_jax.training import init_opt_state
 
 LOSS_AGGREGATIONS = ("auto", "token-mean", "seq-mean-token-mean", "seq-mean-token-sum",
@@ -72,12 +72,7 @@ def validate(check) -> None:
     if algorithm.needs_groups and g < 2:
         check.fail("group_size", f"{section.algorithm} needs G >= 2 completions per prompt, "
                                  f"got {g}")
-    rows = section.num_prompts * g
-    if rows % section.num_minibatches:
-        check.fail("num_minibatches", f"rollout batch N*G = {rows} is not divisible by "
-                                      f"{section.num_minibatches}")
-    per_mb = rows // section.num_minibatches
-    check.divides("micro_batches", per_mb, what=f"minibatch of {per_mb} rows")
+    check.minibatches()
     check.positive("lr")
     check.number("beta", low=0.0)
     check.choice("kl_kind", ("k1", "k2", "k3"))
@@ -192,10 +187,8 @@ class GRPOLearner(Learner):
 
 def run_rl(run, stage) -> None:
     section = stage.section
-    sampling = sampling_config(run, max_new_tokens=section.max_new_tokens,
-                               temperature=section.temperature, top_k=section.top_k,
-                               top_p=section.top_p)
-    rl_loop(run, stage, GRPOLearner(run, stage), sampling=sampling,
+    rl_loop(run, stage, GRPOLearner(run, stage),
+            sampling=section_sampling(run, section, temperature=section.temperature),
             dynamic=_dapo_default(section, "dynamic_sampling"),
             overlong_cache=section.overlong_cache)
 

@@ -10,7 +10,7 @@ import ml_collections
 from grpo_jax import losses
 from grpo_jax.rl import trpo
 from grpo_jax.runner import Learner, StageKind, rl_loop
-from grpo_jax.runner.toolkit import sampling_config
+from grpo_jax.runner.toolkit import section_sampling
 
 
 def default_section() -> ml_collections.ConfigDict:
@@ -82,10 +82,7 @@ class TRPOLearner(Learner):
 
 
 def run_trpo(run, stage) -> None:
-    section = stage.section
-    sampling = sampling_config(run, max_new_tokens=section.max_new_tokens, temperature=1.0,
-                               top_k=section.top_k, top_p=section.top_p)
-    rl_loop(run, stage, TRPOLearner(run, stage), sampling=sampling)
+    rl_loop(run, stage, TRPOLearner(run, stage), sampling=section_sampling(run, stage.section))
 
 
 KIND = StageKind("trpo", run_trpo, default_section, validate, rl_curves=True,

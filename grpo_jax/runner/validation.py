@@ -192,7 +192,7 @@ class SectionCheck(Fields):
                 self.fail(field, f"no reward model directory {source!r}")
             return
         earlier = dict(self.earlier)
-        if earlier.get(source) != "reward_model" and not os.path.isabs(source):
+        if earlier.get(source) != "reward_model":
             self.fail(field, f"{source!r} is not an earlier stage of kind reward_model in "
                              f"stages (earlier: {list(earlier)})")
 
@@ -247,12 +247,12 @@ def validate_model(config, vocab_size: int = 256) -> None:
             model.fail("init_from", f"{path!r} is not a Hugging Face checkpoint directory "
                                     "(no config.json)")
         return
-    for field in MODEL_SHAPE_FIELDS:
-        if config.model.get(field) is not None and field in ("hidden_size", "num_layers",
-                                                             "num_heads", "num_kv_heads",
-                                                             "head_dim", "mlp_size"):
+    for field in ("hidden_size", "num_layers", "num_heads", "num_kv_heads", "head_dim",
+                  "mlp_size"):
+        if config.model.get(field) is not None:
             model.integer(field)
-        elif config.model.get(field) is not None and field in ("rope_theta", "rms_norm_eps"):
+    for field in ("rope_theta", "rms_norm_eps"):
+        if config.model.get(field) is not None:
             model.positive(field)
     try:
         model_config_for(config, vocab_size)

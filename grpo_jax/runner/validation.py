@@ -144,6 +144,19 @@ class SectionCheck(Fields):
                   if micro_field else f"the {self.data_parallel} data-parallel devices")
             self.fail(field, f"{what or rows} is not divisible by {by}")
 
+    def rl_loop_fields(self) -> int:
+        """The fields `runner.rl_loop` and `toolkit.section_sampling` read: steps,
+        num_prompts, top_k, top_p, max_new_tokens (fits the context), rewards,
+        checkpoint_every. Returns max_new_tokens."""
+        self.integer("steps")
+        self.integer("num_prompts")
+        self.integer("top_k", low=0)
+        self.number("top_p", low=0.0, high=1.0, low_open=True)
+        new = self.fits_context("max_new_tokens")
+        self.rewards()
+        self.integer("checkpoint_every", low=0)
+        return new
+
     def minibatches(self) -> None:
         """The rollout batch (num_prompts x group_size rows) splits into num_minibatches,
         and each minibatch into micro_batches x data-parallel devices."""

@@ -69,11 +69,7 @@ def validate(check) -> None:
             check.fail("beta", "the adaptive KL controller needs beta > 0")
         check.positive("kl_target")
         check.positive("kl_horizon")
-    check.integer("top_k", low=0)
-    check.number("top_p", low=0.0, high=1.0, low_open=True)
-    check.fits_context("max_new_tokens")
-    check.rewards()
-    check.integer("checkpoint_every", low=0)
+    check.rl_loop_fields()
 
 
 class PPOLearner(Learner):

@@ -50,11 +50,7 @@ def validate(check) -> None:
     check.number("damping", low=0.0)
     check.number("backtrack_ratio", low=0.0, high=1.0, low_open=True, high_open=True)
     check.number("accept_ratio", low=0.0)
-    check.integer("top_k", low=0)
-    check.number("top_p", low=0.0, high=1.0, low_open=True)
-    check.fits_context("max_new_tokens")
-    check.rewards()
-    check.integer("checkpoint_every", low=0)
+    check.rl_loop_fields()
 
 
 class TRPOLearner(Learner):

@@ -29,6 +29,7 @@ setup(
         "importlib_resources>=6.0",
         "safetensors>=0.5,<1",
         "tokenizers>=0.21,<1",
+        "jinja2>=3.1,<4",  # checkpoints' chat templates
         "tensorboardX>=2.6,<3",
         "tqdm>=4.66,<5",
         "matplotlib>=3.8,<4",

@@ -41,13 +41,17 @@ def get_config(preset: str | None = None) -> ml_collections.ConfigDict:
     # step confuses the operator ("9*6=15"), see grpo_jax/tasks/arithmetic.py.
     config.task.kwargs = ml_collections.ConfigDict(
         {"difficulty": 1, "max_operators": 2, "error_mode": "operator"})
-    config.task.template = "plain"  # prompt template: plain | r1_zero
+    config.task.template = "plain"  # prompt template: plain | r1_zero | chat (checkpoint's)
     config.task.solution_error_rate = 0.3  # chance that a worked-solution step is wrong
     config.task.format_error_rate = 0.15  # chance that a worked solution is malformed
     config.task.train_size = 20000  # distinct training problems for RL prompts
     config.task.eval_size = 128  # held-out problems for evaluation
-    config.task.prompt_len = 16  # prompt bucket (tokens, incl. BOS); longer is an error
-    config.tokenizer = "char"  # char | sentencepiece (trained on the task, kept in the workdir)
+    # Prompt bucket (tokens, incl. BOS); a longer prompt is an error at start-up. 0 = auto:
+    # the longest training / held-out prompt, rounded up to a multiple of 8.
+    config.task.prompt_len = 16
+    # auto (checkpoint with model.init_from, else char) | char | sentencepiece (trained on
+    # the task, kept in the workdir) | checkpoint (model.init_from's tokenizer.json)
+    config.tokenizer = "auto"
     config.tokenizer_vocab_size = 128  # sentencepiece vocabulary size
 
     # ---- model ----------------------------------------------------------------------------

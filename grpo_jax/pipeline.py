@@ -11,8 +11,6 @@ state. This is the only module that imports grpo_jax.stages.
 from __future__ import annotations
 
 import copy
-import json
-import os
 import time
 
 import jax
@@ -25,7 +23,7 @@ from grpo_jax.runner.guards import Preempted, StopRequest
 from grpo_jax.runner.run import CorruptCheckpointError
 from grpo_jax.runner.build import build_tokenizer, model_config_for
 from grpo_jax.runner.report import write_run_report
-from grpo_jax.runner.validation import mesh_size, stage_names
+from grpo_jax.runner.validation import checkpoint_config, mesh_size, stage_names
 from grpo_jax.stages import KINDS
 
 
@@ -86,17 +84,21 @@ def run_stage(config: ml_collections.ConfigDict, name: str, workdir: str) -> Run
 def describe(config: ml_collections.ConfigDict) -> str:
     """What `--print_config` prints: the resolved config, the stages, the model with its
     parameter count, the devices and the mesh. Validates first; writes nothing."""
-    validate(config, KINDS)
+    prompt_len = validate(config, KINDS)
     task = tasks_lib.get_task(config.task.name, **config.task.kwargs.to_dict())
     mesh, data_parallel = mesh_size(config)
     lines = ["# resolved config", str(config).rstrip(), "", "# run"]
     lines.append("stages: " + " -> ".join(f"{n} ({config[n].kind})"
                                           for n in stage_names(config)))
+    if prompt_len is None:
+        lines.append(f"prompt bucket: measured when the {config.tokenizer} tokenizer is "
+                     "trained in the workdir")
+    else:
+        how = "measured: the longest prompt rounded up to 8" if not config.task.prompt_len \
+            else "task.prompt_len; every prompt fits"
+        lines.append(f"prompt bucket: {prompt_len} tokens ({how})")
     if config.model.init_from:
-        with open(os.path.join(config.model.init_from, "config.json")) as f:
-            from grpo_jax.models.hf import config_from_hf
-
-            model_config = config_from_hf(json.load(f), dtype=config.model.dtype)
+        model_config = checkpoint_config(config)
         source = config.model.init_from
     else:
         tokenizer = build_tokenizer(config, task, None)

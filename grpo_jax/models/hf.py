@@ -41,8 +41,27 @@ def _model_type(hf: dict, path: Path) -> str:
     return model_type
 
 
-def config_from_hf(hf: dict, *, dtype: str | None = None, path: Path | str = "") -> ModelConfig:
-    """Maps a transformers config.json dict (v4 or v5 layout) to a ModelConfig."""
+def dtype_name(dtype, *, what: str = "dtype") -> str:
+    """A dtype given as a name ("bfloat16", "bf16", "torch.bfloat16") or a dtype object
+    (jnp.bfloat16, np.dtype("float32")) as the ModelConfig name."""
+    if not isinstance(dtype, str):
+        try:
+            dtype = jnp.dtype(dtype).name
+        except TypeError:
+            raise ValueError(f"{what}: {dtype!r} is not a dtype") from None
+    name = dtype.replace("torch.", "")
+    if name not in _DTYPE_NAMES:
+        raise ValueError(f"{what}: {dtype!r} unsupported; expected one of "
+                         f"{sorted(set(_DTYPE_NAMES.values()))}")
+    return _DTYPE_NAMES[name]
+
+
+def config_from_hf(hf: dict, *, dtype=None, param_dtype=None,
+                   path: Path | str = "") -> ModelConfig:
+    """Maps a transformers config.json dict (v4 or v5 layout) to a ModelConfig.
+
+    `dtype` is the compute dtype and `param_dtype` the storage dtype (default: `dtype`);
+    None uses the checkpoint's own dtype. Names and dtype objects are both accepted."""
     model_type = _model_type(hf, Path(path))
     if hf.get("hidden_act", "silu") != "silu":
         raise ValueError(
@@ -72,12 +91,9 @@ def config_from_hf(hf: dict, *, dtype: str | None = None, path: Path | str = "")
     heads = hf["num_attention_heads"]
     if dtype is None:
         dtype = hf.get("dtype") or hf.get("torch_dtype") or "float32"
-    if str(dtype).replace("torch.", "") not in _DTYPE_NAMES:
-        raise ValueError(
-            f"{path}: dtype {dtype!r} unsupported; expected one of "
-            f"{sorted(set(_DTYPE_NAMES.values()))}"
-        )
-    dtype = _DTYPE_NAMES[str(dtype).replace("torch.", "")]
+    dtype = dtype_name(dtype, what=f"{path}: dtype")
+    param_dtype = dtype if param_dtype is None else dtype_name(param_dtype,
+                                                               what=f"{path}: param_dtype")
     return ModelConfig(
         vocab_size=hf["vocab_size"],
         hidden_size=hf["hidden_size"],
@@ -92,7 +108,7 @@ def config_from_hf(hf: dict, *, dtype: str | None = None, path: Path | str = "")
         tie_embeddings=bool(hf.get("tie_word_embeddings", False)),
         rms_norm_eps=float(hf.get("rms_norm_eps", 1e-6)),
         dtype=dtype,
-        param_dtype=dtype,
+        param_dtype=param_dtype,
         rope_scaling=rope_scaling,
     )
 
@@ -269,13 +285,16 @@ def _expected_hf_shape(config: ModelConfig, our_shape, to_hf) -> tuple:
     return tuple(to_hf(np.zeros(our_shape, np.int8)).shape)
 
 
-def from_pretrained(path, *, dtype: str | None = None, value_head: bool | None = None):
+def from_pretrained(path, *, dtype=None, param_dtype=None, value_head: bool | None = None):
     """Loads a local Qwen2 / Llama checkpoint directory into a Transformer.
 
     Args:
       path: directory with config.json and model.safetensors (or sharded *.safetensors with
         model.safetensors.index.json).
-      dtype: parameter and compute dtype name; None uses the checkpoint's dtype.
+      dtype: compute dtype, a name ("bfloat16") or a dtype object (jnp.bfloat16); None uses
+        the checkpoint's dtype.
+      param_dtype: parameter storage dtype (e.g. float32 master weights under bfloat16
+        compute); None: the same as `dtype`.
       value_head: add a value head (read from value_head.safetensors when present, else zeros);
         None adds one iff value_head.safetensors exists.
 
@@ -293,7 +312,7 @@ def from_pretrained(path, *, dtype: str | None = None, value_head: bool | None =
     value_file = path / _VALUE_HEAD_FILE
     if value_head is None:
         value_head = value_file.exists()
-    config = config_from_hf(hf, dtype=dtype, path=path)
+    config = config_from_hf(hf, dtype=dtype, param_dtype=param_dtype, path=path)
     config = config.replace(value_head=value_head)
     files = _tensor_files(path)
     tensors = _read_tensors(files)

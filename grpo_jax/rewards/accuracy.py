@@ -16,7 +16,7 @@ import re
 import threading
 from fractions import Fraction
 
-from grpo_jax.rewards.parsing import extract_answer
+from grpo_jax.rewards.parsing import extract_answer, last_number
 
 # Longest answer string parsed as a number / passed to math-verify.
 MAX_NUMBER_CHARS = 100
@@ -225,5 +225,19 @@ def accuracy_reward(completion: str, example) -> float:
     """
     try:
         return 1.0 if answers_match(extract_answer(completion), _reference_of(example)) else 0.0
+    except Exception:  # pylint: disable=broad-except
+        return 0.0
+
+
+def lenient_accuracy_reward(completion: str, example) -> float:
+    """1.0 if the last number anywhere in the completion equals the reference, else 0.0.
+
+    The lenient reading of GSM8K-style evaluations (no required tags); reported next to the
+    strict `accuracy_reward`, since published figures differ by tens of points between the
+    two readings.
+    """
+    try:
+        return 1.0 if answers_match(last_number(completion), _reference_of(example),
+                                    symbolic=False) else 0.0
     except Exception:  # pylint: disable=broad-except
         return 0.0

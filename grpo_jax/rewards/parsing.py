@@ -6,6 +6,8 @@ any input, including megabyte-long strings, and never raise.
 
 from __future__ import annotations
 
+import re
+
 THINK_OPEN = "<think>"
 THINK_CLOSE = "</think>"
 ANSWER_OPEN = "<answer>"
@@ -42,6 +44,28 @@ def extract_answer(completion: str) -> str | None:
     if start < 0:
         return None
     return text[start + len(ANSWER_OPEN) : end].strip()
+
+
+# A number as written in text: optional sign and "$", thousands commas, decimals.
+_NUMBER_IN_TEXT = re.compile(r"-?\$?\d{1,3}(?:,\d{3})+(?:\.\d+)?|-?\$?\d+(?:\.\d+)?|-?\$?\.\d+")
+MAX_NUMBER_SCAN_CHARS = 20_000  # the last number is searched in the completion's tail
+
+
+def last_number(completion: str) -> str | None:
+    """The last number written anywhere in the completion ("1,200", "-3.5", "$18"), with
+    "$" and thousands commas removed; None when there is none.
+
+    Scans at most the last MAX_NUMBER_SCAN_CHARS characters (linear time).
+    """
+    text = _as_text(completion)
+    if text is None:
+        return None
+    found = None
+    for found in _NUMBER_IN_TEXT.finditer(text[-MAX_NUMBER_SCAN_CHARS:]):
+        pass
+    if found is None:
+        return None
+    return found.group(0).replace("$", "").replace(",", "")
 
 
 def extract_thinking(completion: str) -> str:

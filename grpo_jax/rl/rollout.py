@@ -13,18 +13,20 @@ import jax
 import numpy as np
 
 from grpo_jax.sampling import SamplingConfig, generate
+from grpo_jax.text import prompt_ids
 from grpo_jax.training import Params, Policy
 
 
 def encode_prompts(tokenizer, prompts: Sequence[str], *, prompt_len: int, ids: Sequence[str] | None = None):
-    """Left-pads BOS + prompt tokens into [B, prompt_len]; a longer prompt is an error.
+    """Left-pads `text.prompt_ids` (BOS + tokens) into [B, prompt_len]; a longer prompt is
+    an error.
 
     Returns (tokens int32 [B, P], mask bool [B, P]).
     """
     tokens = np.full((len(prompts), prompt_len), tokenizer.pad_id, np.int32)
     mask = np.zeros((len(prompts), prompt_len), bool)
     for row, text in enumerate(prompts):
-        ids_ = [tokenizer.bos_id, *tokenizer.encode(text)]
+        ids_ = prompt_ids(tokenizer, text)
         if len(ids_) > prompt_len:
             name = ids[row] if ids is not None else f"row {row}"
             raise ValueError(

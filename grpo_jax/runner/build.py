@@ -16,13 +16,31 @@ MODEL_SHAPE_FIELDS = ("hidden_size", "num_layers", "num_heads", "num_kv_heads", 
                       "remat")
 
 
+TOKENIZERS = ("auto", "char", "sentencepiece", "checkpoint")
+
+
+def tokenizer_kind(config) -> str:
+    """config.tokenizer with "auto" resolved: the checkpoint's own tokenizer when
+    model.init_from is set, else the task's character tokenizer."""
+    if config.tokenizer == "auto":
+        return "checkpoint" if config.model.init_from else "char"
+    return config.tokenizer
+
+
 def build_tokenizer(config, task, workdir: str | None):
-    """The run's tokenizer. sentencepiece is trained once on the training problems and their
-    clean solutions and kept in `<workdir>/tokenizer`, so a resumed run has the same
+    """The run's tokenizer. "checkpoint" is model.init_from's tokenizer.json with its special
+    tokens and chat template. sentencepiece is trained once on the training problems and
+    their clean solutions and kept in `<workdir>/tokenizer`, so a resumed run has the same
     vocabulary; `workdir=None` gives None for it (nothing is written)."""
-    if config.tokenizer == "char":
+    kind = tokenizer_kind(config)
+    if kind == "char":
         return text.CharTokenizer.for_task(task)
-    if config.tokenizer == "sentencepiece":
+    if kind == "checkpoint":
+        if not config.model.init_from:
+            raise ValueError("tokenizer: 'checkpoint' needs model.init_from (a local Hugging "
+                             "Face checkpoint directory with tokenizer.json)")
+        return text.HFTokenizer(config.model.init_from)
+    if kind == "sentencepiece":
         from grpo_jax.text.sentencepiece import MODEL_FILE
 
         if workdir is None:
@@ -35,8 +53,8 @@ def build_tokenizer(config, task, workdir: str | None):
                  for ex in examples]
         return text.SentencePieceTokenizer.train(texts, directory,
                                                  vocab_size=config.tokenizer_vocab_size)
-    raise ValueError(f"tokenizer: unknown tokenizer {config.tokenizer!r}; expected char or "
-                     "sentencepiece")
+    raise ValueError(f"tokenizer: unknown tokenizer {config.tokenizer!r}; expected one of "
+                     f"{list(TOKENIZERS)}")
 
 
 def model_config_for(config, vocab_size: int, name: str | None = None):
@@ -58,7 +76,11 @@ def build_model(config, tokenizer):
     if config.model.init_from:
         from grpo_jax.models import from_pretrained
 
-        model, model_config = from_pretrained(config.model.init_from, dtype=config.model.dtype)
+        model, model_config = from_pretrained(config.model.init_from, dtype=config.model.dtype,
+                                              param_dtype=config.model.param_dtype)
+        if config.model.get("remat") is not None and config.model.remat != model_config.remat:
+            model_config = model_config.replace(remat=config.model.remat)
+            model.config = model_config
         return model_config, model
     model_config = model_config_for(config, tokenizer.vocab_size)
     return model_config, Transformer(model_config, rngs=nnx.Rngs(config.seed))

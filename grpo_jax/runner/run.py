@@ -7,6 +7,7 @@ so `resume_point` tells the pipeline which stage to start and whether it resumes
 
 from __future__ import annotations
 
+import copy
 import dataclasses
 import json
 import os
@@ -22,9 +23,10 @@ from grpo_jax import tasks as tasks_lib
 from grpo_jax.checkpoint import Checkpointer
 from grpo_jax.metrics import MetricWriter
 from grpo_jax.models import Transformer
-from grpo_jax.runner.build import build_model, build_tokenizer, model_config_for
+from grpo_jax.runner.build import build_model, build_tokenizer, model_config_for, tokenizer_kind
 from grpo_jax.runner.guards import NonFiniteError, Preempted, StopRequest, WorkdirLock
-from grpo_jax.runner.validation import ConfigError, _axes, check_prompt_buckets, stage_names
+from grpo_jax.runner.validation import (ConfigError, _axes, check_vocabulary, prompt_bucket,
+                                        stage_names, validate)
 from grpo_jax.training import Policy, all_finite
 
 CONFIG_FILE = "config.json"
@@ -65,13 +67,20 @@ class Run:
         self.history = check_config_drift(config, self.workdir)
         self.task = tasks_lib.get_task(config.task.name, **config.task.kwargs.to_dict())
         self.tokenizer = build_tokenizer(config, self.task, self.workdir)
-        if config.tokenizer != "char":  # validation checked the char tokenizer's buckets
-            check_prompt_buckets(config, self.task, self.tokenizer)
+        record = json.loads(config.to_json_best_effort())  # as given (prompt_len 0 = auto)
+        # The run's config has the measured prompt bucket; a tokenizer trained in the
+        # workdir is validated here, with the bucket it gives.
+        self.config = config = copy.deepcopy(config)
+        if tokenizer_kind(config) == "sentencepiece":
+            validate(config, self.kinds, tokenizer=self.tokenizer)
+        config.task.prompt_len = prompt_bucket(config, self.task, self.tokenizer)
         self.mesh = parallel.make_mesh(config.mesh.shape.to_dict(),
                                        devices=mesh_devices(config))
         self.rules = tuple((name, _axes(axes)) for name, axes in config.mesh.rules)
         self.data_sharding = parallel.data_sharding(self.mesh)
         self.model_config, model = build_model(config, self.tokenizer)
+        check_vocabulary(self.tokenizer, self.model_config.vocab_size,
+                         config.model.init_from or config.model.name)
         self.policy, self.params = self.place_model(model)
         del model
         self.key = jax.random.key(config.seed)
@@ -82,7 +91,6 @@ class Run:
         self.global_step = 0  # checkpoint numbering: +1 per training step and per stage end
         self.evals: dict[str, dict] = {}  # finished eval stages' figures (kept in meta)
         self.extra_meta: dict[str, Any] = {}
-        record = json.loads(config.to_json_best_effort())
         if self.history:
             record[HISTORY_FIELD] = self.history
         with open(os.path.join(self.workdir, CONFIG_FILE), "w") as f:

@@ -25,8 +25,10 @@ def progress(stage, total: int, initial: int):
 
 
 def prompt_text(run, example) -> str:
-    """The example's prompt in the run's template."""
-    return tasks_lib.apply_template(example, template=run.config.task.template)
+    """The example's prompt in the run's template (rendered with the run's tokenizer for
+    "chat")."""
+    return tasks_lib.apply_template(example, template=run.config.task.template,
+                                    tokenizer=run.tokenizer)
 
 
 def sampling_config(run, *, max_new_tokens: int, temperature: float, top_k: int = 0,
@@ -36,7 +38,7 @@ def sampling_config(run, *, max_new_tokens: int, temperature: float, top_k: int 
         temperature=temperature,
         top_k=top_k,
         top_p=top_p,
-        eos_ids=(run.tokenizer.eos_id,),
+        eos_ids=tuple(run.tokenizer.eos_ids),
         pad_id=run.tokenizer.pad_id,
     )
 

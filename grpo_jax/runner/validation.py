@@ -3,14 +3,16 @@
 `validate(config, kinds)` runs before the workdir is touched and before any stage: the
 run-wide sections (task, tokenizer, model, mesh, optim, checkpoint), then every stage
 named in `config.stages` (its fields against its kind's default section, then the kind's
-own `validate(check)`). `check_prompt_buckets` (every training and held-out prompt fits
-task.prompt_len) runs here for the char tokenizer and in the Run for a tokenizer trained
-in the workdir.
+own `validate(check)`). `prompt_bucket` (every training and held-out prompt fits
+task.prompt_len, or the bucket when it is 0 = auto) runs here for the char and checkpoint
+tokenizers and in the Run for a tokenizer trained in the workdir, which then validates
+again with the measured bucket.
 """
 
 from __future__ import annotations
 
 import difflib
+import json
 import math
 import os
 from typing import Any, Sequence
@@ -22,10 +24,11 @@ from grpo_jax import parallel
 from grpo_jax import tasks as tasks_lib
 from grpo_jax.models.config import _DTYPES, available_models
 from grpo_jax.runner import rewards as rewards_lib
-from grpo_jax.runner.build import MODEL_SHAPE_FIELDS, build_tokenizer, model_config_for
+from grpo_jax.runner.build import (MODEL_SHAPE_FIELDS, TOKENIZERS, build_tokenizer,
+                                   model_config_for, tokenizer_kind)
 
-TEMPLATES = ("plain", "r1_zero")
-TOKENIZERS = ("char", "sentencepiece")
+TEMPLATES = ("plain", "r1_zero", "chat")
+PROMPT_BUCKET_MULTIPLE = 8  # task.prompt_len = 0: the longest prompt rounded up to this
 
 
 class ConfigError(ValueError):
@@ -128,11 +131,13 @@ class SectionCheck(Fields):
       earlier: (name, kind) of the stages before this one, in run order.
     """
 
-    def __init__(self, name, section, *, config, data_parallel, task, kinds, earlier):
+    def __init__(self, name, section, *, config, data_parallel, task, kinds, earlier,
+                 prompt_len=None):
         super().__init__(section, name)
         self.name, self.section, self.config = name, section, config
         self.data_parallel, self.task, self.kinds = data_parallel, task, kinds
         self.earlier = earlier
+        self.prompt_len = prompt_len  # the prompt bucket; None until measured (the Run)
 
     def divides(self, field: str, rows: int, *, micro_field: str | None = "micro_batches",
                 what: str = "") -> None:
@@ -170,10 +175,11 @@ class SectionCheck(Fields):
     def fits_context(self, field: str = "max_new_tokens") -> int:
         """prompt bucket + `field` tokens fit the model's context length."""
         new = self.integer(field)
-        prompt_len, context = self.config.task.prompt_len, self.config.model.max_seq_len
-        if prompt_len + new > context:
-            self.fail(field, f"task.prompt_len {prompt_len} + {field} {new} exceeds "
-                             f"model.max_seq_len {context}")
+        prompt_len, context = self.prompt_len, self.config.model.max_seq_len
+        if prompt_len is not None and prompt_len + new > context:
+            bucket = (f"task.prompt_len {prompt_len}" if self.config.task.prompt_len else
+                      f"the measured prompt bucket {prompt_len} (task.prompt_len = 0)")
+            self.fail(field, f"{bucket} + {field} {new} exceeds model.max_seq_len {context}")
         return new
 
     def rewards(self, field: str = "rewards") -> dict:
@@ -255,10 +261,13 @@ def validate_model(config, vocab_size: int = 256) -> None:
     model.integer("max_seq_len", low=2)
     model.integer("logprob_chunk_size", low=0)
     if config.model.init_from:
-        path = config.model.init_from
-        if not os.path.isfile(os.path.join(path, "config.json")):
-            model.fail("init_from", f"{path!r} is not a Hugging Face checkpoint directory "
-                                    "(no config.json)")
+        checkpoint_config(config)
+        for field in MODEL_SHAPE_FIELDS:
+            if field != "remat" and config.model.get(field) is not None:
+                model.fail(field, "the shape comes from model.init_from's config.json; only "
+                                  "model.remat may be set with it")
+        if config.model.get("remat") is not None:
+            model.boolean("remat")
         return
     for field in ("hidden_size", "num_layers", "num_heads", "num_kv_heads", "head_dim",
                   "mlp_size"):
@@ -277,6 +286,70 @@ def validate_model(config, vocab_size: int = 256) -> None:
         raise ConfigError(f"model: {message}") from None
 
 
+def checkpoint_config(config):
+    """The ModelConfig of model.init_from's config.json (ConfigError naming the field)."""
+    from grpo_jax.models.hf import config_from_hf
+
+    path = config.model.init_from
+    file = os.path.join(path, "config.json")
+    if not os.path.isfile(file):
+        raise ConfigError(f"model.init_from: {path!r} is not a Hugging Face checkpoint "
+                          "directory (no config.json); download the checkpoint beforehand, "
+                          "there is no network access at run time")
+    try:
+        with open(file, encoding="utf-8") as f:
+            hf = json.load(f)
+        model_config = config_from_hf(hf, dtype=config.model.dtype,
+                                      param_dtype=config.model.param_dtype, path=path)
+    except (ValueError, KeyError, TypeError) as err:
+        raise ConfigError(f"model.init_from: {err}") from None
+    if config.model.max_seq_len > model_config.max_seq_len:
+        raise ConfigError(f"model.max_seq_len: {config.model.max_seq_len} exceeds the "
+                          f"checkpoint's max_position_embeddings {model_config.max_seq_len}")
+    return model_config
+
+
+def run_tokenizer(config, task):
+    """The run's tokenizer where it can be built without a workdir (None for sentencepiece,
+    trained in the workdir), checked against the model's vocabulary and the template."""
+    kind = tokenizer_kind(config)
+    if kind == "checkpoint":
+        if not config.model.init_from:
+            raise ConfigError("tokenizer: 'checkpoint' needs model.init_from (a local Hugging "
+                              "Face checkpoint directory with tokenizer.json)")
+        if not os.path.isfile(os.path.join(config.model.init_from, "tokenizer.json")):
+            raise ConfigError(
+                f"model.init_from: {config.model.init_from!r} has no tokenizer.json for "
+                "tokenizer=checkpoint; copy the checkpoint's tokenizer files (tokenizer.json, "
+                "tokenizer_config.json) into it")
+    if config.task.template == "chat" and kind != "checkpoint":
+        raise ConfigError(f"task.template: 'chat' renders the checkpoint's chat template and "
+                          f"needs tokenizer=checkpoint, got {kind!r}")
+    try:
+        tokenizer = build_tokenizer(config, task, None)
+    except ValueError as err:
+        raise ConfigError(f"tokenizer: {err}") from None
+    if tokenizer is None:
+        return None
+    if config.task.template == "chat" and tokenizer.chat_template is None:
+        raise ConfigError(f"task.template: 'chat': {config.model.init_from!r} has no chat "
+                          "template (tokenizer_config.json chat_template or "
+                          "chat_template.jinja); use r1_zero or plain")
+    if config.model.init_from:
+        check_vocabulary(tokenizer, checkpoint_config(config).vocab_size,
+                         config.model.init_from)
+    return tokenizer
+
+
+def check_vocabulary(tokenizer, vocab_size: int, source: str) -> None:
+    """Every id of the tokenizer has a row in the model's embedding."""
+    if tokenizer.vocab_size > vocab_size:
+        raise ConfigError(
+            f"tokenizer: its ids reach {tokenizer.vocab_size - 1} but the model "
+            f"({source}) has a vocabulary of {vocab_size} rows; use the checkpoint's own "
+            "tokenizer (tokenizer=checkpoint)")
+
+
 def mesh_size(config) -> tuple[dict, int]:
     """(resolved mesh shape, data-parallel size = data x fsdp); ConfigError when unusable."""
     mesh = Fields(config.mesh, "mesh")
@@ -289,8 +362,19 @@ def mesh_size(config) -> tuple[dict, int]:
     return shape, shape["data"] * shape["fsdp"]
 
 
-def validate(config: ml_collections.ConfigDict, kinds) -> None:
-    """Raises ConfigError with one line for the first invalid field of a run config."""
+def validate(config: ml_collections.ConfigDict, kinds, tokenizer=None) -> int | None:
+    """Raises ConfigError with one line for the first invalid field of a run config.
+
+    Args:
+      config: the run config.
+      kinds: the stage-kind registry.
+      tokenizer: the run's tokenizer when already built (the Run passes one trained in
+        its workdir); None builds it where no workdir is needed.
+
+    Returns:
+      the prompt bucket (task.prompt_len, or the measured one when it is 0); None when the
+      tokenizer is trained in the workdir and not given.
+    """
     names = stage_names(config)
     if not names:
         raise ConfigError("stages: expected a comma-separated list of section names")
@@ -312,7 +396,9 @@ def validate(config: ml_collections.ConfigDict, kinds) -> None:
     task = Fields(config.task, "task")
     task.choice("name", tasks_lib.available_tasks())
     task.choice("template", TEMPLATES)
-    task.integer("prompt_len", low=2)
+    if task.integer("prompt_len", low=0) == 1:
+        task.fail("prompt_len", "expected 0 (auto: the longest prompt, measured at start-up) "
+                                "or >= 2, got 1")
     task.integer("train_size")
     task.integer("eval_size")
     task.number("solution_error_rate", low=0.0, high=1.0)
@@ -320,13 +406,18 @@ def validate(config: ml_collections.ConfigDict, kinds) -> None:
     try:
         task_obj = tasks_lib.get_task(config.task.name, **config.task.kwargs.to_dict())
     except (TypeError, ValueError) as err:
-        raise ConfigError(f"task.kwargs: {err}") from None
+        message, field = str(err), ""
+        for name in config.task.kwargs:  # "data_dir: ..." names a constructor argument
+            if message.startswith(f"{name}: "):
+                message, field = message[len(name) + 2:], f".{name}"
+        raise ConfigError(f"task.kwargs{field}: {message}") from None
 
     top.choice("tokenizer", TOKENIZERS)
     top.integer("tokenizer_vocab_size", low=8)
-    if config.tokenizer == "char":  # others are built in the workdir: checked by the Run
-        check_prompt_buckets(config, task_obj, build_tokenizer(config, task_obj, None))
     validate_model(config)
+    if tokenizer is None:
+        tokenizer = run_tokenizer(config, task_obj)
+    prompt_len = prompt_bucket(config, task_obj, tokenizer) if tokenizer is not None else None
     _, data_parallel = mesh_size(config)
     try:
         parallel.validate_rules(tuple((n, _axes(a)) for n, a in config.mesh.rules))
@@ -347,11 +438,13 @@ def validate(config: ml_collections.ConfigDict, kinds) -> None:
         section = config[name]
         kind = kinds[section.kind]
         check = SectionCheck(name, section, config=config, data_parallel=data_parallel,
-                             task=task_obj, kinds=kinds, earlier=list(earlier))
+                             task=task_obj, kinds=kinds, earlier=list(earlier),
+                             prompt_len=prompt_len)
         _check_fields_against_default(check, kind.default_section())
         if kind.validate is not None:
             kind.validate(check)
         earlier.append((name, section.kind))
+    return prompt_len
 
 
 def _axes(axes):
@@ -363,19 +456,32 @@ def _axes(axes):
     return tuple(axes) if isinstance(axes, (list, tuple)) else axes
 
 
-def check_prompt_buckets(config, task, tokenizer) -> int:
-    """The longest prompt (BOS included) of the training and held-out problems fits
-    task.prompt_len; returns that length."""
+def prompt_bucket(config, task, tokenizer) -> int:
+    """The prompt bucket: task.prompt_len, checked to hold the longest prompt (BOS included)
+    of the training and held-out problems; with task.prompt_len = 0 that longest prompt
+    rounded up to a multiple of PROMPT_BUCKET_MULTIPLE."""
+    from grpo_jax.text import prompt_ids
+
     template = config.task.template
-    examples = (task.examples("train", config.task.train_size, seed=config.seed)
-                + task.examples("test", config.task.eval_size, seed=config.seed))
+    examples = []
+    for split, field in (("train", "train_size"), ("test", "eval_size")):
+        try:
+            examples += task.examples(split, config.task[field], seed=config.seed)
+        except ValueError as err:
+            raise ConfigError(f"task.{field}: {err}") from None
     longest, where = 0, None
     for ex in examples:
-        length = 1 + len(tokenizer.encode(tasks_lib.apply_template(ex, template=template)))
+        try:
+            text = tasks_lib.apply_template(ex, template=template, tokenizer=tokenizer)
+            length = len(prompt_ids(tokenizer, text))
+        except ValueError as err:  # e.g. a character the char tokenizer does not have
+            raise ConfigError(f"task: problem {getattr(ex, 'id', '?')!r}: {err}") from None
         if length > longest:
             longest, where = length, ex
+    if not config.task.prompt_len:
+        return -(-longest // PROMPT_BUCKET_MULTIPLE) * PROMPT_BUCKET_MULTIPLE
     if longest > config.task.prompt_len:
         raise ConfigError(f"task.prompt_len: {config.task.prompt_len} cannot hold prompt "
                           f"{getattr(where, 'id', '?')!r} of {longest} tokens (with BOS); "
-                          f"expected >= {longest}")
-    return longest
+                          f"expected >= {longest} (or 0: measured at start-up)")
+    return config.task.prompt_len

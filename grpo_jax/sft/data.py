@@ -6,6 +6,8 @@ from typing import Sequence
 
 import numpy as np
 
+from grpo_jax import text as text_lib
+
 
 def encode_pairs(
     tokenizer,
@@ -39,7 +41,7 @@ def encode_pairs(
     n = len(prompts)
     encoded = []
     for prompt, completion in zip(prompts, completions):
-        prompt_ids = [tokenizer.bos_id, *tokenizer.encode(prompt)]
+        prompt_ids = text_lib.prompt_ids(tokenizer, prompt)
         completion_ids = [*tokenizer.encode(completion), tokenizer.eos_id]
         encoded.append((prompt_ids, completion_ids))
     if seq_len is None:

@@ -1,4 +1,7 @@
-"""Stage kind "eval": pass@1, pass@k, maj@k, format rate and length on held-out problems."""
+"""Stage kind "eval": pass@1, pass@k, maj@k, format rate and length on held-out problems.
+
+Tasks with an "accuracy_lenient" reward (GSM8K) also get pass@k_lenient / maj@k_lenient:
+the same figures when the last number anywhere in the completion counts as its answer."""
 
 from __future__ import annotations
 
@@ -7,6 +10,7 @@ import time
 import ml_collections
 
 from grpo_jax import evals as evals_lib
+from grpo_jax.rewards.parsing import last_number
 from grpo_jax.runner import StageKind
 from grpo_jax.runner.rollouts import sample_and_score
 from grpo_jax.runner.toolkit import sampling_config
@@ -42,18 +46,28 @@ def run_eval(run, stage) -> None:
     records = sample_and_score(run, examples, num_samples=section.num_samples,
                                batch_size=section.batch_size, sampling=sampling,
                                key=run.stage_key(stage.index, 0))
-    per_problem = []
-    for start in range(0, len(records), section.num_samples):
-        group = records[start:start + section.num_samples]
-        per_problem.append({"difficulty": group[0]["example"].difficulty, "samples": [{
-            "answer": task.extract_answer(r["text"]),
-            "correct": r["components"]["accuracy"] >= 1.0,
-            "formatted": r["components"]["format"] >= 1.0,
-            "length": r["length"],
-        } for r in group]})
     k = section.num_samples
-    figures = evals_lib.evaluate_samples(per_problem, ks=sorted({1, k}),
-                                         maj_ks=(k,) if k > 1 else ())
+
+    def figures_of(correct: str, answer_of):
+        per_problem = []
+        for start in range(0, len(records), k):
+            group = records[start:start + k]
+            per_problem.append({"difficulty": group[0]["example"].difficulty, "samples": [{
+                "answer": answer_of(r["text"]),
+                "correct": r["components"][correct] >= 1.0,
+                "formatted": r["components"]["format"] >= 1.0,
+                "length": r["length"],
+            } for r in group]})
+        return evals_lib.evaluate_samples(per_problem, ks=sorted({1, k}),
+                                          maj_ks=(k,) if k > 1 else ())
+
+    figures = figures_of("accuracy", task.extract_answer)
+    if "accuracy_lenient" in records[0]["components"]:
+        # The lenient reading (the last number anywhere in the completion), next to the
+        # strict one (the answer inside the tags): e.g. GSM8K.
+        lenient = figures_of("accuracy_lenient", last_number)
+        figures.update({f"{name}_lenient": value for name, value in lenient.items()
+                        if name.startswith(("pass@", "maj@"))})
     figures["eval_time_s"] = time.time() - t0
     run.evals[stage.name] = figures
     flat = {k: v for k, v in figures.items() if isinstance(v, (int, float))}

@@ -25,7 +25,10 @@ import re
 from collections.abc import Mapping, Sequence
 from typing import Any
 
+import numpy as np
+
 __all__ = [
+    "GSM8KTask",
     "GSM8K_SPLITS",
     "GSM8KNotPreparedError",
     "extract_gsm8k_answer",
@@ -265,3 +268,91 @@ def prepare_gsm8k(
     download_config = tfds.download.DownloadConfig(try_download_gcs=False)
     builder.download_and_prepare(file_format="array_record", download_config=download_config)
     return os.fspath(builder.data_dir)
+
+
+# ---------------------------------------------------------------------------------------------
+# The registered task.
+
+from grpo_jax.tasks.base import Task, stable_hash  # noqa: E402
+from grpo_jax.tasks.registry import register_task  # noqa: E402
+
+JSONL_FILES = {"train": "train.jsonl", "test": "test.jsonl"}
+
+
+def _how_to_provide(data_dir: str) -> str:
+    return (
+        "data_dir: expected a directory with GSM8K's train.jsonl and test.jsonl (the "
+        "github.com/openai/grade-school-math release format) or a TFDS data directory with "
+        "gsm8k prepared in array_record format, got "
+        f"{data_dir!r}; see README 'GSM8K offline' for how to prepare either"
+    )
+
+
+@register_task("gsm8k")
+class GSM8KTask(Task):
+    """GSM8K grade-school word problems, read offline from `data_dir`.
+
+    `data_dir` is either a directory with `train.jsonl` / `test.jsonl` (release format) or a
+    prepared TFDS data directory (`prepare_gsm8k` / `tfds build gsm8k
+    --file_format=array_record`). The "train" split samples `n` problems in a seeded random
+    order; "test" is the first `n` problems of the test file in file order, so every seed
+    is evaluated on the same problems.
+
+    Rewards: "accuracy" (strict: the answer inside <answer> </answer> equals the final
+    number), "accuracy_lenient" (the last number anywhere in the completion does), and the
+    format rewards. Evaluations report both accuracies.
+    """
+
+    test_fraction = 0.0  # the splits are the dataset's own
+
+    def __init__(self, data_dir: str = ""):
+        super().__init__(difficulty=1)
+        data_dir = os.fspath(data_dir) if data_dir else ""
+        if not data_dir or not os.path.isdir(data_dir):
+            raise ValueError(_how_to_provide(data_dir))
+        files = {split: os.path.join(data_dir, name) for split, name in JSONL_FILES.items()}
+        if all(os.path.isfile(f) for f in files.values()):
+            self._source = ("jsonl", files)
+        elif _is_prepared(data_dir):
+            self._source = ("tfds", data_dir)
+        else:
+            raise ValueError(_how_to_provide(data_dir))
+        self.data_dir = data_dir
+        self._rows: dict[str, list] = {}
+
+    def rows(self, split: str) -> list:
+        """Every problem of the split ("train" or "test"), in the dataset's order."""
+        if split not in JSONL_FILES:
+            raise ValueError(f"split: expected one of {tuple(JSONL_FILES)}, got {split!r}")
+        if split not in self._rows:
+            kind, where = self._source
+            if kind == "jsonl":
+                self._rows[split] = load_gsm8k_jsonl(where[split], split=split)
+            else:
+                self._rows[split] = load_gsm8k(split, data_dir=where)
+        return self._rows[split]
+
+    def generate(self, rng, difficulty):
+        raise NotImplementedError("gsm8k is a fixed dataset: use examples(split, n, seed)")
+
+    def examples(self, split: str, n: int, *, seed: int, unique: bool | None = None) -> list:
+        """`n` problems of a split: "train" in a seeded random order, "test" in file order.
+
+        Raises:
+          ValueError: the split has fewer than `n` problems (the message gives the count).
+        """
+        del unique  # a dataset's problems are distinct
+        rows = self.rows(split)
+        if not 0 <= n <= len(rows):
+            raise ValueError(f"gsm8k {split}: asked for {n} problems but {self.data_dir!r} "
+                             f"has {len(rows)}")
+        if split == "test":
+            return list(rows[:n])
+        order = np.random.default_rng([int(seed), stable_hash(self.name) % 2**32]).permutation(
+            len(rows))
+        return [rows[i] for i in order[:n]]
+
+    def reward_fns(self):
+        from grpo_jax.rewards.accuracy import lenient_accuracy_reward
+
+        return {**super().reward_fns(), "accuracy_lenient": lenient_accuracy_reward}

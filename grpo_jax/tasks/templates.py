@@ -3,7 +3,10 @@
 "r1_zero" follows the structure of the DeepSeek-R1-Zero template (https://arxiv.org/abs/2501.12948,
 table 1), reworded: the User asks, the Assistant reasons inside <think> </think> and answers
 inside <answer> </answer>; the prompt ends with "Assistant:". "plain" is short, for tiny
-character-level models. Any other string containing "{question}" is used as a template.
+character-level models. "chat" puts the question and the same layout instruction in one user
+message and renders it with the tokenizer's own chat template (a checkpoint's tokenizer),
+ending with the assistant's header, so instruct models are prompted in their own format.
+Any other string containing "{question}" is used as a template.
 """
 
 from __future__ import annotations
@@ -17,7 +20,14 @@ R1_ZERO = (
 )
 PLAIN = "Q: {question}\nA: "
 
-TEMPLATES: dict[str, str] = {"r1_zero": R1_ZERO, "plain": PLAIN}
+# The user message of the "chat" template.
+CHAT_USER = (
+    "{question}\nReason step by step inside <think> </think> tags, then give only the final "
+    "answer inside <answer> </answer> tags."
+)
+CHAT = "chat"
+
+TEMPLATES: dict[str, str] = {"r1_zero": R1_ZERO, "plain": PLAIN, CHAT: CHAT_USER}
 
 
 def get_template(template: str) -> str:
@@ -34,12 +44,13 @@ def get_template(template: str) -> str:
                      "string containing '{question}'")
 
 
-def apply_template(example_or_question, template: str = "r1_zero") -> str:
+def apply_template(example_or_question, template: str = "r1_zero", tokenizer=None) -> str:
     """The prompt string for a question under a template.
 
     Args:
       example_or_question: an Example (its `prompt` field is the question) or the question text.
-      template: "r1_zero", "plain", or a custom string with "{question}".
+      template: "r1_zero", "plain", "chat", or a custom string with "{question}".
+      tokenizer: for "chat": a tokenizer with `apply_chat_template` (text.HFTokenizer).
 
     Returns:
       the prompt (the question substituted verbatim; braces in it are left alone).
@@ -47,7 +58,14 @@ def apply_template(example_or_question, template: str = "r1_zero") -> str:
     question = getattr(example_or_question, "prompt", example_or_question)
     if not isinstance(question, str):
         raise ValueError(f"apply_template: question must be a str, got {type(question).__name__}")
-    return get_template(template).replace("{question}", question)
+    text = get_template(template).replace("{question}", question)
+    if template != CHAT:
+        return text
+    if getattr(tokenizer, "apply_chat_template", None) is None:
+        raise ValueError("template: 'chat' renders the checkpoint's chat template and needs "
+                         "its tokenizer (tokenizer=checkpoint)")
+    return tokenizer.apply_chat_template([{"role": "user", "content": text}],
+                                         add_generation_prompt=True)
 
 
 def format_completion(thinking: str, answer: str, template: str = "r1_zero") -> str:

@@ -83,6 +83,11 @@ class CharTokenizer:
     def eos_id(self) -> int:
         return 2
 
+    @property
+    def eos_ids(self) -> tuple[int, ...]:
+        """Every id that ends a completion."""
+        return (self.eos_id,)
+
     def token_to_id(self, token: str) -> int | None:
         """Id of a character, a tag or a control token; None if not in the vocabulary."""
         return self._token_to_id.get(token)

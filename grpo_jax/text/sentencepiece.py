@@ -118,6 +118,11 @@ class SentencePieceTokenizer:
     def eos_id(self) -> int:
         return int(self._sp.eos_id())
 
+    @property
+    def eos_ids(self) -> tuple[int, ...]:
+        """Every id that ends a completion."""
+        return (self.eos_id,)
+
     def token_to_id(self, token: str) -> int | None:
         """Id of a piece; None if it is not a piece of the model."""
         token_id = int(self._sp.piece_to_id(token))

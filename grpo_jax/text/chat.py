@@ -1,0 +1,122 @@
+"""Chat templates: a checkpoint's Jinja chat template rendered offline with jinja2.
+
+Instruct checkpoints ship their prompt format as a Jinja template, either in
+tokenizer_config.json (`chat_template`: a string, or a list of {"name", "template"} entries
+of which "default" is used) or in a separate `chat_template.jinja` file (newer exports).
+The template is rendered in jinja2's immutable sandbox with the conventions the
+Hugging Face templates are written for: `trim_blocks` and `lstrip_blocks`, the
+`loopcontrols` extension, a `tojson` filter that keeps non-ASCII characters, and the
+globals `raise_exception(message)` and `strftime_now(format)`.
+"""
+
+from __future__ import annotations
+
+import datetime
+import json
+from collections.abc import Mapping, Sequence
+from pathlib import Path
+
+__all__ = ["ChatTemplateError", "load_chat_template", "render_chat"]
+
+CHAT_TEMPLATE_FILE = "chat_template.jinja"
+
+
+class ChatTemplateError(ValueError):
+    """A chat template is missing, malformed, or raised while rendering."""
+
+
+def load_chat_template(directory: str | Path, settings: Mapping | None = None) -> str | None:
+    """The chat template of a checkpoint directory, or None when it has none.
+
+    Args:
+      directory: the checkpoint (or tokenizer) directory.
+      settings: its tokenizer_config.json, when already read.
+
+    Returns:
+      the template source: `chat_template.jinja` when present, else tokenizer_config.json's
+      `chat_template` (its "default" entry when it is a list of named templates).
+    """
+    directory = Path(directory)
+    file = directory / CHAT_TEMPLATE_FILE
+    if file.is_file():
+        return file.read_text(encoding="utf-8")
+    if settings is None:
+        config_file = directory / "tokenizer_config.json"
+        settings = json.loads(config_file.read_text()) if config_file.is_file() else {}
+    template = settings.get("chat_template")
+    if isinstance(template, list):
+        named = {entry.get("name"): entry.get("template") for entry in template
+                 if isinstance(entry, Mapping)}
+        if "default" not in named:
+            raise ChatTemplateError(f"{directory}/tokenizer_config.json: chat_template lists "
+                                    f"{sorted(map(str, named))} but no 'default' template")
+        template = named["default"]
+    if template is not None and not isinstance(template, str):
+        raise ChatTemplateError(f"{directory}/tokenizer_config.json: chat_template must be "
+                                f"a string, got {type(template).__name__}")
+    return template
+
+
+def _raise(message):
+    raise ChatTemplateError(f"chat template: {message}")
+
+
+def _tojson(value, ensure_ascii=False, indent=None, separators=None, sort_keys=False):
+    return json.dumps(value, ensure_ascii=ensure_ascii, indent=indent, separators=separators,
+                      sort_keys=sort_keys)
+
+
+def _strftime_now(fmt):
+    return datetime.datetime.now().strftime(fmt)
+
+
+_COMPILED: dict[str, object] = {}
+
+
+def _compile(source: str):
+    if source not in _COMPILED:
+        try:
+            import jinja2
+            from jinja2.sandbox import ImmutableSandboxedEnvironment
+        except ImportError as error:  # pragma: no cover - jinja2 is a core dependency
+            raise ImportError("chat templates need the `jinja2` package") from error
+        env = ImmutableSandboxedEnvironment(trim_blocks=True, lstrip_blocks=True,
+                                            extensions=["jinja2.ext.loopcontrols"])
+        env.filters["tojson"] = _tojson
+        env.globals["raise_exception"] = _raise
+        env.globals["strftime_now"] = _strftime_now
+        try:
+            _COMPILED[source] = env.from_string(source)
+        except jinja2.TemplateSyntaxError as error:
+            raise ChatTemplateError(f"chat template: line {error.lineno}: {error.message}") \
+                from None
+    return _COMPILED[source]
+
+
+def render_chat(template: str, messages: Sequence[Mapping[str, str]], *,
+                add_generation_prompt: bool = True, **special_tokens: str | None) -> str:
+    """Renders `messages` ([{"role": "user", "content": ...}, ...]) with a chat template.
+
+    Args:
+      template: the Jinja source (`load_chat_template`).
+      messages: the conversation so far.
+      add_generation_prompt: end with the header of the assistant's turn, so that the
+        model's continuation is its answer.
+      **special_tokens: bos_token, eos_token, ... as strings (the templates use them).
+
+    Returns:
+      the prompt text (special tokens spelled out; the tokenizer maps them to their ids).
+    """
+    for index, message in enumerate(messages):
+        if not isinstance(message, Mapping) or not {"role", "content"} <= set(message):
+            raise ChatTemplateError(f"messages[{index}]: expected a mapping with 'role' and "
+                                    f"'content', got {message!r:.80}")
+    import jinja2
+
+    compiled = _compile(template)
+    try:
+        return compiled.render(messages=list(messages),
+                               add_generation_prompt=add_generation_prompt,
+                               **{k: v for k, v in special_tokens.items() if v is not None})
+    except jinja2.TemplateError as error:
+        raise ChatTemplateError(f"chat template: {type(error).__name__}: {error}") from None

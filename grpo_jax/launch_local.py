@@ -1,0 +1,134 @@
+"""Start a multi-controller run on this machine: N processes of `grpo_jax.main`, CPU devices.
+
+    python -m grpo_jax.launch_local --num_processes=2 --devices_per_process=2 -- \
+        --config=configs/default.py:smoke --workdir=runs/mp
+
+Each process is `python -m grpo_jax.main <main flags> --coordinator_address=localhost:PORT
+--num_processes=N --process_id=i` with `devices_per_process` virtual CPU devices and CPU
+collectives (gloo), i.e. the program every host of a TPU pod or GPU cluster runs, with one
+global mesh over N x devices_per_process devices. Process 0's output is streamed; the others'
+go to `<workdir>/launch_local/process_<i>.log` (shown when a process fails). The launcher
+exits with the first non-zero exit status of any process (and stops the others), else 0.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import signal
+import socket
+import subprocess
+import sys
+import time
+
+__all__ = ["free_port", "launch", "main"]
+
+
+def free_port() -> int:
+    """A TCP port on localhost that nothing listens on now."""
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
+        s.bind(("localhost", 0))
+        return s.getsockname()[1]
+
+
+def _workdir(main_flags: list[str]) -> str | None:
+    for flag in main_flags:
+        if flag.startswith("--workdir="):
+            return flag.split("=", 1)[1]
+    return None
+
+
+def launch(main_flags: list[str], *, num_processes: int, devices_per_process: int,
+           log_dir: str | None = None, python: str = sys.executable,
+           env: dict | None = None) -> int:
+    """Runs `grpo_jax.main` in `num_processes` local processes; returns the exit status.
+
+    Args:
+      main_flags: the flags of `python -m grpo_jax.main` (config, workdir, overrides).
+      num_processes: processes (hosts) to start.
+      devices_per_process: virtual CPU devices of each process.
+      log_dir: where processes 1.. write their output; default <workdir>/launch_local.
+      python: the interpreter.
+      env: the environment (default os.environ).
+
+    Returns:
+      0 when every process exited 0, else the first failure's status.
+    """
+    if num_processes < 1 or devices_per_process < 1:
+        raise ValueError("num_processes and devices_per_process must be >= 1")
+    for flag in ("--coordinator_address", "--num_processes", "--process_id"):
+        if any(f.startswith(flag) for f in main_flags):
+            raise ValueError(f"{flag} is set by the launcher; leave it out of the main flags")
+    base = dict(os.environ if env is None else env)
+    flags = [f for f in base.get("XLA_FLAGS", "").split()
+             if "xla_force_host_platform_device_count" not in f]
+    base["XLA_FLAGS"] = " ".join(
+        flags + [f"--xla_force_host_platform_device_count={devices_per_process}"])
+    base["JAX_PLATFORMS"] = "cpu"
+    log_dir = log_dir or os.path.join(_workdir(main_flags) or ".", "launch_local")
+    os.makedirs(log_dir, exist_ok=True)
+    address = f"localhost:{free_port()}"
+    procs, logs = [], []
+    for pid in range(num_processes):
+        cmd = [python, "-m", "grpo_jax.main", *main_flags, f"--coordinator_address={address}",
+               f"--num_processes={num_processes}", f"--process_id={pid}"]
+        if pid == 0:
+            out = None  # streamed
+        else:
+            out = open(os.path.join(log_dir, f"process_{pid}.log"), "w")
+            logs.append(out)
+        procs.append(subprocess.Popen(cmd, env=base, stdout=out,
+                                      stderr=subprocess.STDOUT if out else None,
+                                      start_new_session=True))
+    status = 0
+    try:
+        while any(p.poll() is None for p in procs):
+            failed = [p for p in procs if p.returncode not in (None, 0)]
+            if failed:
+                status = failed[0].returncode
+                break
+            time.sleep(0.2)
+        else:
+            status = next((p.returncode for p in procs if p.returncode), 0)
+    except KeyboardInterrupt:
+        status = 130
+    finally:
+        for p in procs:
+            if p.poll() is None:  # a peer failed: the others would wait on it forever
+                os.killpg(p.pid, signal.SIGTERM if status == 130 else signal.SIGKILL)
+        for p in procs:
+            p.wait()
+        for f in logs:
+            f.close()
+    if status:
+        for pid, p in enumerate(procs):
+            if p.returncode and pid:
+                path = os.path.join(log_dir, f"process_{pid}.log")
+                tail = open(path, encoding="utf-8", errors="replace").read().splitlines()[-5:]
+                print(f"[launch_local] process {pid} exited {p.returncode}; last lines of "
+                      f"{path}:", *tail, sep="\n  ", file=sys.stderr)
+    return status
+
+
+def main(argv: list[str] | None = None) -> int:
+    argv = sys.argv[1:] if argv is None else argv
+    if "--" in argv:
+        split = argv.index("--")
+        own, main_flags = argv[:split], argv[split + 1:]
+    else:
+        own, main_flags = argv, []
+    parser = argparse.ArgumentParser(prog="python -m grpo_jax.launch_local",
+                                     description=__doc__.splitlines()[0])
+    parser.add_argument("--num_processes", type=int, default=2)
+    parser.add_argument("--devices_per_process", type=int, default=1)
+    args = parser.parse_args(own)
+    try:
+        return launch(main_flags, num_processes=args.num_processes,
+                      devices_per_process=args.devices_per_process)
+    except ValueError as err:
+        print(f"error: {err}", file=sys.stderr)
+        return 2
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,291 @@
+"""Seeded sweeps: the product of `--set` lists times seeds, run one after another (or K at a
+time), with a summary over seeds.
+
+    python -m grpo_jax.sweep --config=configs/default.py --workdir=sweeps/beta \
+        --set rl.beta=0.0,0.04 --set rl.algorithm=grpo,dr_grpo --seeds=0,1,2 \
+        [--parallel=K] [--print] [-- <more grpo_jax.main flags>]
+
+Every run is `python -m grpo_jax.main --config=CFG --workdir=DIR/<name> --config.<k>=<v> ...
+--config.seed=<s>` in its own subdirectory named after its overrides
+(`rl.beta=0.04,rl.algorithm=grpo,seed=1`). A run whose report.json exists is finished and
+skipped, so running the sweep again resumes it (an interrupted run resumes from its own
+checkpoints). `--print` prints one command per run instead, for a pod or a cluster queue,
+and `--summarize` only (re)writes the summary of the runs that finished.
+
+The summary (`DIR/summary.md`, `DIR/summary.json`) has, per arm (a setting of the `--set`
+values), every figure of the final evaluation and the last training step's reward, KL to
+the reference and completion length as mean, standard deviation, n and a 95% confidence
+interval over seeds (Student's t); `DIR/curves.png` draws each arm's training curves
+(reward, pass@1, KL, length) as the mean over seeds with a band of +-1 standard deviation.
+"""
+
+from __future__ import annotations
+
+import argparse
+import itertools
+import json
+import math
+import os
+import subprocess
+import sys
+import time
+from collections.abc import Sequence
+
+__all__ = ["Run", "expand", "interval", "main", "summarize", "t_quantile"]
+
+# Student's t 0.975 quantiles for 1..30 degrees of freedom (standard tables).
+_T975 = (12.706, 4.303, 3.182, 2.776, 2.571, 2.447, 2.365, 2.306, 2.262, 2.228, 2.201, 2.179,
+         2.160, 2.145, 2.131, 2.120, 2.110, 2.101, 2.093, 2.086, 2.080, 2.074, 2.069, 2.064,
+         2.060, 2.056, 2.052, 2.048, 2.045, 2.042)
+CURVES = ("reward_mean", "pass@1", "kl_ref", "completion_length")
+FINAL_TRAINING = ("reward_mean", "kl_ref", "completion_length")  # last RL step's values
+
+
+class Run:
+    """One run of the sweep: its overrides (without the seed), seed, name and command."""
+
+    def __init__(self, overrides: Sequence[tuple[str, str]], seed: int, root: str,
+                 config: str, extra: Sequence[str]):
+        self.overrides, self.seed = tuple(overrides), seed
+        self.arm = ",".join(f"{k}={v}" for k, v in self.overrides) or "base"
+        self.name = ",".join([*(f"{k}={v}" for k, v in self.overrides), f"seed={seed}"])
+        self.workdir = os.path.join(root, self.name)
+        self.command = [sys.executable, "-m", "grpo_jax.main", f"--config={config}",
+                        f"--workdir={self.workdir}",
+                        *(f"--config.{k}={v}" for k, v in self.overrides),
+                        f"--config.seed={seed}", *extra]
+
+    @property
+    def finished(self) -> bool:
+        return os.path.isfile(os.path.join(self.workdir, "report.json"))
+
+
+def _parse_set(item: str) -> tuple[str, list[str]]:
+    key, sep, values = item.partition("=")
+    if not sep or not key or not values:
+        raise ValueError(f"--set {item!r}: expected key=v1,v2,... (e.g. rl.beta=0.0,0.04)")
+    key = key.removeprefix("config.")
+    return key, [v.strip() for v in values.split(",") if v.strip()]
+
+
+def expand(sets: Sequence[str], seeds: Sequence[int], root: str, config: str,
+           extra: Sequence[str] = ()) -> list[Run]:
+    """Every (value combination, seed), in `--set` order then seed order."""
+    parsed = [_parse_set(s) for s in sets]
+    keys = [k for k, _ in parsed]
+    if len(set(keys)) != len(keys):
+        raise ValueError(f"--set: a key is given twice: {keys}")
+    if "seed" in keys:
+        raise ValueError("--set seed=...: use --seeds")
+    runs = []
+    for values in itertools.product(*[v for _, v in parsed]):
+        for seed in seeds:
+            runs.append(Run(list(zip(keys, values)), seed, root, config, extra))
+    return runs
+
+
+def t_quantile(df: int) -> float:
+    """Student's t 0.975 quantile (table up to 30 degrees of freedom, then an expansion)."""
+    if df < 1:
+        return math.nan
+    if df <= len(_T975):
+        return _T975[df - 1]
+    z = 1.959964
+    return z + (z**3 + z) / (4 * df) + (5 * z**5 + 16 * z**3 + 3 * z) / (96 * df**2)
+
+
+def interval(values: Sequence[float]) -> dict:
+    """mean, std (n - 1), n and the 95% confidence interval of the mean (t-based)."""
+    values = [float(v) for v in values if v is not None and math.isfinite(float(v))]
+    n = len(values)
+    if n == 0:
+        return {"mean": math.nan, "std": math.nan, "n": 0, "ci95": [math.nan, math.nan]}
+    mean = sum(values) / n
+    std = math.sqrt(sum((v - mean) ** 2 for v in values) / (n - 1)) if n > 1 else math.nan
+    half = t_quantile(n - 1) * std / math.sqrt(n) if n > 1 else math.nan
+    return {"mean": mean, "std": std, "n": n, "ci95": [mean - half, mean + half]}
+
+
+def _final_figures(run: Run) -> dict:
+    with open(os.path.join(run.workdir, "report.json"), encoding="utf-8") as f:
+        report = json.load(f)
+    summary = report.get("summary", report)
+    column = summary.get("after") or summary.get("last_step") or {}
+    figures = {k: v for k, v in column.items() if isinstance(v, (int, float))
+               and not isinstance(v, bool) and not k.endswith("_time_s")}
+    rows = _training_rows(run)
+    if rows:
+        figures.update({f"train/{k}": rows[-1][k] for k in FINAL_TRAINING if k in rows[-1]})
+    return figures
+
+
+def _training_rows(run: Run) -> list[dict]:
+    path = os.path.join(run.workdir, "metrics.jsonl")
+    if not os.path.isfile(path):
+        return []
+    rows = []
+    with open(path, encoding="utf-8") as f:
+        for line in f:
+            if line.strip():
+                row = json.loads(line)
+                if "reward_mean" in row and "stage_step" in row:
+                    rows.append(row)
+    return rows
+
+
+def summarize(runs: Sequence[Run], root: str) -> dict:
+    """Writes summary.json, summary.md and curves.png over the finished runs; returns the
+    summary {arm: {"seeds": [...], "figures": {name: interval}}}."""
+    arms: dict[str, list[Run]] = {}
+    for run in runs:
+        if run.finished:
+            arms.setdefault(run.arm, []).append(run)
+    summary = {}
+    for arm, members in arms.items():
+        per_seed = [_final_figures(r) for r in members]
+        names = sorted({k for figures in per_seed for k in figures})
+        summary[arm] = {"seeds": [r.seed for r in members],
+                        "figures": {k: interval([f.get(k) for f in per_seed]) for k in names}}
+    with open(os.path.join(root, "summary.json"), "w", encoding="utf-8") as f:
+        json.dump(summary, f, indent=2)
+    with open(os.path.join(root, "summary.md"), "w", encoding="utf-8") as f:
+        f.write(summary_markdown(summary))
+    if summary:
+        _plot_curves(arms, os.path.join(root, "curves.png"))
+    return summary
+
+
+def _fmt(stats: dict) -> str:
+    if stats["n"] == 0:
+        return "-"
+    mean, (low, high) = stats["mean"], stats["ci95"]
+    if stats["n"] < 2:
+        return f"{mean:.4g} (n=1)"
+    return f"{mean:.4g} ± {(high - low) / 2:.2g}"
+
+
+def summary_markdown(summary: dict) -> str:
+    """One table: arms as rows, figures as columns, mean ± 95% CI half-width (n)."""
+    if not summary:
+        return "# Sweep summary\n\nNo finished run yet.\n"
+    names = sorted({k for arm in summary.values() for k in arm["figures"]})
+    preferred = [k for k in ("pass@1", "pass@8", "maj@8", "format_rate", "mean_length",
+                             "train/kl_ref", "train/completion_length", "train/reward_mean")
+                 if k in names]
+    names = preferred + [k for k in names if k not in preferred]
+    lines = ["# Sweep summary", "",
+             "Mean ± half-width of the 95% confidence interval over seeds (Student's t); "
+             "`train/` figures are the last RL step's.", "",
+             "| arm | seeds | " + " | ".join(names) + " |",
+             "|---|---|" + "---|" * len(names)]
+    for arm, entry in summary.items():
+        cells = [_fmt(entry["figures"].get(k, {"n": 0})) for k in names]
+        lines.append(f"| {arm} | {len(entry['seeds'])} | " + " | ".join(cells) + " |")
+    return "\n".join(lines) + "\n"
+
+
+def _plot_curves(arms: dict, path: str) -> None:
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+    import numpy as np
+
+    fig, axes = plt.subplots(1, len(CURVES), figsize=(4 * len(CURVES), 3.2))
+    for arm, members in arms.items():
+        curves = [_training_rows(r) for r in members]
+        for ax, name in zip(axes, CURVES):
+            series = [[row.get(name, np.nan) for row in rows] for rows in curves if rows]
+            if not series:
+                continue
+            length = min(len(s) for s in series)
+            values = np.asarray([s[:length] for s in series], float)
+            steps = np.arange(1, length + 1)
+            mean = np.nanmean(values, axis=0)
+            line, = ax.plot(steps, mean, label=arm)
+            if len(values) > 1:
+                std = np.nanstd(values, axis=0, ddof=1)
+                ax.fill_between(steps, mean - std, mean + std, alpha=0.2,
+                                color=line.get_color())
+    for ax, name in zip(axes, CURVES):
+        ax.set_title(name)
+        ax.set_xlabel("RL step")
+    axes[0].legend(fontsize=7)
+    fig.tight_layout()
+    fig.savefig(path, dpi=110)
+    plt.close(fig)
+
+
+def _run_all(runs: list[Run], parallel: int, root: str) -> int:
+    todo = [r for r in runs if not r.finished]
+    print(f"[sweep] {len(runs)} runs, {len(runs) - len(todo)} finished, {len(todo)} to run",
+          flush=True)
+    failures, active = 0, []
+    while todo or active:
+        while todo and len(active) < parallel:
+            run = todo.pop(0)
+            os.makedirs(run.workdir, exist_ok=True)
+            log = open(os.path.join(run.workdir, "sweep.log"), "a")
+            print(f"[sweep] start {run.name}", flush=True)
+            active.append((run, subprocess.Popen(run.command, stdout=log,
+                                                 stderr=subprocess.STDOUT), log, time.time()))
+        time.sleep(0.5)
+        for item in list(active):
+            run, proc, log, t0 = item
+            if proc.poll() is None:
+                continue
+            log.close()
+            active.remove(item)
+            status = "done" if proc.returncode == 0 else f"FAILED (exit {proc.returncode})"
+            failures += proc.returncode != 0
+            print(f"[sweep] {status} {run.name} in {time.time() - t0:.0f}s (log: "
+                  f"{os.path.join(run.workdir, 'sweep.log')})", flush=True)
+    summarize(runs, root)
+    return 1 if failures else 0
+
+
+def main(argv: list[str] | None = None) -> int:
+    argv = sys.argv[1:] if argv is None else argv
+    extra: list[str] = []
+    if "--" in argv:
+        split = argv.index("--")
+        argv, extra = argv[:split], argv[split + 1:]
+    parser = argparse.ArgumentParser(prog="python -m grpo_jax.sweep",
+                                     description=__doc__.splitlines()[0])
+    parser.add_argument("--config", required=True, help="config file[:preset]")
+    parser.add_argument("--workdir", required=True, help="the sweep directory")
+    parser.add_argument("--set", action="append", default=[], dest="sets",
+                        help="key=v1,v2,... (repeatable; the product is swept)")
+    parser.add_argument("--seeds", default="0", help="comma-separated seeds")
+    parser.add_argument("--parallel", type=int, default=1, help="runs at a time")
+    parser.add_argument("--print", action="store_true", dest="print_only",
+                        help="print one command per run and exit")
+    parser.add_argument("--summarize", action="store_true",
+                        help="only write the summary of the finished runs")
+    try:
+        args = parser.parse_args(argv)
+        seeds = [int(s) for s in args.seeds.split(",") if s.strip()]
+        if not seeds:
+            raise ValueError("--seeds: expected at least one seed")
+        if args.parallel < 1:
+            raise ValueError("--parallel: expected >= 1")
+        root = os.path.abspath(args.workdir)
+        runs = expand(args.sets, seeds, root, args.config, extra)
+    except ValueError as err:
+        print(f"error: {err}", file=sys.stderr)
+        return 2
+    if args.print_only:
+        import shlex
+
+        for run in runs:
+            print(shlex.join(run.command))
+        return 0
+    os.makedirs(root, exist_ok=True)
+    if args.summarize:
+        summarize(runs, root)
+        return 0
+    return _run_all(runs, args.parallel, root)
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,99 @@
+"""`python -m grpo_jax.sweep`: expansion, names, --print, skipping finished runs, and the
+summary's mean and confidence interval checked by hand on a fixture."""
+
+from __future__ import annotations
+
+import json
+import math
+import os
+import sys
+
+import pytest
+
+from grpo_jax import sweep
+
+
+def _fake_run(run, pass1, kl, steps=3):
+    os.makedirs(run.workdir, exist_ok=True)
+    with open(os.path.join(run.workdir, "metrics.jsonl"), "w") as f:
+        for step in range(1, steps + 1):
+            f.write(json.dumps({"stage": "rl", "stage_step": step, "reward_mean": 0.1 * step,
+                                "pass@1": pass1 * step / steps, "kl_ref": kl * step,
+                                "completion_length": 10.0 + step}) + "\n")
+    with open(os.path.join(run.workdir, "report.json"), "w") as f:
+        json.dump({"summary": {"before": {"pass@1": 0.2},
+                               "after": {"pass@1": pass1, "format_rate": 1.0,
+                                         "eval_time_s": 3.0, "by_difficulty": {}}}}, f)
+
+
+def test_expand_names_and_print(tmp_path, capsys):
+    runs = sweep.expand(["rl.beta=0.0,0.04", "config.rl.algorithm=grpo,dr_grpo"], [0, 1],
+                        str(tmp_path), "configs/default.py:smoke", ["--config.rl.steps=5"])
+    assert len(runs) == 8
+    assert runs[0].name == "rl.beta=0.0,rl.algorithm=grpo,seed=0"
+    assert runs[-1].arm == "rl.beta=0.04,rl.algorithm=dr_grpo"
+    assert runs[3].command[-4:] == ["--config.rl.beta=0.0", "--config.rl.algorithm=dr_grpo",
+                                    "--config.seed=1", "--config.rl.steps=5"]
+    assert len({r.workdir for r in runs}) == 8
+    code = sweep.main(["--config=configs/default.py", f"--workdir={tmp_path}", "--set",
+                       "rl.beta=0.0,0.1", "--seeds=0,1,2", "--print", "--", "--config.x=1"])
+    lines = capsys.readouterr().out.strip().splitlines()
+    assert code == 0 and len(lines) == 6
+    assert "--config.rl.beta=0.1" in lines[-1] and "--config.seed=2" in lines[-1]
+    assert lines[-1].endswith("--config.x=1")
+    assert not any(tmp_path.iterdir())  # --print writes nothing
+    for bad in (["--set", "rl.beta"], ["--set", "seed=1,2"], ["--seeds="],
+                ["--set", "a=1", "--set", "a=2"]):
+        assert sweep.main(["--config=c.py", f"--workdir={tmp_path}", *bad]) == 2
+        assert len(capsys.readouterr().err.strip().splitlines()) == 1
+
+
+def test_interval_by_hand():
+    stats = sweep.interval([0.5, 0.6, 0.7])
+    assert stats["mean"] == pytest.approx(0.6) and stats["n"] == 3
+    assert stats["std"] == pytest.approx(0.1)  # sqrt(((0.1)^2 + 0 + (0.1)^2) / 2)
+    half = 4.303 * 0.1 / math.sqrt(3)  # t_{0.975, 2} = 4.303
+    assert stats["ci95"] == pytest.approx([0.6 - half, 0.6 + half])
+    assert sweep.t_quantile(30) == 2.042 and 1.98 < sweep.t_quantile(100) < 1.99
+    assert sweep.interval([1.0])["n"] == 1 and math.isnan(sweep.interval([1.0])["std"])
+
+
+def test_summary_and_skipping_finished_runs(tmp_path, monkeypatch):
+    root = str(tmp_path)
+    runs = sweep.expand(["rl.beta=0.0,0.1"], [0, 1, 2], root, "cfg.py")
+    for run, pass1 in zip(runs[:3], (0.5, 0.6, 0.7)):
+        _fake_run(run, pass1, kl=0.0)
+    for run, pass1 in zip(runs[3:5], (0.3, 0.5)):
+        _fake_run(run, pass1, kl=0.01)
+    # The last run is not finished: the sweep runs only it (a stand-in command writes its
+    # report), then summarises all six.
+    started = []
+    script = ("import json, os, sys; d = sys.argv[1]; os.makedirs(d, exist_ok=True); "
+              "json.dump({'summary': {'after': {'pass@1': 0.4, 'format_rate': 0.9}}}, "
+              "open(os.path.join(d, 'report.json'), 'w'))")
+    for run in runs:
+        run.command = [sys.executable, "-c", script, run.workdir]
+    original = sweep.subprocess.Popen
+
+    def popen(cmd, **kwargs):
+        started.append(cmd[-1])
+        return original(cmd, **kwargs)
+
+    monkeypatch.setattr(sweep.subprocess, "Popen", popen)
+    assert sweep._run_all(runs, parallel=2, root=root) == 0
+    assert started == [runs[5].workdir]
+    summary = json.loads((tmp_path / "summary.json").read_text())
+    base = summary["rl.beta=0.0"]["figures"]
+    assert base["pass@1"]["mean"] == pytest.approx(0.6)
+    assert base["pass@1"]["ci95"][1] - 0.6 == pytest.approx(4.303 * 0.1 / math.sqrt(3))
+    assert base["train/kl_ref"]["mean"] == 0.0 and "eval_time_s" not in base
+    other = summary["rl.beta=0.1"]["figures"]
+    assert other["pass@1"]["mean"] == pytest.approx(0.4) and other["pass@1"]["n"] == 3
+    assert other["train/kl_ref"]["n"] == 2  # the stand-in run logged no training steps
+    assert other["train/kl_ref"]["mean"] == pytest.approx(0.03)
+    table = (tmp_path / "summary.md").read_text()
+    assert "| rl.beta=0.0 | 3 | 0.6 ± 0.25 |" in table
+    assert (tmp_path / "curves.png").stat().st_size > 1000
+    # Everything finished now: a rerun starts nothing.
+    started.clear()
+    assert sweep._run_all(runs, parallel=1, root=root) == 0 and started == []

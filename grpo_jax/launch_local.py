@@ -9,6 +9,8 @@ collectives (gloo), i.e. the program every host of a TPU pod or GPU cluster runs
 global mesh over N x devices_per_process devices. Process 0's output is streamed; the others'
 go to `<workdir>/launch_local/process_<i>.log` (shown when a process fails). The launcher
 exits with the first non-zero exit status of any process (and stops the others), else 0.
+Ctrl-C or SIGTERM to the launcher kills every process at once; running the same command
+again resumes from the last checkpoint.
 """
 
 from __future__ import annotations
@@ -81,6 +83,11 @@ def launch(main_flags: list[str], *, num_processes: int, devices_per_process: in
                                       stderr=subprocess.STDOUT if out else None,
                                       start_new_session=True))
     status = 0
+
+    def stop(signum, frame):  # SIGTERM to the launcher stops the processes (hard)
+        raise KeyboardInterrupt
+
+    previous = signal.signal(signal.SIGTERM, stop)
     try:
         while any(p.poll() is None for p in procs):
             failed = [p for p in procs if p.returncode not in (None, 0)]
@@ -93,9 +100,13 @@ def launch(main_flags: list[str], *, num_processes: int, devices_per_process: in
     except KeyboardInterrupt:
         status = 130
     finally:
+        signal.signal(signal.SIGTERM, previous)
         for p in procs:
-            if p.poll() is None:  # a peer failed: the others would wait on it forever
-                os.killpg(p.pid, signal.SIGTERM if status == 130 else signal.SIGKILL)
+            # A failed peer leaves the others waiting on it forever, and a graceful stop of
+            # one process is not agreed with the others: stop them all, hard (a rerun
+            # resumes from the last checkpoint).
+            if p.poll() is None:
+                os.killpg(p.pid, signal.SIGKILL)
         for p in procs:
             p.wait()
         for f in logs:

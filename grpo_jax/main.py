@@ -3,7 +3,10 @@
 Nested overrides work on any field, e.g. `--config.rl.beta=0.001 --config.rl.steps=10`.
 Running the same command again resumes from the latest checkpoint in the workdir.
 `--print_config` validates, prints the resolved config, the model's parameter count, the
-devices and the mesh, and exits without creating the workdir. A bad flag or value exits 2
+devices and the mesh, and exits without creating the workdir. Multi-controller runs (one
+process per host, one global mesh) start with `--coordinator_address`, `--num_processes`
+and `--process_id`, or without flags where JAX detects them (TPU pods, SLURM, Open MPI);
+`python -m grpo_jax.launch_local` starts such a run on one machine. A bad flag or value exits 2
 with one line on stderr naming the field; a busy workdir exits 2; SIGTERM / SIGINT save a
 checkpoint and exit 0; repeated non-finite steps exit 3 and a failed checkpoint save exits
 4, each with one line.
@@ -29,6 +32,13 @@ _WORKDIR = flags.DEFINE_string(
     "workdir", None, "Run directory (checkpoints, metrics.jsonl, report). "
     "Default: runs/<config name>[_<preset>]."
 )
+_COORDINATOR = flags.DEFINE_string(
+    "coordinator_address", None, "Multi-controller runs: host:port of process 0 (TPU pods, "
+    "SLURM and Open MPI are detected without it).")
+_NUM_PROCESSES = flags.DEFINE_integer("num_processes", None, "Multi-controller runs: "
+                                      "number of processes.")
+_PROCESS_ID = flags.DEFINE_integer("process_id", None, "Multi-controller runs: this "
+                                   "process's index.")
 _PRINT_CONFIG = flags.DEFINE_boolean(
     "print_config", False, "Validate, print the resolved config, the model's parameter "
     "count, the devices and the mesh, and exit without running or writing anything.")
@@ -84,6 +94,12 @@ def main(argv) -> None:
 
     config_arg = getattr(flags.FLAGS["config"], "config_filename", _DEFAULT_CONFIG)
     workdir = _WORKDIR.value or default_workdir(config_arg)
+    from grpo_jax import parallel
+
+    # Before anything touches devices; a no-op for one process without these flags.
+    parallel.initialize_distributed(coordinator_address=_COORDINATOR.value,
+                                    num_processes=_NUM_PROCESSES.value,
+                                    process_id=_PROCESS_ID.value)
     try:
         if _PRINT_CONFIG.value:
             print(describe(_CONFIG.value))
@@ -103,10 +119,18 @@ def main(argv) -> None:
     except CheckpointSaveError as err:
         print(f"error: {err}", file=sys.stderr)
         sys.exit(4)
+    if jax_process_index() != 0:
+        return
     print(f"[grpo_jax] report: {os.path.join(workdir, 'report.md')}")
     for name, figures in summary.items():
         shown = {k: round(v, 4) for k, v in figures.items() if isinstance(v, float)}
         print(f"[grpo_jax] {name}: {shown}")
+
+
+def jax_process_index() -> int:
+    import jax
+
+    return jax.process_index()
 
 
 def cli(argv: list[str]) -> int:

@@ -92,15 +92,22 @@ class MetricWriter:
       workdir: run directory (created if missing).
       tensorboard: also write TensorBoard scalars under ``<workdir>/tensorboard`` when
         tensorboardX is importable.
+      active: False makes a writer that writes nothing (the processes other than 0 of a
+        multi-controller run: `write` still returns the record).
     """
 
-    def __init__(self, workdir: str | os.PathLike, *, tensorboard: bool = True):
+    def __init__(self, workdir: str | os.PathLike, *, tensorboard: bool = True,
+                 active: bool = True):
         self.workdir = os.fspath(workdir)
-        os.makedirs(self.workdir, exist_ok=True)
         self.path = os.path.join(self.workdir, METRICS_FILENAME)
+        self.active = active
+        self._tb = None
+        if not active:
+            self._file = None
+            return
+        os.makedirs(self.workdir, exist_ok=True)
         self._drop_partial_last_line()
         self._file = open(self.path, "a", encoding="utf-8")
-        self._tb = None
         if tensorboard:
             try:
                 from tensorboardX import SummaryWriter  # lazy: optional dependency
@@ -140,6 +147,8 @@ class MetricWriter:
         record = {"step": int(step), "stage": stage, "wall_time": time.time()}
         for name, value in metrics.items():
             record[str(name)] = to_python_scalar(name, value)
+        if not self.active:
+            return record
         self._file.write(json.dumps(record) + "\n")
         self._file.flush()
         if self._tb is not None:
@@ -161,6 +170,8 @@ class MetricWriter:
         its first line with a larger step (nothing is dropped when there is none). Stage
         names are assumed unique within a run (e.g. "eval_before" / "eval_after").
         """
+        if not self.active:
+            return 0
         self._file.flush()
         with open(self.path, encoding="utf-8") as f:
             lines = f.readlines()
@@ -194,12 +205,13 @@ class MetricWriter:
         return dropped
 
     def flush(self) -> None:
-        self._file.flush()
+        if self._file is not None:
+            self._file.flush()
         if self._tb is not None:
             self._tb.flush()
 
     def close(self) -> None:
-        if not self._file.closed:
+        if self._file is not None and not self._file.closed:
             self._file.close()
         if self._tb is not None:
             self._tb.close()

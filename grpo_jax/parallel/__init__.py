@@ -16,6 +16,15 @@ from grpo_jax.parallel.mesh import (
     replicated_sharding,
     resolve_mesh_shape,
 )
+from grpo_jax.parallel.multihost import (
+    allgather_rows,
+    allgather_strings,
+    is_primary,
+    local_rows,
+    process_rows,
+    sync,
+    to_global,
+)
 from grpo_jax.parallel.sharding import (
     DEFAULT_RULES,
     abstract_sharded_state,
@@ -32,6 +41,13 @@ from grpo_jax.parallel.sharding import (
 shard_params = shard_model_state
 
 __all__ = [
+    "allgather_rows",
+    "allgather_strings",
+    "is_primary",
+    "local_rows",
+    "process_rows",
+    "sync",
+    "to_global",
     "BATCH_AXES",
     "DEFAULT_MESH_SHAPE",
     "DEFAULT_RULES",

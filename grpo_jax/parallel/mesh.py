@@ -169,6 +169,7 @@ def initialize_distributed(**kwargs: Any) -> bool:
     Returns:
       True when `jax.distributed.initialize` was called.
     """
+    kwargs = {k: v for k, v in kwargs.items() if v is not None}
     environment = multi_process_environment()
     if environment is None and not kwargs:
         return False
@@ -178,5 +179,8 @@ def initialize_distributed(**kwargs: Any) -> bool:
         kwargs.setdefault("num_processes", _int_env("JAX_NUM_PROCESSES"))
         if "JAX_PROCESS_ID" in os.environ:
             kwargs.setdefault("process_id", _int_env("JAX_PROCESS_ID"))
+    # CPU devices of several processes talk through gloo (the default CPU client has no
+    # cross-process collectives); GPU and TPU clients ignore this setting.
+    jax.config.update("jax_cpu_collectives_implementation", "gloo")
     jax.distributed.initialize(**kwargs)
     return True

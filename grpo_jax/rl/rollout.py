@@ -12,6 +12,7 @@ from typing import Any, Callable, Sequence
 import jax
 import numpy as np
 
+from grpo_jax import parallel
 from grpo_jax.sampling import SamplingConfig, generate
 from grpo_jax.text import prompt_ids
 from grpo_jax.training import Params, Policy
@@ -110,22 +111,50 @@ def rollout(
     prompt_len: int,
     reward_fns: dict[str, Callable[[str, Any], float]],
     weights: dict[str, float],
+    sharding=None,
 ) -> Rollout:
-    """Samples one completion per prompt (repeat prompts for groups) and scores it."""
-    prompt_tokens, prompt_mask = encode_prompts(
-        tokenizer, prompts, prompt_len=prompt_len, ids=[getattr(e, "id", None) for e in examples]
-    )
-    out = sample_completions(policy, params, prompt_tokens, prompt_mask, key, sampling)
+    """Samples one completion per prompt (repeat prompts for groups) and scores it.
+
+    With several processes (a multi-controller run), `sharding` (the data sharding of the
+    batch rows) says which contiguous block of rows this process holds: it encodes only
+    those prompts, the sampler runs on the global batch assembled from every process's
+    block, this process decodes and scores its block, and the small per-row results are
+    gathered so that every process returns the same whole Rollout. The sampled tokens do
+    not depend on the number of processes (jax's random bits do not depend on sharding).
+    """
+    rows = len(prompts)
+    start, stop = (0, rows)
+    multi = sharding is not None and jax.process_count() > 1
+    if multi:
+        start, stop = parallel.process_rows(sharding, rows)
+    ids = [getattr(e, "id", None) for e in examples[start:stop]]
+    prompt_tokens, prompt_mask = encode_prompts(tokenizer, prompts[start:stop],
+                                                prompt_len=prompt_len, ids=ids)
+    if multi:
+        out = generate(policy.graphdef, policy.state(params),
+                       parallel.to_global(prompt_tokens, sharding, rows),
+                       parallel.to_global(prompt_mask, sharding, rows), key, config=sampling)
+        out = jax.tree.map(parallel.local_rows, out)
+    else:
+        out = sample_completions(policy, params, prompt_tokens, prompt_mask, key, sampling)
     tokens = np.asarray(out.tokens)
     mask = np.asarray(out.mask, bool)
     lengths = np.asarray(out.lengths)
-    bad = np.flatnonzero(~np.isfinite(np.where(mask, np.asarray(out.logp), 0.0)).all(axis=1))
+    texts = [tokenizer.decode(tokens[i, : lengths[i]].tolist()) for i in range(len(tokens))]
+    rewards, components = score_completions(texts, examples[start:stop], reward_fns, weights)
+    sample_logp = np.asarray(out.logp, np.float32)
+    if multi:  # every process gets the whole batch (small host arrays)
+        gather = parallel.allgather_rows
+        prompt_tokens, prompt_mask = gather(prompt_tokens), gather(prompt_mask)
+        tokens, mask, lengths = gather(tokens), gather(mask), gather(lengths)
+        sample_logp, rewards = gather(sample_logp), gather(rewards)
+        components = {name: gather(value) for name, value in components.items()}
+        texts = parallel.allgather_strings(texts)
+    bad = np.flatnonzero(~np.isfinite(np.where(mask, sample_logp, 0.0)).all(axis=1))
     if len(bad):
         raise FloatingPointError(
-            f"sampler: non-finite logits in {len(bad)} of {len(prompts)} rows (first: row "
+            f"sampler: non-finite logits in {len(bad)} of {rows} rows (first: row "
             f"{bad[0]}); the policy's parameters or inputs are not finite")
-    texts = [tokenizer.decode(tokens[i, : lengths[i]].tolist()) for i in range(len(prompts))]
-    rewards, components = score_completions(texts, examples, reward_fns, weights)
     eos = np.isin(tokens, np.asarray(sampling.eos_ids)) & mask
     truncated = ~eos.any(axis=1)
     return Rollout(
@@ -133,7 +162,7 @@ def rollout(
         prompt_mask=prompt_mask,
         tokens=tokens,
         mask=mask,
-        sample_logp=np.asarray(out.logp, np.float32),
+        sample_logp=sample_logp,
         lengths=lengths,
         texts=texts,
         rewards=rewards,

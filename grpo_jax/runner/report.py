@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from grpo_jax import evals as evals_lib
+from grpo_jax import parallel
 
 PLOTS = ("reward_mean", "pass@1", "reward/format", "completion_length", "kl_ref", "kl_step",
          "clip_frac")
@@ -27,7 +28,7 @@ def write_run_report(run) -> dict:
     if not summary and rows:  # no eval stage: report the last logged step
         summary["last_step"] = {k: v for k, v in rows[-1].items()
                                 if isinstance(v, (int, float)) and k != "wall_time"}
-    if not summary:
+    if not summary or not parallel.is_primary():  # process 0 writes the report
         return summary
     evals_lib.write_report(
         run.workdir, title=f"grpo_jax run: {run.config.task.name}", summary=summary,

@@ -99,8 +99,11 @@ def rl_loop(run, stage, learner: Learner, *, sampling, dynamic: bool = False,
     """
     section, cfg = stage.section, run.config
     n, g = section.num_prompts, section.group_size
+    # Every process iterates the same global prompt stream (no per-host shard): the batch
+    # does not depend on the number of processes; each samples and scores its block of rows.
     iterator = prompt_iterator(run.task.examples("train", cfg.task.train_size, seed=cfg.seed),
-                               batch_size=n, seed=cfg.seed + stage.index)
+                               batch_size=n, seed=cfg.seed + stage.index, shard_index=0,
+                               shard_count=1)
     start = 0
     if stage.resume_meta is not None:
         learner.state = run.restore_stage(learner.state)

@@ -31,7 +31,7 @@ def sample_and_score(run, examples, *, num_samples: int, batch_size: int, sampli
         ro = rollout(policy, params, run.tokenizer, chunk,
                      [prompt_text(run, ex) for ex in chunk], jax.random.fold_in(key, start),
                      sampling=sampling, prompt_len=run.config.task.prompt_len,
-                     reward_fns=reward_fns, weights=weights)
+                     reward_fns=reward_fns, weights=weights, sharding=run.data_sharding)
         for i in range(real):
             records.append({
                 "example": chunk[i],
@@ -93,7 +93,7 @@ def collect_rollout(run, stage, iterator, step: int, *, sampling, weights, rewar
         ro = rollout(run.policy, run.params, run.tokenizer, batch_examples,
                      [prompt_text(run, ex) for ex in batch_examples], key, sampling=sampling,
                      prompt_len=run.config.task.prompt_len, reward_fns=reward_fns,
-                     weights=text_weights)
+                     weights=text_weights, sharding=run.data_sharding)
         if overlong_cache > 0:
             penalty = overlong_penalty(ro.lengths, max_length=section.max_new_tokens,
                                        cache_length=overlong_cache)

@@ -66,7 +66,13 @@ class Run:
         self.stage_names = stage_names(config)
         self.history = check_config_drift(config, self.workdir)
         self.task = tasks_lib.get_task(config.task.name, **config.task.kwargs.to_dict())
+        primary = parallel.is_primary()  # process 0 writes the run's files
+        parallel.sync("grpo_jax: config.json read")  # every process has read it
+        if tokenizer_kind(config) == "sentencepiece" and not primary:
+            parallel.sync("grpo_jax: tokenizer trained")  # process 0 trains and saves it
         self.tokenizer = build_tokenizer(config, self.task, self.workdir)
+        if tokenizer_kind(config) == "sentencepiece" and primary:
+            parallel.sync("grpo_jax: tokenizer trained")
         record = json.loads(config.to_json_best_effort())  # as given (prompt_len 0 = auto)
         # The run's config has the measured prompt bucket; a tokenizer trained in the
         # workdir is validated here, with the bucket it gives.
@@ -83,8 +89,10 @@ class Run:
                          config.model.init_from or config.model.name)
         self.policy, self.params = self.place_model(model)
         del model
-        self.key = jax.random.key(config.seed)
-        self.writer = MetricWriter(self.workdir)
+        # Replicated on the mesh: a multi-controller checkpoint holds only global arrays.
+        self.key = jax.jit(lambda: jax.random.key(config.seed),
+                           out_shardings=parallel.replicated_sharding(self.mesh))()
+        self.writer = MetricWriter(self.workdir, active=primary)
         self.checkpointer = Checkpointer(
             os.path.join(self.workdir, "checkpoints"), max_to_keep=config.checkpoint.max_to_keep
         )
@@ -93,8 +101,9 @@ class Run:
         self.extra_meta: dict[str, Any] = {}
         if self.history:
             record[HISTORY_FIELD] = self.history
-        with open(os.path.join(self.workdir, CONFIG_FILE), "w") as f:
-            json.dump(record, f, indent=2)
+        if primary:
+            with open(os.path.join(self.workdir, CONFIG_FILE), "w") as f:
+                json.dump(record, f, indent=2)
 
     # ------------------------------------------------------------------ the model
     def place_model(self, model) -> tuple[Policy, Any]:
@@ -248,7 +257,8 @@ class Run:
 
     def quarantine(self, step: int, reason: str) -> None:
         """Moves unreadable checkpoint `step` aside (kept for inspection), with one line."""
-        where = self.checkpointer.quarantine(step)
+        where = self.checkpointer.quarantine(step) if parallel.is_primary() else "aside"
+        parallel.sync(f"grpo_jax: checkpoint {step} set aside")
         print(f"[grpo_jax] checkpoint {step} is unreadable ({reason}); moved to {where}, "
               "resuming from the previous one", flush=True)
 

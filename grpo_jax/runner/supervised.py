@@ -11,6 +11,7 @@ import jax
 import ml_collections
 import numpy as np
 
+from grpo_jax import parallel
 from grpo_jax.sft.data import encode_pairs, epoch_batches
 from grpo_jax.sft.loss import make_supervised_step
 from grpo_jax.sft.verified import fill_rows, select_verified
@@ -104,13 +105,14 @@ def stage_rows(run, stage, sample):
         return ([r["prompt"] for r in lines[1:]], [r["completion"] for r in lines[1:]],
                 lines[0]["info"])
     prompts, completions, info = sample()
-    os.makedirs(os.path.dirname(path), exist_ok=True)
-    tmp = path + ".tmp"
-    with open(tmp, "w") as f:
-        f.write(json.dumps({"info": info}) + "\n")
-        for p, c in zip(prompts, completions):
-            f.write(json.dumps({"prompt": p, "completion": c}) + "\n")
-    os.replace(tmp, path)
+    if parallel.is_primary():  # every process sampled the same rows; process 0 keeps them
+        os.makedirs(os.path.dirname(path), exist_ok=True)
+        tmp = path + ".tmp"
+        with open(tmp, "w") as f:
+            f.write(json.dumps({"info": info}) + "\n")
+            for p, c in zip(prompts, completions):
+                f.write(json.dumps({"prompt": p, "completion": c}) + "\n")
+        os.replace(tmp, path)
     return prompts, completions, info
 
 

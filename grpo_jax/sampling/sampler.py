@@ -404,7 +404,8 @@ def generate(graphdef, state, prompts, prompt_mask, key, *, config: SamplingConf
         )
     if not jnp.issubdtype(prompts.dtype, jnp.integer):
         raise ValueError(f"generate: prompts must be integer token ids, got {prompts.dtype}")
-    if _is_concrete(prompt_mask):
+    # (a global array of a multi-controller run is checked by each process on its rows)
+    if _is_concrete(prompt_mask) and getattr(prompt_mask, "is_fully_addressable", True):
         mask = np.asarray(prompt_mask).astype(bool)
         empty = np.flatnonzero(~mask.any(-1))
         if empty.size:

@@ -15,6 +15,7 @@ import ml_collections
 import numpy as np
 from flax import nnx
 
+from grpo_jax import parallel
 from grpo_jax.checkpoint import Checkpointer
 from grpo_jax.models import Transformer
 from grpo_jax.rl import reward_model as rm
@@ -113,7 +114,9 @@ def run_reward_model(run, stage) -> None:
                                                    else f"{k}={v}" for k, v in record.items()),
           flush=True)
     out_dir = os.path.join(run.workdir, stage.name)
-    shutil.rmtree(out_dir, ignore_errors=True)  # a rerun after a crash overwrites it
+    if parallel.is_primary():
+        shutil.rmtree(out_dir, ignore_errors=True)  # a rerun after a crash overwrites it
+    parallel.sync("grpo_jax: reward model directory cleared")
     with Checkpointer(out_dir, max_to_keep=1, async_=False) as ckpt:
         ckpt.save(0, state={"params": params}, meta=record, force=True)
     run.finish_stage(stage)

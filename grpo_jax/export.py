@@ -3,8 +3,8 @@
     python -m grpo_jax.export --workdir=runs/gsm8k --out=exports/gsm8k [--stage=rl]
         [--dtype=bfloat16] [--overwrite]
 
-Writes the parameters of the run's latest checkpoint (or of the last checkpoint of stage
-`--stage`) with `models.save_pretrained` (Qwen2 or Llama layout, the architecture of
+Writes the parameters of the run's latest finished-stage checkpoint (or of the last
+checkpoint of stage `--stage`) with `models.save_pretrained` (Qwen2 or Llama layout, the architecture of
 model.init_from when the run started from a checkpoint), and next to them the tokenizer's
 files (tokenizer.json, tokenizer_config.json with its chat template, chat_template.jinja,
 generation_config.json, ...) when the run used a checkpoint's tokenizer, so transformers
@@ -16,12 +16,9 @@ Every problem is one line on stderr and exit status 2, before anything is writte
 from __future__ import annotations
 
 import argparse
-import json
 import os
 import shutil
 import sys
-
-import ml_collections
 
 __all__ = ["ExportError", "export", "main"]
 
@@ -30,59 +27,14 @@ class ExportError(ValueError):
     """The run cannot be exported as asked (the message says why, in one line)."""
 
 
-def _run_config(workdir: str) -> ml_collections.ConfigDict:
-    from grpo_jax.runner.run import CONFIG_FILE, HISTORY_FIELD
-
-    file = os.path.join(workdir, CONFIG_FILE)
-    if not os.path.isfile(file):
-        raise ExportError(f"--workdir: {workdir!r} is not a grpo_jax run directory (no "
-                          f"{CONFIG_FILE})")
-    with open(file, encoding="utf-8") as f:
-        record = json.load(f)
-    record.pop(HISTORY_FIELD, None)
-    return ml_collections.ConfigDict(record)
-
-
-def _checkpoint_step(checkpointer, stage: str | None) -> tuple[int, dict]:
-    steps = checkpointer.all_steps()
-    if not steps:
-        raise ExportError(f"--workdir: no checkpoint in {checkpointer.directory}; train the "
-                          "run first (python -m grpo_jax.main --workdir=...)")
-    if stage is None:
-        return steps[-1], checkpointer.restore_meta(steps[-1])
-    seen = []
-    for step in reversed(steps):
-        meta = checkpointer.restore_meta(step)
-        seen.append(meta.get("stage"))
-        if meta.get("stage") == stage:
-            return step, meta
-    raise ExportError(f"--stage: no checkpoint of stage {stage!r} is kept in "
-                      f"{checkpointer.directory} (kept: {sorted(set(map(str, seen)))}; "
-                      "checkpoint.max_to_keep bounds how many are kept)")
-
-
-def _model_config(config, tokenizer, meta):
-    from grpo_jax.runner.build import model_config_for
-
-    if config.model.init_from:
-        from grpo_jax.models.hf import config_from_hf
-
-        with open(os.path.join(config.model.init_from, "config.json"), encoding="utf-8") as f:
-            hf = json.load(f)
-        return (config_from_hf(hf, dtype=config.model.dtype,
-                               param_dtype=config.model.param_dtype,
-                               path=config.model.init_from), hf.get("model_type"))
-    return model_config_for(config, tokenizer.vocab_size, meta.get("model_name")), None
-
-
 def export(workdir: str, out: str, *, stage: str | None = None, dtype: str | None = None,
            overwrite: bool = False) -> str:
-    """Writes the run's policy (latest checkpoint, or stage `stage`'s last) to `out`.
+    """Writes the run's policy (latest finished stage, or stage `stage`'s last) to `out`.
 
     Args:
       workdir: a grpo_jax run directory.
       out: the export directory (created; must be empty unless `overwrite`).
-      stage: a stage name of the run; None: the latest checkpoint.
+      stage: a stage name of the run; None: the latest stage that finished.
       dtype: the dtype of the written tensors ("bfloat16", ...); None: the run's
         parameter dtype.
       overwrite: replace the model and tokenizer files of an existing export in `out`.
@@ -93,17 +45,20 @@ def export(workdir: str, out: str, *, stage: str | None = None, dtype: str | Non
     Raises:
       ExportError: nothing to export, or `out` is not a place to write to.
     """
-    import jax.numpy as jnp
-    from flax import nnx
-
     from grpo_jax import tasks as tasks_lib
-    from grpo_jax.checkpoint import Checkpointer
-    from grpo_jax.models import Transformer, save_pretrained
+    from grpo_jax.models import save_pretrained
     from grpo_jax.models.hf import dtype_name
-    from grpo_jax.runner.build import build_tokenizer, tokenizer_kind
+    from grpo_jax.runner.build import (CONFIG_FILE, build_tokenizer, load_run_policy,
+                                       run_directory_config, tokenizer_kind)
 
     workdir, out = os.path.abspath(workdir), os.path.abspath(out)
-    config = _run_config(workdir)
+    if not os.path.isfile(os.path.join(workdir, CONFIG_FILE)):
+        raise ExportError(f"--workdir: {workdir!r} is not a grpo_jax run directory (no "
+                          f"{CONFIG_FILE})")
+    config = run_directory_config(workdir)
+    if config is None:
+        raise ExportError(f"--workdir: no checkpoint in {os.path.join(workdir, 'checkpoints')}"
+                          "; train the run first (python -m grpo_jax.main --workdir=...)")
     source = os.path.abspath(config.model.init_from) if config.model.init_from else None
     if out in (workdir, source) or out.startswith(workdir + os.sep):
         raise ExportError(f"--out: {out!r} is inside the run directory or is the "
@@ -116,47 +71,26 @@ def export(workdir: str, out: str, *, stage: str | None = None, dtype: str | Non
             dtype = dtype_name(dtype, what="--dtype")
         except ValueError as err:
             raise ExportError(str(err)) from None
-    checkpoints = os.path.join(workdir, "checkpoints")
-    if not os.path.isdir(checkpoints):
-        raise ExportError(f"--workdir: no checkpoint in {checkpoints}; train the run first "
-                          "(python -m grpo_jax.main --workdir=...)")
     kind = tokenizer_kind(config)
     task = None if kind == "checkpoint" else tasks_lib.get_task(
         config.task.name, **config.task.kwargs.to_dict())
     tokenizer = build_tokenizer(config, task, workdir)
-    with Checkpointer(checkpoints) as checkpointer:
-        step, meta = _checkpoint_step(checkpointer, stage)
-        state, _ = checkpointer.restore(step)
-    model_config, model_type = _model_config(config, tokenizer, meta)
-    model_config = model_config.replace(value_head="value_kernel" in state["params"])
-    if dtype is not None:
-        model_config = model_config.replace(param_dtype=dtype, dtype=dtype)
-    params = _cast_floats(state["params"], jnp.dtype(model_config.param_dtype))
-    model = nnx.eval_shape(lambda: Transformer(model_config, rngs=nnx.Rngs(0)))
-    graph_state = nnx.state(model)
-    nnx.replace_by_pure_dict(graph_state, params)
-    nnx.update(model, graph_state)
+    try:
+        model_config, model, meta, model_type = load_run_policy(
+            workdir, stage=stage, tokenizer=tokenizer, dtype=dtype, param_dtype=dtype)
+    except FileNotFoundError as err:
+        raise ExportError(f"--stage: {err}" if stage else f"--workdir: {err}") from None
     save_pretrained(model, model_config, out, model_type=model_type)
     copied = []
-    if kind == "checkpoint":
-        for file in tokenizer.files():
-            shutil.copyfile(file, os.path.join(out, file.name))
-            copied.append(file.name)
+    files = getattr(tokenizer, "files", None)
+    for file in (files() if files is not None else []):
+        shutil.copyfile(file, os.path.join(out, file.name))
+        copied.append(file.name)
     what = f"tokenizer files {copied}" if copied else (
         f"no tokenizer files (the run's {kind!r} tokenizer has no Hugging Face form)")
-    return (f"exported {meta.get('stage')!r} step {meta.get('stage_step')} (checkpoint "
-            f"{step}) of {workdir} to {out}: {model_config.num_params():,} parameters in "
-            f"{model_config.param_dtype}, {what}")
-
-
-def _cast_floats(tree, dtype):
-    """Every floating leaf of `tree` as `dtype` (integer leaves unchanged)."""
-    import jax
-    import jax.numpy as jnp
-
-    return jax.tree.map(
-        lambda x: jnp.asarray(x).astype(dtype)
-        if jnp.issubdtype(jnp.asarray(x).dtype, jnp.floating) else x, tree)
+    return (f"exported {meta.get('stage')!r} step {meta.get('stage_step')} of {workdir} to "
+            f"{out}: {model_config.num_params():,} parameters in {model_config.param_dtype}, "
+            f"{what}")
 
 
 class _Parser(argparse.ArgumentParser):

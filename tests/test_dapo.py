@@ -26,6 +26,7 @@ def fake_run():
     config = default_config.get_config("smoke")
     config.rl.num_prompts, config.rl.group_size, config.rl.max_sampling_rounds = N, G, 3
     run = types.SimpleNamespace(config=config, policy=None, params=None, tokenizer=None,
+                                data_sharding=None,
                                 stage_key=lambda index, step: jax.random.key(index * 100 + step))
     return run, StageSpec(0, "rl", config.rl, None)
 

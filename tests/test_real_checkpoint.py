@@ -308,8 +308,10 @@ def test_export_errors_are_one_line(tmp_path, capsys):
         return err[0]
 
     assert "is not a grpo_jax run directory" in one_line([f"--workdir={run}", f"--out={out}"])
-    (run / "config.json").write_text(json.dumps({"model": {"init_from": ""}}))
+    (run / "config.json").write_text(json.dumps({"stages": "rl", "tokenizer": "char",
+                                                 "model": {"init_from": ""}}))
     assert "no checkpoint in" in one_line([f"--workdir={run}", f"--out={out}"])
+    (run / "checkpoints").mkdir()
     assert "inside the run directory" in one_line([f"--workdir={run}", f"--out={run / 'x'}"])
     assert "--dtype: 'int8' unsupported" in one_line(
         [f"--workdir={run}", f"--out={out}", "--dtype=int8"])

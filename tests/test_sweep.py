@@ -97,3 +97,40 @@ def test_summary_and_skipping_finished_runs(tmp_path, monkeypatch):
     # Everything finished now: a rerun starts nothing.
     started.clear()
     assert sweep._run_all(runs, parallel=1, root=root) == 0 and started == []
+
+
+def test_an_rl_only_run_starts_from_a_base_run(tmp_path):
+    """`model.init_from=<grpo_jax run directory>`: the base run's final parameters, model
+    shape and tokenizer are the new run's initial policy (an ablation does not pretrain
+    again)."""
+    import jax
+    import numpy as np
+
+    from configs import default
+    from grpo_jax.checkpoint import Checkpointer
+    from grpo_jax.pipeline import describe, train_and_evaluate
+
+    def final_state(workdir, step=None):
+        with Checkpointer(workdir / "checkpoints") as ckpt:
+            return ckpt.restore(step)
+
+    base = default.get_config("smoke")
+    base.model.num_layers = 1
+    base.stages = "pretrain"
+    train_and_evaluate(base, str(tmp_path / "base"))
+    config = default.get_config("smoke")
+    config.stages = "eval_base,rl"
+    config.model.init_from = str(tmp_path / "base")  # shape and tokenizer from the base run
+    config.checkpoint.max_to_keep = 5
+    assert "1 layers" in describe(config)
+    train_and_evaluate(config, str(tmp_path / "rl"))
+    (base_state, _), (first, meta) = final_state(tmp_path / "base"), final_state(
+        tmp_path / "rl", 1)
+    assert meta["stage"] == "eval_base" and meta["stage_done"]
+    jax.tree.map(np.testing.assert_array_equal, jax.device_get(first["params"]),
+                 jax.device_get(base_state["params"]))
+    (last, _) = final_state(tmp_path / "rl")
+    moved = jax.tree.leaves(jax.tree.map(lambda a, b: float(np.abs(a - b).max()),
+                                         jax.device_get(last["params"]),
+                                         jax.device_get(base_state["params"])))
+    assert max(moved) > 0  # the RL steps trained it

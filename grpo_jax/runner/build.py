@@ -2,8 +2,10 @@
 
 from __future__ import annotations
 
+import json
 import os
 
+import ml_collections
 from flax import nnx
 
 from grpo_jax import text
@@ -17,13 +19,34 @@ MODEL_SHAPE_FIELDS = ("hidden_size", "num_layers", "num_heads", "num_kv_heads", 
 
 
 TOKENIZERS = ("auto", "char", "sentencepiece", "checkpoint")
+CONFIG_FILE = "config.json"  # a run's config, in its workdir
+HISTORY_FIELD = "_history"  # config.json: earlier configs of the run (extensions)
+
+
+def run_directory_config(path) -> ml_collections.ConfigDict | None:
+    """The config of a grpo_jax run directory (config.json with "stages", and checkpoints/),
+    or None when `path` is not one (e.g. a Hugging Face checkpoint directory)."""
+    file = os.path.join(path or "", CONFIG_FILE)
+    if not path or not os.path.isfile(file) or \
+            not os.path.isdir(os.path.join(path, "checkpoints")):
+        return None
+    with open(file, encoding="utf-8") as f:
+        record = json.load(f)
+    if not isinstance(record, dict) or "stages" not in record:
+        return None
+    record.pop(HISTORY_FIELD, None)
+    return ml_collections.ConfigDict(record)
 
 
 def tokenizer_kind(config) -> str:
-    """config.tokenizer with "auto" resolved: the checkpoint's own tokenizer when
-    model.init_from is set, else the task's character tokenizer."""
+    """config.tokenizer with "auto" resolved: with model.init_from, that run's tokenizer
+    ("run", for a grpo_jax run directory) or the checkpoint's own ("checkpoint"); else the
+    task's character tokenizer."""
     if config.tokenizer == "auto":
-        return "checkpoint" if config.model.init_from else "char"
+        if not config.model.init_from:
+            return "char"
+        return "run" if run_directory_config(config.model.init_from) is not None \
+            else "checkpoint"
     return config.tokenizer
 
 
@@ -33,6 +56,12 @@ def build_tokenizer(config, task, workdir: str | None):
     their clean solutions and kept in `<workdir>/tokenizer`, so a resumed run has the same
     vocabulary; `workdir=None` gives None for it (nothing is written)."""
     kind = tokenizer_kind(config)
+    if kind == "run":  # the base run's own tokenizer, built as that run built it
+        base = run_directory_config(config.model.init_from)
+        from grpo_jax import tasks as tasks_lib
+
+        base_task = tasks_lib.get_task(base.task.name, **base.task.kwargs.to_dict())
+        return build_tokenizer(base, base_task, config.model.init_from)
     if kind == "char":
         return text.CharTokenizer.for_task(task)
     if kind == "checkpoint":
@@ -71,16 +100,112 @@ def model_config_for(config, vocab_size: int, name: str | None = None):
                         param_dtype=config.model.param_dtype, **overrides)
 
 
+def run_model_config(config, tokenizer, meta: dict | None = None):
+    """(ModelConfig, Hugging Face model_type or None) of the policy of a run with `config`:
+    its named size with overrides (or the size a distillation stage switched to, in the
+    checkpoint `meta`), or the shape of its model.init_from (a Hugging Face checkpoint or,
+    in turn, another run)."""
+    meta = meta or {}
+    if meta.get("model_name"):
+        return model_config_for(config, tokenizer.vocab_size, meta["model_name"]), None
+    init = config.model.init_from
+    if init:
+        base = run_directory_config(init)
+        if base is not None:
+            return run_model_config(base, tokenizer, _policy_meta(init))
+        from grpo_jax.models.hf import config_from_hf
+
+        with open(os.path.join(init, "config.json"), encoding="utf-8") as f:
+            hf = json.load(f)
+        return (config_from_hf(hf, dtype=config.model.dtype,
+                               param_dtype=config.model.param_dtype, path=init),
+                hf.get("model_type"))
+    return model_config_for(config, tokenizer.vocab_size), None
+
+
+def _checkpoint_of(workdir: str, stage: str | None = None):
+    """(step, meta) of the checkpoint holding a run's policy: the latest that ended a stage
+    (of `stage`, when given)."""
+    from grpo_jax.checkpoint import Checkpointer
+
+    with Checkpointer(os.path.join(workdir, "checkpoints")) as checkpointer:
+        steps = checkpointer.all_steps()
+        kept = []
+        for step in reversed(steps):
+            meta = checkpointer.restore_meta(step)
+            kept.append(meta.get("stage"))
+            if meta.get("stage_done") and (stage is None or meta.get("stage") == stage):
+                return step, meta
+    where = f"of stage {stage!r} " if stage else ""
+    raise FileNotFoundError(
+        f"{workdir}: no finished checkpoint {where}is kept in its checkpoints/ (kept: "
+        f"{sorted(set(map(str, kept))) or 'none'}; train the run first, and "
+        "checkpoint.max_to_keep bounds how many are kept)")
+
+
+def _policy_meta(workdir: str) -> dict:
+    return _checkpoint_of(workdir)[1]
+
+
+def load_run_policy(workdir: str, *, stage: str | None = None, tokenizer=None,
+                    dtype: str | None = None, param_dtype: str | None = None):
+    """The policy of a grpo_jax run: (ModelConfig, Transformer with its parameters, meta,
+    Hugging Face model_type or None), from its latest finished-stage checkpoint (or stage
+    `stage`'s). Restored onto this process's first device.
+
+    Raises:
+      FileNotFoundError: the run has no such checkpoint (the message says which are kept).
+    """
+    import jax
+
+    from grpo_jax.checkpoint import Checkpointer
+
+    config = run_directory_config(workdir)
+    if config is None:
+        raise FileNotFoundError(f"{workdir}: not a grpo_jax run directory (no config.json "
+                                "with stages and no checkpoints/)")
+    if tokenizer is None:
+        from grpo_jax import tasks as tasks_lib
+
+        task = None if tokenizer_kind(config) == "checkpoint" else tasks_lib.get_task(
+            config.task.name, **config.task.kwargs.to_dict())
+        tokenizer = build_tokenizer(config, task, workdir)
+    step, meta = _checkpoint_of(workdir, stage)
+    model_config, model_type = run_model_config(config, tokenizer, meta)
+    model_config = model_config.replace(dtype=dtype or model_config.dtype,
+                                        param_dtype=param_dtype or model_config.param_dtype)
+    model = nnx.eval_shape(lambda: Transformer(model_config, rngs=nnx.Rngs(0)))
+    state = nnx.state(model)
+    device = jax.sharding.SingleDeviceSharding(jax.local_devices()[0])
+    saved = {"params": jax.tree.map(
+        lambda x: jax.ShapeDtypeStruct(x.shape, x.dtype, sharding=device),
+        nnx.to_pure_dict(state)),
+        "rng": jax.ShapeDtypeStruct((), jax.random.key(0).dtype, sharding=device)}
+    with Checkpointer(os.path.join(workdir, "checkpoints")) as checkpointer:
+        restored, _ = checkpointer.restore(step, target=saved)
+    cast = jax.tree.map(lambda x, like: x.astype(like.dtype), restored["params"],
+                        saved["params"])
+    nnx.replace_by_pure_dict(state, cast)
+    nnx.update(model, state)
+    return model_config, model, meta, model_type
+
+
 def build_model(config, tokenizer):
-    """(ModelConfig, NNX model): a local Hugging Face checkpoint, or a fresh named size."""
-    if config.model.init_from:
+    """(ModelConfig, NNX model): a local Hugging Face checkpoint, another run's final
+    policy (model.init_from = a grpo_jax run directory), or a fresh named size."""
+    if config.model.init_from and run_directory_config(config.model.init_from) is not None:
+        model_config, model, _, _ = load_run_policy(
+            config.model.init_from, tokenizer=tokenizer, dtype=config.model.dtype,
+            param_dtype=config.model.param_dtype)
+    elif config.model.init_from:
         from grpo_jax.models import from_pretrained
 
         model, model_config = from_pretrained(config.model.init_from, dtype=config.model.dtype,
                                               param_dtype=config.model.param_dtype)
-        if config.model.get("remat") is not None and config.model.remat != model_config.remat:
-            model_config = model_config.replace(remat=config.model.remat)
-            model.config = model_config
-        return model_config, model
-    model_config = model_config_for(config, tokenizer.vocab_size)
-    return model_config, Transformer(model_config, rngs=nnx.Rngs(config.seed))
+    else:
+        model_config = model_config_for(config, tokenizer.vocab_size)
+        return model_config, Transformer(model_config, rngs=nnx.Rngs(config.seed))
+    if config.model.get("remat") is not None and config.model.remat != model_config.remat:
+        model_config = model_config.replace(remat=config.model.remat)
+        model.config = model_config
+    return model_config, model

@@ -23,15 +23,14 @@ from grpo_jax import tasks as tasks_lib
 from grpo_jax.checkpoint import Checkpointer
 from grpo_jax.metrics import MetricWriter
 from grpo_jax.models import Transformer
-from grpo_jax.runner.build import build_model, build_tokenizer, model_config_for, tokenizer_kind
+from grpo_jax.runner.build import (CONFIG_FILE, HISTORY_FIELD, build_model, build_tokenizer,
+                                   model_config_for, tokenizer_kind)
 from grpo_jax.runner.guards import NonFiniteError, Preempted, StopRequest, WorkdirLock
 from grpo_jax.runner.validation import (ConfigError, _axes, check_vocabulary, prompt_bucket,
                                         stage_names, validate)
 from grpo_jax.training import Policy, all_finite
 
-CONFIG_FILE = "config.json"
 _all_finite = jax.jit(all_finite)  # one program per parameter structure
-HISTORY_FIELD = "_history"  # config.json: earlier configs of the run (extensions)
 
 
 @dataclasses.dataclass

@@ -24,8 +24,9 @@ from grpo_jax import parallel
 from grpo_jax import tasks as tasks_lib
 from grpo_jax.models.config import _DTYPES, available_models
 from grpo_jax.runner import rewards as rewards_lib
-from grpo_jax.runner.build import (MODEL_SHAPE_FIELDS, TOKENIZERS, build_tokenizer,
-                                   model_config_for, tokenizer_kind)
+from grpo_jax.runner.build import (MODEL_SHAPE_FIELDS, TOKENIZERS, _policy_meta,
+                                   build_tokenizer, model_config_for, run_directory_config,
+                                   run_model_config, tokenizer_kind)
 
 TEMPLATES = ("plain", "r1_zero", "chat")
 PROMPT_BUCKET_MULTIPLE = 8  # task.prompt_len = 0: the longest prompt rounded up to this
@@ -287,15 +288,29 @@ def validate_model(config, vocab_size: int = 256) -> None:
 
 
 def checkpoint_config(config):
-    """The ModelConfig of model.init_from's config.json (ConfigError naming the field)."""
+    """The ModelConfig of model.init_from: a Hugging Face checkpoint's config.json, or the
+    policy of a grpo_jax run directory (ConfigError naming the field)."""
     from grpo_jax.models.hf import config_from_hf
 
     path = config.model.init_from
+    base = run_directory_config(path)
+    if base is not None:
+        try:
+            base_task = tasks_lib.get_task(base.task.name, **base.task.kwargs.to_dict())
+            tokenizer = build_tokenizer(base, base_task, path)
+            model_config, _ = run_model_config(base, tokenizer, _policy_meta(path))
+        except (FileNotFoundError, ValueError, KeyError, TypeError) as err:
+            raise ConfigError(f"model.init_from: {err}") from None
+        if config.model.max_seq_len > model_config.max_seq_len:
+            raise ConfigError(f"model.max_seq_len: {config.model.max_seq_len} exceeds the "
+                              f"base run's context {model_config.max_seq_len}")
+        return model_config
     file = os.path.join(path, "config.json")
     if not os.path.isfile(file):
-        raise ConfigError(f"model.init_from: {path!r} is not a Hugging Face checkpoint "
-                          "directory (no config.json); download the checkpoint beforehand, "
-                          "there is no network access at run time")
+        raise ConfigError(f"model.init_from: {path!r} is neither a Hugging Face checkpoint "
+                          "directory (config.json) nor a grpo_jax run directory (config.json "
+                          "and checkpoints/); download the checkpoint beforehand, there is "
+                          "no network access at run time")
     try:
         with open(file, encoding="utf-8") as f:
             hf = json.load(f)

@@ -112,7 +112,8 @@ def _final_figures(run: Run) -> dict:
     summary = report.get("summary", report)
     column = summary.get("after") or summary.get("last_step") or {}
     figures = {k: v for k, v in column.items() if isinstance(v, (int, float))
-               and not isinstance(v, bool) and not k.endswith("_time_s")}
+               and not isinstance(v, bool) and not k.endswith("_time_s")
+               and k not in ("num_problems", "num_samples")}
     rows = _training_rows(run)
     if rows:
         figures.update({f"train/{k}": rows[-1][k] for k in FINAL_TRAINING if k in rows[-1]})
@@ -200,6 +201,8 @@ def _plot_curves(arms: dict, path: str) -> None:
                 continue
             length = min(len(s) for s in series)
             values = np.asarray([s[:length] for s in series], float)
+            if not length or np.isnan(values).all():  # e.g. kl_ref of a beta = 0 arm
+                continue
             steps = np.arange(1, length + 1)
             mean = np.nanmean(values, axis=0)
             line, = ax.plot(steps, mean, label=arm)

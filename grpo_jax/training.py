@@ -202,7 +202,7 @@ def jit_update(fn: Callable, *, num_state_args: int = 2) -> Callable:
     outputs are pinned to the shardings the first call received. Without the pin the compiler
     may pick other output shardings (e.g. shard a norm scale over `fsdp`), and the next call,
     fed those outputs, would compile the step a second time. `.jitted()` gives the underlying
-    jitted function (e.g. for `_cache_size()`).
+    jitted function (e.g. for `_cache_size()`), `.fn` the update function.
     """
     jitted = None
 
@@ -220,4 +220,5 @@ def jit_update(fn: Callable, *, num_state_args: int = 2) -> Callable:
         return jitted(*args)
 
     call.jitted = lambda: jitted
+    call.fn = fn  # the update itself (e.g. to lower it for other shardings)
     return call

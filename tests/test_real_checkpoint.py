@@ -101,7 +101,7 @@ def assets(tmp_path_factory):
     config = transformers.Qwen2Config(
         vocab_size=-(-vocab // 64) * 64, hidden_size=32, intermediate_size=64,
         num_hidden_layers=2, num_attention_heads=4, num_key_value_heads=2,
-        max_position_embeddings=512, tie_word_embeddings=True, rope_theta=10000.0)
+        max_position_embeddings=2048, tie_word_embeddings=True, rope_theta=10000.0)
     transformers.Qwen2ForCausalLM(config).save_pretrained(ckpt, safe_serialization=True)
     _write_generation_config(ckpt)  # save_pretrained wrote its own
     for name, rows in (("train.jsonl", _rows(12, 0)), ("test.jsonl", _rows(6, 100))):
@@ -237,6 +237,21 @@ def test_gsm8k_smoke_grpo_export_and_transformers_logits(assets, tmp_path):
 def _run_cli(args, capsys):
     code = cli(["main", f"--config={GSM8K_CONFIG}:smoke", *args])
     return code, capsys.readouterr().err.strip().splitlines()
+
+
+@pytest.mark.parametrize("preset", ["gpu", "tpu"])
+def test_accelerator_presets_validate(assets, tmp_path, capsys, preset):
+    """The gpu and tpu presets pass every start-up check on a real checkpoint layout (the
+    fixture's data has 12 / 6 problems, so the sizes are lowered to fit)."""
+    ckpt, data = assets
+    code = cli(["main", f"--config={GSM8K_CONFIG}:{preset}", f"--config.model.init_from={ckpt}",
+                f"--config.task.kwargs.data_dir={data}", "--config.task.train_size=12",
+                "--config.task.eval_size=6", "--print_config", f"--workdir={tmp_path / 'r'}"])
+    out = capsys.readouterr().out
+    assert code == 0, out
+    assert "bfloat16 compute" in out and "float32 params" in out
+    assert ("fsdp=8" if preset == "tpu" else "data=1, fsdp=1") in out
+    assert not (tmp_path / "r").exists()
 
 
 def test_start_up_errors_are_one_line(assets, tmp_path, capsys):

@@ -49,7 +49,7 @@ def _per_device_bytes(tree) -> int:
     return total
 
 
-def measure(size: str, fsdp: int, rows: int, seq: int) -> dict:
+def measure(size: str, fsdp: int, rows: int, seq: int, compile_step: bool = True) -> dict:
     import jax
     import jax.numpy as jnp
     from flax import nnx
@@ -83,6 +83,12 @@ def measure(size: str, fsdp: int, rows: int, seq: int) -> dict:
         "advantages": jax.ShapeDtypeStruct((rows,), jnp.float32, sharding=data),
         "ref_logp": jax.ShapeDtypeStruct((rows, seq - prompt), jnp.float32, sharding=data),
     }
+    state_bytes = _bytes(params) + _bytes(opt_state)
+    figures = {"fsdp": fsdp, "params_total": _bytes(params), "state_total": state_bytes,
+               "ideal": state_bytes / fsdp,
+               "sharded": _per_device_bytes(params) + _per_device_bytes(opt_state)}
+    if not compile_step:
+        return figures
     step = make_train_step(policy, optimizer, LossSettings(beta=0.04), prompt_len=prompt,
                            micro_batches=1)
     t0 = time.time()
@@ -91,18 +97,11 @@ def measure(size: str, fsdp: int, rows: int, seq: int) -> dict:
     compiled = jax.jit(step.fn, out_shardings=out_shardings, donate_argnums=(0, 1)).lower(
         params, opt_state, batch).compile()
     analysis = compiled.memory_analysis()
-    state_bytes = _bytes(params) + _bytes(opt_state)
     batch_bytes = _per_device_bytes(batch)
-    return {
-        "fsdp": fsdp,
-        "params_total": _bytes(params),
-        "state_total": state_bytes,
-        "ideal": state_bytes / fsdp,
-        "sharded": _per_device_bytes(params) + _per_device_bytes(opt_state),
-        "compiled_arguments": analysis.argument_size_in_bytes - batch_bytes,
-        "temp": analysis.temp_size_in_bytes,
-        "compile_s": time.time() - t0,
-    }
+    return {**figures,
+            "compiled_arguments": analysis.argument_size_in_bytes - batch_bytes,
+            "temp": analysis.temp_size_in_bytes,
+            "compile_s": time.time() - t0}
 
 
 def _mirror(opt_abstract, params, replicated):
@@ -145,6 +144,8 @@ def main() -> None:
     parser.add_argument("--rows", type=int, default=8)
     parser.add_argument("--seq", type=int, default=256)
     parser.add_argument("--fsdp", default="1,2,4,8")
+    parser.add_argument("--no_compile", action="store_true",
+                        help="only the per-device bytes of the shardings (no compile)")
     args = parser.parse_args()
     gib = 2**30
     print(f"{args.size}, float32 parameters + AdamW (mu, nu), batch {args.rows} x {args.seq}")
@@ -153,11 +154,13 @@ def main() -> None:
           "| ratio to ideal | compile s |")
     print("|---|---|---|---|---|---|---|")
     for fsdp in [int(f) for f in args.fsdp.split(",")]:
-        m = measure(args.size, fsdp, args.rows, args.seq)
+        m = measure(args.size, fsdp, args.rows, args.seq, compile_step=not args.no_compile)
+        compiled = m.get("compiled_arguments")
         print(f"| {fsdp} | {m['state_total'] / gib:.3f} | {m['ideal'] / gib:.3f} | "
-              f"{m['sharded'] / gib:.3f} | {m['compiled_arguments'] / gib:.3f} | "
-              f"{m['compiled_arguments'] / m['ideal']:.3f} | {m['compile_s']:.0f} |",
-              flush=True)
+              f"{m['sharded'] / gib:.3f} | "
+              + (f"{compiled / gib:.3f} | {compiled / m['ideal']:.3f} | "
+                 f"{m['compile_s']:.0f} |" if compiled is not None else
+                 f"- | {m['sharded'] / m['ideal']:.3f} (shardings) | - |"), flush=True)
 
 
 if __name__ == "__main__":

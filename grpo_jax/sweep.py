@@ -193,7 +193,8 @@ def _plot_curves(arms: dict, path: str) -> None:
     import numpy as np
 
     fig, axes = plt.subplots(1, len(CURVES), figsize=(4 * len(CURVES), 3.2))
-    for arm, members in arms.items():
+    for index, (arm, members) in enumerate(arms.items()):
+        color = f"C{index % 10}"  # one colour per arm in every panel
         curves = [_training_rows(r) for r in members]
         for ax, name in zip(axes, CURVES):
             series = [[row.get(name, np.nan) for row in rows] for rows in curves if rows]
@@ -205,15 +206,15 @@ def _plot_curves(arms: dict, path: str) -> None:
                 continue
             steps = np.arange(1, length + 1)
             mean = np.nanmean(values, axis=0)
-            line, = ax.plot(steps, mean, label=arm)
+            ax.plot(steps, mean, label=arm, color=color)
             if len(values) > 1:
                 std = np.nanstd(values, axis=0, ddof=1)
-                ax.fill_between(steps, mean - std, mean + std, alpha=0.2,
-                                color=line.get_color())
+                ax.fill_between(steps, mean - std, mean + std, alpha=0.15, color=color)
     for ax, name in zip(axes, CURVES):
         ax.set_title(name)
         ax.set_xlabel("RL step")
     axes[0].legend(fontsize=7)
+    axes[0].set_title(f"{CURVES[0]} (mean over seeds, band: ±1 std)", fontsize=9)
     fig.tight_layout()
     fig.savefig(path, dpi=110)
     plt.close(fig)

@@ -34,10 +34,10 @@ def train_and_evaluate(config: ml_collections.ConfigDict, workdir: str) -> dict:
     SIGINT: a checkpoint was written), NonFiniteError and WorkdirBusyError.
     """
     parallel.initialize_distributed()  # before anything touches devices; no-op on one host
-    validate(config, KINDS)
+    prompt_len = validate(config, KINDS)  # None: the tokenizer is trained in the workdir
     with StopRequest() as stop:
         while True:
-            run = Run(config, workdir, KINDS, stop=stop)
+            run = Run(config, workdir, KINDS, stop=stop, prompt_len=prompt_len)
             try:
                 return _run_stages(run)
             except CorruptCheckpointError as err:
@@ -72,8 +72,7 @@ def run_stage(config: ml_collections.ConfigDict, name: str, workdir: str) -> Run
     returns the closed Run (its params, task, tokenizer stay readable)."""
     config = copy.deepcopy(config)
     config.stages = name
-    validate(config, KINDS)
-    run = Run(config, str(workdir), KINDS)
+    run = Run(config, str(workdir), KINDS, prompt_len=validate(config, KINDS))
     try:
         KINDS[config[name].kind].run(run, StageSpec(0, name, config[name], None))
     finally:

@@ -112,7 +112,7 @@ def run_model_config(config, tokenizer, meta: dict | None = None):
     if init:
         base = run_directory_config(init)
         if base is not None:
-            return run_model_config(base, tokenizer, _policy_meta(init))
+            return run_model_config(base, tokenizer, policy_meta(init))
         from grpo_jax.models.hf import config_from_hf
 
         with open(os.path.join(init, "config.json"), encoding="utf-8") as f:
@@ -143,7 +143,7 @@ def _checkpoint_of(workdir: str, stage: str | None = None):
         "checkpoint.max_to_keep bounds how many are kept)")
 
 
-def _policy_meta(workdir: str) -> dict:
+def policy_meta(workdir: str) -> dict:
     return _checkpoint_of(workdir)[1]
 
 

@@ -24,10 +24,10 @@ from grpo_jax.checkpoint import Checkpointer
 from grpo_jax.metrics import MetricWriter
 from grpo_jax.models import Transformer
 from grpo_jax.runner.build import (CONFIG_FILE, HISTORY_FIELD, build_model, build_tokenizer,
-                                   model_config_for, tokenizer_kind)
+                                   model_config_for)
 from grpo_jax.runner.guards import NonFiniteError, Preempted, StopRequest, WorkdirLock
-from grpo_jax.runner.validation import (ConfigError, _axes, check_vocabulary, prompt_bucket,
-                                        stage_names, validate)
+from grpo_jax.runner.validation import (ConfigError, _axes, check_vocabulary, stage_names,
+                                        validate)
 from grpo_jax.training import Policy, all_finite
 
 _all_finite = jax.jit(all_finite)  # one program per parameter structure
@@ -47,9 +47,10 @@ class Run:
     """Everything stages share. Build it after `validation.validate(config, kinds)`."""
 
     def __init__(self, config: ml_collections.ConfigDict, workdir: str, kinds,
-                 stop: StopRequest | None = None):
+                 stop: StopRequest | None = None, prompt_len: int | None = None):
         self.config, self.kinds = config, kinds
         self.stop = stop  # set while a run is in progress: SIGTERM / SIGINT requests
+        self._prompt_len = prompt_len  # the bucket `validate` returned, when it measured it
         self.workdir = os.path.abspath(workdir)
         os.makedirs(self.workdir, exist_ok=True)
         self.lock = WorkdirLock(self.workdir)
@@ -66,19 +67,20 @@ class Run:
         self.history = check_config_drift(config, self.workdir)
         self.task = tasks_lib.get_task(config.task.name, **config.task.kwargs.to_dict())
         primary = parallel.is_primary()  # process 0 writes the run's files
-        parallel.sync("grpo_jax: config.json read")  # every process has read it
-        if tokenizer_kind(config) == "sentencepiece" and not primary:
-            parallel.sync("grpo_jax: tokenizer trained")  # process 0 trains and saves it
-        self.tokenizer = build_tokenizer(config, self.task, self.workdir)
-        if tokenizer_kind(config) == "sentencepiece" and primary:
-            parallel.sync("grpo_jax: tokenizer trained")
+        if primary:  # a tokenizer trained in the workdir is trained and saved once
+            self.tokenizer = build_tokenizer(config, self.task, self.workdir)
+        # Every process has read config.json (above) before process 0 rewrites it, and finds
+        # the tokenizer process 0 saved.
+        parallel.sync("grpo_jax: config.json read, tokenizer saved")
+        if not primary:
+            self.tokenizer = build_tokenizer(config, self.task, self.workdir)
         record = json.loads(config.to_json_best_effort())  # as given (prompt_len 0 = auto)
         # The run's config has the measured prompt bucket; a tokenizer trained in the
         # workdir is validated here, with the bucket it gives.
         self.config = config = copy.deepcopy(config)
-        if tokenizer_kind(config) == "sentencepiece":
-            validate(config, self.kinds, tokenizer=self.tokenizer)
-        config.task.prompt_len = prompt_bucket(config, self.task, self.tokenizer)
+        if self._prompt_len is None:  # not measured yet, or a tokenizer trained just now
+            self._prompt_len = validate(config, self.kinds, tokenizer=self.tokenizer)
+        config.task.prompt_len = self._prompt_len
         self.mesh = parallel.make_mesh(config.mesh.shape.to_dict(),
                                        devices=mesh_devices(config))
         self.rules = tuple((name, _axes(axes)) for name, axes in config.mesh.rules)

@@ -24,7 +24,7 @@ from grpo_jax import parallel
 from grpo_jax import tasks as tasks_lib
 from grpo_jax.models.config import _DTYPES, available_models
 from grpo_jax.runner import rewards as rewards_lib
-from grpo_jax.runner.build import (MODEL_SHAPE_FIELDS, TOKENIZERS, _policy_meta,
+from grpo_jax.runner.build import (MODEL_SHAPE_FIELDS, TOKENIZERS, policy_meta,
                                    build_tokenizer, model_config_for, run_directory_config,
                                    run_model_config, tokenizer_kind)
 
@@ -298,7 +298,7 @@ def checkpoint_config(config):
         try:
             base_task = tasks_lib.get_task(base.task.name, **base.task.kwargs.to_dict())
             tokenizer = build_tokenizer(base, base_task, path)
-            model_config, _ = run_model_config(base, tokenizer, _policy_meta(path))
+            model_config, _ = run_model_config(base, tokenizer, policy_meta(path))
         except (FileNotFoundError, ValueError, KeyError, TypeError) as err:
             raise ConfigError(f"model.init_from: {err}") from None
         if config.model.max_seq_len > model_config.max_seq_len:

@@ -251,8 +251,9 @@ def _check_fields_against_default(check: SectionCheck, default) -> None:
             check.fail(field, f"expected {_type_name(expected)}, got {value!r}")
 
 
-def validate_model(config, vocab_size: int = 256) -> None:
-    """config.model: a known name, dtypes, and a shape ModelConfig accepts."""
+def validate_model(config, vocab_size: int = 256):
+    """config.model: a known name, dtypes, and a shape ModelConfig accepts. Returns the
+    ModelConfig of model.init_from (None without one)."""
     model = Fields(config.model, "model")
     model.string("name")
     if not config.model.init_from:
@@ -262,14 +263,14 @@ def validate_model(config, vocab_size: int = 256) -> None:
     model.integer("max_seq_len", low=2)
     model.integer("logprob_chunk_size", low=0)
     if config.model.init_from:
-        checkpoint_config(config)
+        checkpoint_model = checkpoint_config(config)
         for field in MODEL_SHAPE_FIELDS:
             if field != "remat" and config.model.get(field) is not None:
                 model.fail(field, "the shape comes from model.init_from's config.json; only "
                                   "model.remat may be set with it")
         if config.model.get("remat") is not None:
             model.boolean("remat")
-        return
+        return checkpoint_model
     for field in ("hidden_size", "num_layers", "num_heads", "num_kv_heads", "head_dim",
                   "mlp_size"):
         if config.model.get(field) is not None:
@@ -324,9 +325,10 @@ def checkpoint_config(config):
     return model_config
 
 
-def run_tokenizer(config, task):
+def run_tokenizer(config, task, checkpoint_model=None):
     """The run's tokenizer where it can be built without a workdir (None for sentencepiece,
-    trained in the workdir), checked against the model's vocabulary and the template."""
+    trained in the workdir), checked against the model's vocabulary (`checkpoint_model`:
+    model.init_from's ModelConfig, when already read) and the template."""
     kind = tokenizer_kind(config)
     if kind == "checkpoint":
         if not config.model.init_from:
@@ -351,8 +353,8 @@ def run_tokenizer(config, task):
                           "template (tokenizer_config.json chat_template or "
                           "chat_template.jinja); use r1_zero or plain")
     if config.model.init_from:
-        check_vocabulary(tokenizer, checkpoint_config(config).vocab_size,
-                         config.model.init_from)
+        checkpoint_model = checkpoint_model or checkpoint_config(config)
+        check_vocabulary(tokenizer, checkpoint_model.vocab_size, config.model.init_from)
     return tokenizer
 
 
@@ -429,9 +431,9 @@ def validate(config: ml_collections.ConfigDict, kinds, tokenizer=None) -> int | 
 
     top.choice("tokenizer", TOKENIZERS)
     top.integer("tokenizer_vocab_size", low=8)
-    validate_model(config)
+    checkpoint_model = validate_model(config)
     if tokenizer is None:
-        tokenizer = run_tokenizer(config, task_obj)
+        tokenizer = run_tokenizer(config, task_obj, checkpoint_model)
     prompt_len = prompt_bucket(config, task_obj, tokenizer) if tokenizer is not None else None
     _, data_parallel = mesh_size(config)
     try:

@@ -28,6 +28,9 @@ def get_config(preset: str | None = None) -> ml_collections.ConfigDict:
     # A step whose loss, gradient or update is not finite is skipped (never applied); this
     # many skipped steps in a row stop the run with one line.
     config.max_consecutive_skips = 3
+    # Compiled XLA programs are kept here and reused by a rerun or resume (and by a second
+    # stage building the same program): "" turns the cache off.
+    config.compilation_cache_dir = "~/.cache/grpo_jax/xla"
     # Stages run in order and share one workdir. Each name is a section of this config
     # whose `kind` says what it does: pretrain | sft | eval | rl | ppo | trpo | reward_model |
     # rejection_sft | distill. Every field of a kind, with its comment, is in

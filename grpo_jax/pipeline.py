@@ -16,7 +16,7 @@ import time
 import jax
 import ml_collections
 
-from grpo_jax import parallel
+from grpo_jax import compilation, parallel
 from grpo_jax import tasks as tasks_lib
 from grpo_jax.runner import Run, StageSpec, validate
 from grpo_jax.runner.guards import Preempted, StopRequest
@@ -35,6 +35,7 @@ def train_and_evaluate(config: ml_collections.ConfigDict, workdir: str) -> dict:
     """
     parallel.initialize_distributed()  # before anything touches devices; no-op on one host
     prompt_len = validate(config, KINDS)  # None: the tokenizer is trained in the workdir
+    compilation.use_cache(config.get("compilation_cache_dir", compilation.DEFAULT_CACHE_DIR))
     with StopRequest() as stop:
         while True:
             run = Run(config, workdir, KINDS, stop=stop, prompt_len=prompt_len)
@@ -57,10 +58,10 @@ def _run_stages(run: Run) -> dict:
             continue
         section = run.config[name]
         spec = StageSpec(index, name, section, resume_meta if index == start else None)
-        t0 = time.time()
+        t0, c0 = time.time(), compilation.CLOCK.seconds()
         KINDS[section.kind].run(run, spec)
-        print(f"[grpo_jax] stage {name} ({section.kind}) done in {time.time() - t0:.1f}s",
-              flush=True)
+        print(f"[grpo_jax] stage {name} ({section.kind}) done in {time.time() - t0:.1f}s "
+              f"(compiling {compilation.CLOCK.seconds() - c0:.1f}s)", flush=True)
         if run.stop.requested and index + 1 < len(run.stage_names):
             run.checkpointer.wait()
             raise Preempted(run.stopped_line(f"stage {name}"))

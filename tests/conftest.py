@@ -14,6 +14,13 @@ if "xla_backend_optimization_level" not in _flags:
     _flags += " --xla_backend_optimization_level=0"
 os.environ["XLA_FLAGS"] = _flags.strip()
 
+# One compilation cache for the session (also read by the runs the tests start as
+# subprocesses): identical programs built by different tests compile once.
+if "GRPO_JAX_COMPILATION_CACHE_DIR" not in os.environ:
+    import tempfile
+
+    os.environ["GRPO_JAX_COMPILATION_CACHE_DIR"] = tempfile.mkdtemp(prefix="grpo_jax_xla_")
+
 import jax  # noqa: E402
 
 jax.config.update("jax_enable_x64", False)

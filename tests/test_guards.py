@@ -234,8 +234,11 @@ def test_config_drift_is_refused_and_raising_the_last_stage_steps_continues(tmp_
     record = json.loads(open(os.path.join(workdir, "config.json")).read())
     assert record["rl"]["steps"] == 4
     assert record["_history"][-1]["changed"] == {"rl.steps": [2, 4]}
-    # The same command again has nothing left to do and changes nothing.
-    train_and_evaluate(rl_config(steps=4), workdir)
+    # The same command again has nothing left to do and changes nothing, also with the
+    # compilation cache elsewhere (where compiled programs are kept is not part of a result).
+    moved = rl_config(steps=4)
+    moved.compilation_cache_dir = str(tmp_path / "elsewhere")
+    train_and_evaluate(moved, workdir)
     assert_same_params(final_params(workdir), after)
 
 

@@ -12,7 +12,6 @@ keys, dynamic sampling, rewards, the core metrics, checkpoints) is here, once.
 
 from __future__ import annotations
 
-import time
 from typing import Iterator
 
 import jax
@@ -20,18 +19,19 @@ import jax.numpy as jnp
 import numpy as np
 
 from grpo_jax.rewards.accuracy import math_verify_timeouts
+from grpo_jax.rl.rollout import encode_prompts
 from grpo_jax.rl.update import build_batch
 from grpo_jax.runner.guards import SkipCounter
 from grpo_jax.runner.rewards import resolve_reward_fns
 from grpo_jax.runner.rollouts import collect_rollout
-from grpo_jax.runner.toolkit import device_batch, log_step, progress
+from grpo_jax.runner.toolkit import StepTimer, device_batch, log_step, progress, prompt_text
 from grpo_jax.tasks.data import prompt_iterator
 
 # Every RL stage's metrics line has these (besides reward/<name> per reward component).
 CORE_METRICS = ("stage_step", "reward_mean", "reward_std", "pass@1", "completion_length",
                 "truncated_frac", "loss", "entropy", "grad_norm", "learning_rate",
                 "logp_diff_max", "logp_diff_mean", "skipped_steps", "sample_time_s",
-                "update_time_s", "step_time_s")
+                "update_time_s", "step_time_s", "compile_time_s")
 
 
 class Learner:
@@ -116,16 +116,16 @@ def rl_loop(run, stage, learner: Learner, *, sampling, dynamic: bool = False,
     skips = SkipCounter(cfg.max_consecutive_skips)
     bar = progress(stage, section.steps, start)
     for step in range(start, section.steps):
-        t0 = time.time()
+        timer = StepTimer()
         timeouts = math_verify_timeouts()
         ro, _, info = collect_rollout(run, stage, iterator, step, sampling=sampling,
                                       weights=weights, reward_fns=reward_fns, dynamic=dynamic,
                                       overlong_cache=overlong_cache)
         batch = device_batch(run, build_batch(ro))
-        t_sample = time.time()
+        timer.lap("sample")
         metrics = learner.iterate(batch, ro, step)
         run.params = learner.state["params"]
-        t_update = time.time()
+        timer.lap("update")
         correct = ro.components.get("accuracy", ro.rewards) >= 1.0
         record = {
             "stage_step": step + 1,
@@ -138,9 +138,7 @@ def rl_loop(run, stage, learner: Learner, *, sampling, dynamic: bool = False,
             **info,
             "reward_timeouts": float(math_verify_timeouts() - timeouts),
             **metrics,
-            "sample_time_s": t_sample - t0,
-            "update_time_s": t_update - t_sample,
-            "step_time_s": t_update - t0,
+            **timer.record(),
         }
         if g > 1:
             record["zero_std_groups"] = float((ro.rewards.reshape(n, g).std(axis=1) == 0).mean())
@@ -150,5 +148,65 @@ def rl_loop(run, stage, learner: Learner, *, sampling, dynamic: bool = False,
         run.save_if_due(stage, learner.state, stage_step=step + 1, total=section.steps,
                         every=section.checkpoint_every, data_state=iterator.get_state(),
                         **learner.host_state())
+    bar.close()
+    run.finish_stage(stage, section.steps)
+
+
+def fused_rl_loop(run, stage, learner: Learner, *, program, chunk: int, answers_fn,
+                  schedule) -> None:
+    """`rl_loop` with every iteration on device: `chunk` iterations per call of `program`
+    (`grpo_jax.rl.fused.make_fused_iterations`), one host round trip per chunk.
+
+    The prompts, their order and the sampling keys are those of the host loop; the
+    checkpoints fall at chunk ends (validation makes steps and checkpoint_every multiples
+    of `chunk`). `answers_fn(examples) -> [B] int32` gives the device rewards' references.
+    The whole iteration is one program, so a row logs step_time_s (the chunk's time over
+    its iterations) and compile_time_s, not a sample/update split.
+    """
+    section, cfg = stage.section, run.config
+    n, g = section.num_prompts, section.group_size
+    iterator = prompt_iterator(run.task.examples("train", cfg.task.train_size, seed=cfg.seed),
+                               batch_size=n, seed=cfg.seed + stage.index, shard_index=0,
+                               shard_count=1)
+    start = 0
+    if stage.resume_meta is not None:
+        learner.state = run.restore_stage(learner.state)
+        iterator.set_state(stage.resume_meta["data_state"])
+        start = int(stage.resume_meta["stage_step"])
+    run.params = learner.state["params"]
+    skips = SkipCounter(cfg.max_consecutive_skips)
+    bar = progress(stage, section.steps, start)
+    spec = run.data_sharding.spec
+    rows = jax.sharding.NamedSharding(run.mesh, jax.sharding.PartitionSpec(None, *spec))
+    for first in range(start, section.steps, chunk):
+        timer = StepTimer()
+        tokens, masks, answers = [], [], []
+        for _ in range(chunk):
+            examples = [ex for ex in next(iterator) for _ in range(g)]
+            prompt, mask = encode_prompts(run.tokenizer, [prompt_text(run, ex) for ex in examples],
+                                          prompt_len=cfg.task.prompt_len,
+                                          ids=[ex.id for ex in examples])
+            tokens.append(prompt), masks.append(mask), answers.append(answers_fn(examples))
+        keys = jnp.stack([jax.random.fold_in(run.stage_key(stage.index, step), 0)
+                          for step in range(first, first + chunk)])
+        inputs = jax.device_put((np.stack(tokens), np.stack(masks), np.stack(answers)), rows)
+        learner.state, metrics = program(learner.state, *inputs, keys)
+        run.params = learner.state["params"]
+        metrics = jax.device_get(metrics)
+        times = timer.record()
+        for i, step in enumerate(range(first, first + chunk)):
+            record = {
+                "stage_step": step + 1,
+                **{k: float(v[i]) for k, v in metrics.items()},
+                "sampling_rounds": 1,
+                "learning_rate": float(schedule(step)),
+                "step_time_s": times["step_time_s"] / chunk,
+                "compile_time_s": times["compile_time_s"] if i == 0 else 0.0,
+            }
+            record.update(skips.count(record))
+            log_step(run, stage, record, bar, reward="reward_mean", acc="pass@1")
+            skips.check(stage.name, step + 1)
+        run.save_if_due(stage, learner.state, stage_step=first + chunk, total=section.steps,
+                        every=section.checkpoint_every, data_state=iterator.get_state())
     bar.close()
     run.finish_stage(stage, section.steps)

@@ -290,6 +290,10 @@ def _flatten(tree, prefix=""):
     return out
 
 
+# Fields that do not change what a run computes: a resume may set them differently.
+NOT_RESULTS = ("compilation_cache_dir",)
+
+
 def check_config_drift(config, workdir: str) -> list:
     """Compares the config with the one of the run already in `workdir` (if it has
     checkpoints); returns config.json's history for the new config.json.
@@ -307,7 +311,8 @@ def check_config_drift(config, workdir: str) -> list:
     history = old.pop(HISTORY_FIELD, [])
     before, after = _flatten(old), _flatten(json.loads(config.to_json_best_effort()))
     changed = {k: (before.get(k, "<absent>"), after.get(k, "<absent>"))
-               for k in sorted(set(before) | set(after)) if before.get(k) != after.get(k)}
+               for k in sorted(set(before) | set(after))
+               if before.get(k) != after.get(k) and k not in NOT_RESULTS}
     if not changed:
         return history
     names = stage_names(config)

@@ -5,7 +5,6 @@ from __future__ import annotations
 
 import json
 import os
-import time
 
 import jax
 import ml_collections
@@ -17,7 +16,7 @@ from grpo_jax.sft.loss import make_supervised_step
 from grpo_jax.sft.verified import fill_rows, select_verified
 from grpo_jax.runner.guards import SkipCounter
 from grpo_jax.runner.rollouts import sample_and_score
-from grpo_jax.runner.toolkit import (device_batch, log_step, progress, prompt_text,
+from grpo_jax.runner.toolkit import (StepTimer, device_batch, log_step, progress, prompt_text,
                                      sampling_config, stage_optimizer)
 from grpo_jax.training import init_opt_state
 
@@ -39,7 +38,7 @@ def train_supervised(run, stage, prompts, completions, *, loss_on_prompt: bool) 
     skips = SkipCounter(run.config.max_consecutive_skips)
     bar = progress(stage, section.steps, start)
     for step in range(start, section.steps):
-        t0 = time.time()
+        timer = StepTimer()
         rows = epoch_batches(len(data["tokens"]), section.batch_size, step,
                              seed=run.config.seed + stage.index)
         batch = device_batch(run, {k: v[rows] for k, v in data.items()})
@@ -51,7 +50,7 @@ def train_supervised(run, stage, prompts, completions, *, loss_on_prompt: bool) 
             "grad_norm": metrics["grad_norm"],
             "learning_rate": float(schedule(step)),
             **skips.count(metrics),
-            "step_time_s": time.time() - t0,
+            **timer.record(),
         }, bar, loss="loss")
         skips.check(stage.name, step + 1)
         run.save_if_due(stage, {"params": run.params, "opt_state": opt_state},

@@ -3,10 +3,13 @@ device batches on the data mesh, and step logging."""
 
 from __future__ import annotations
 
+import time
+
 import jax
 from tqdm.auto import tqdm
 
 from grpo_jax import tasks as tasks_lib
+from grpo_jax.compilation import CLOCK
 from grpo_jax.sampling import SamplingConfig
 from grpo_jax.training import make_optimizer
 
@@ -52,6 +55,32 @@ def section_sampling(run, section, *, temperature: float = 1.0) -> SamplingConfi
 def device_batch(run, batch):
     """A host batch (a pytree of [B, ...] arrays) placed with rows over the data mesh."""
     return jax.device_put(batch, run.data_sharding)
+
+
+class StepTimer:
+    """Wall seconds of a step's phases, with the compilation inside them logged apart.
+
+        timer = StepTimer()
+        ...sample...;  timer.lap("sample")
+        ...update...;  timer.lap("update")
+        record.update(timer.record())  # sample_time_s, update_time_s, step_time_s,
+                                       # compile_time_s (0 once everything is compiled)
+    """
+
+    def __init__(self):
+        self._wall, self._compile = time.time(), CLOCK.seconds()
+        self._start = self._wall, self._compile
+        self._laps: dict[str, float] = {}
+
+    def lap(self, name: str) -> None:
+        wall, compile_s = time.time(), CLOCK.seconds()
+        self._laps[name] = max(0.0, (wall - self._wall) - (compile_s - self._compile))
+        self._wall, self._compile = wall, compile_s
+
+    def record(self) -> dict:
+        wall, compile_s = time.time() - self._start[0], CLOCK.seconds() - self._start[1]
+        return {**{f"{name}_time_s": s for name, s in self._laps.items()},
+                "step_time_s": max(0.0, wall - compile_s), "compile_time_s": compile_s}
 
 
 def log_step(run, stage, record: dict, bar=None, **postfix) -> None:

@@ -409,6 +409,8 @@ def validate(config: ml_collections.ConfigDict, kinds, tokenizer=None) -> int | 
     top = Fields(config, "config")
     top.integer("seed", low=0)
     top.integer("max_consecutive_skips")
+    if "compilation_cache_dir" in config:
+        top.string("compilation_cache_dir")
 
     task = Fields(config.task, "task")
     task.choice("name", tasks_lib.available_tasks())

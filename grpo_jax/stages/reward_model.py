@@ -7,7 +7,6 @@ from __future__ import annotations
 import functools
 import os
 import shutil
-import time
 
 import jax
 import jax.numpy as jnp
@@ -20,7 +19,7 @@ from grpo_jax.checkpoint import Checkpointer
 from grpo_jax.models import Transformer
 from grpo_jax.rl import reward_model as rm
 from grpo_jax.runner import StageKind
-from grpo_jax.runner.toolkit import log_step, prompt_text, stage_optimizer
+from grpo_jax.runner.toolkit import StepTimer, log_step, prompt_text, stage_optimizer
 from grpo_jax.sft.data import epoch_batches
 
 
@@ -90,7 +89,7 @@ def run_reward_model(run, stage) -> None:
     opt_state = optimizer.init(params)
     step_fn = rm.make_reward_model_step(policy, optimizer, micro_batches=section.micro_batches)
     for step in range(section.steps):
-        t0 = time.time()
+        timer = StepTimer()
         rows = epoch_batches(len(train), section.batch_size, step, seed=seed)
         batch = {k: jnp.asarray(v[rows]) for k, v in data.items()}
         params, opt_state, m = step_fn(params, opt_state, batch)
@@ -99,7 +98,7 @@ def run_reward_model(run, stage) -> None:
             "stage_step": step + 1, "loss": float(m["loss"]),
             "pair_accuracy": float(m["pair_accuracy"]), "margin": float(m["margin"]),
             "grad_norm": float(m["grad_norm"]), "learning_rate": float(schedule(step)),
-            "step_time_s": time.time() - t0})
+            **timer.record()})
     record = {"train_pairs": len(train), "eval_pairs": len(held)}
     if held:
         model = rm.RewardModel(policy, params, run.tokenizer, seq_len=cfg.model.max_seq_len,

@@ -11,10 +11,12 @@ import jax
 import jax.numpy as jnp
 import ml_collections
 
+from grpo_jax.rewards.device import device_reward_names, integer_answers, make_device_reward
 from grpo_jax.rl.algorithms import ALGORITHMS, compute_advantages, get_algorithm
+from grpo_jax.rl.fused import FusedSettings, make_fused_iterations
 from grpo_jax.rl.update import LossSettings, logp_mismatch, make_logp_fn, make_train_step
-from grpo_jax.runner import Learner, StageKind, rl_loop
-from grpo_jax.runner.rl_loop import minibatches, reduce_update_metrics
+from grpo_jax.runner import ConfigError, Learner, StageKind, rl_loop
+from grpo_jax.runner.rl_loop import fused_rl_loop, minibatches, reduce_update_metrics
 from grpo_jax.runner.toolkit import section_sampling, stage_optimizer
 from grpo_jax.training import init_opt_state
 
@@ -59,6 +61,12 @@ def default_section() -> ml_collections.ConfigDict:
     s.max_sampling_rounds = 4  # bound on sampling rounds per step (dynamic sampling)
     s.overlong_filter = "auto"  # truncated completions carry no loss
     s.overlong_cache = 0  # soft overlong punishment ramp L_cache (tokens); 0 = off
+    # K > 0: each iteration (sample -> device rewards -> advantages -> update) runs on
+    # device, K iterations per XLA program (one lax.scan, one host round trip). Needs
+    # rewards with a device version (grpo_jax/rewards/device.py: accuracy, format) and a
+    # character tokenizer; steps and checkpoint_every multiples of K; one update per
+    # iteration, no dynamic sampling, overlong ramp or reference reset. 0 = host rewards.
+    s.fused_steps = 0
     return s
 
 
@@ -93,6 +101,26 @@ def validate(check) -> None:
     check.choice("dynamic_sampling", SWITCH)
     check.choice("overlong_filter", SWITCH)
     check.integer("overlong_cache", low=0, high=new)
+    if check.integer("fused_steps", low=0):
+        _validate_fused(check)
+
+
+def _validate_fused(check) -> None:
+    section, k = check.section, check.section.fused_steps
+    for field in ("steps", "checkpoint_every"):
+        if section[field] % k:
+            check.fail("fused_steps", f"{field} {section[field]} is not a multiple of "
+                                      f"fused_steps {k} (a program runs {k} iterations)")
+    for field, allowed in (("num_iterations", 1), ("num_minibatches", 1),
+                           ("overlong_cache", 0), ("ref_reset_every", 0)):
+        if section[field] != allowed:
+            check.fail("fused_steps", f"needs {field} = {allowed}, got {section[field]}")
+    if _dapo_default(section, "dynamic_sampling"):
+        check.fail("fused_steps", "needs dynamic_sampling = off (it resamples on the host)")
+    missing = [name for name in section.rewards if name not in device_reward_names()]
+    if missing:
+        check.fail("fused_steps", f"reward {missing[0]!r} has no device version; device "
+                                  f"rewards: {device_reward_names()}")
 
 
 def _dapo_default(section, field: str) -> bool:
@@ -181,8 +209,39 @@ class GRPOLearner(Learner):
         return metrics
 
 
+def run_fused(run, stage) -> None:
+    """The rl stage with `fused_steps` iterations per XLA program (see rl.fused)."""
+    section = stage.section
+    if jax.process_count() > 1:
+        raise ConfigError(f"{stage.name}.fused_steps: runs in one process only (this run "
+                          f"has {jax.process_count()}); set it to 0")
+    learner = GRPOLearner(run, stage)
+    try:
+        rewards = {name: make_device_reward(name, run.tokenizer) for name in section.rewards}
+    except ValueError as err:
+        raise ConfigError(f"{stage.name}.fused_steps: {err}") from None
+    fused = FusedSettings(algorithm=section.algorithm, group_size=section.group_size,
+                          adv_eps=section.adv_eps, overlong_filter=learner.overlong_filter)
+    program = make_fused_iterations(
+        run.policy, learner.optimizer, loss_settings(section, on_policy=True), fused,
+        sampling=section_sampling(run, section, temperature=section.temperature),
+        rewards=rewards, weights=dict(section.rewards.to_dict()),
+        prompt_len=run.config.task.prompt_len, micro_batches=section.micro_batches)
+
+    def answers(examples):
+        try:
+            return integer_answers(examples)
+        except ValueError as err:
+            raise ConfigError(f"{stage.name}.fused_steps: {err}") from None
+
+    fused_rl_loop(run, stage, learner, program=program, chunk=section.fused_steps,
+                  answers_fn=answers, schedule=learner.schedule)
+
+
 def run_rl(run, stage) -> None:
     section = stage.section
+    if section.fused_steps:
+        return run_fused(run, stage)
     rl_loop(run, stage, GRPOLearner(run, stage),
             sampling=section_sampling(run, section, temperature=section.temperature),
             dynamic=_dapo_default(section, "dynamic_sampling"),

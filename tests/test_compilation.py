@@ -1,0 +1,50 @@
+"""The persistent compilation cache and compile time logged apart from step time."""
+
+import os
+
+from configs import default as default_config
+from grpo_jax import compilation
+from grpo_jax.metrics import read_metrics
+from grpo_jax.pipeline import train_and_evaluate
+
+
+def pretrain_config(cache_dir):
+    config = default_config.get_config("smoke")
+    config.stages = "pretrain"
+    config.compilation_cache_dir = str(cache_dir)
+    return config
+
+
+def test_a_rerun_loads_every_program_from_the_cache_and_logs_compile_time_apart(
+        tmp_path, monkeypatch):
+    monkeypatch.delenv(compilation.ENV_VAR, raising=False)  # the config's directory counts
+    cache = tmp_path / "xla"
+    clock = compilation.CLOCK
+    compiles, hits = clock.compiles(), clock.cache_hits()
+    train_and_evaluate(pretrain_config(cache), str(tmp_path / "first"))
+    first_compiles = clock.compiles() - compiles
+    assert first_compiles > 0 and clock.cache_hits() == hits  # a new cache has nothing yet
+    assert len(os.listdir(cache)) > 0
+    rows = read_metrics(str(tmp_path / "first" / "metrics.jsonl"))
+    assert rows[0]["compile_time_s"] > 0  # the first step compiles the train step
+    assert all(r["compile_time_s"] == 0 for r in rows[1:])  # the same program afterwards
+    assert all(r["step_time_s"] >= 0 for r in rows)
+
+    # The same job again (as a rerun or a resume builds it): every program that reaches the
+    # backend comes out of the cache; none is compiled.
+    compiles, hits = clock.compiles(), clock.cache_hits()
+    train_and_evaluate(pretrain_config(cache), str(tmp_path / "second"))
+    assert clock.compiles() - compiles > 0
+    assert clock.cache_hits() - hits == clock.compiles() - compiles
+    again = read_metrics(str(tmp_path / "second" / "metrics.jsonl"))
+    # Loaded programs compute what compiled ones did.
+    assert [r["loss"] for r in again] == [r["loss"] for r in rows]
+    assert all(r["compile_time_s"] < rows[0]["compile_time_s"] for r in again)
+
+
+def test_an_empty_directory_turns_the_cache_off(tmp_path, monkeypatch):
+    monkeypatch.delenv(compilation.ENV_VAR, raising=False)
+    assert compilation.use_cache("") is None
+    assert compilation.use_cache(str(tmp_path / "c")) == str(tmp_path / "c")
+    monkeypatch.setenv(compilation.ENV_VAR, str(tmp_path / "env"))
+    assert compilation.use_cache(str(tmp_path / "c")) == str(tmp_path / "env")

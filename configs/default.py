@@ -125,6 +125,10 @@ def get_config(preset: str | None = None) -> ml_collections.ConfigDict:
     # (language, overlong) and stage-kind sources (reward_model, with rl.reward_model set).
     config.rl.rewards = ml_collections.ConfigDict({"accuracy": 1.0, "format": 0.2})
     config.rl.checkpoint_every = 20  # steps between checkpoints (and one at stage end)
+    # Accuracy and format are read off the char tokenizer's ids on device, so each of the 8
+    # programs runs 10 whole iterations (sample, score, update); 0 = decode and score on the
+    # host (any Python reward).
+    config.rl.fused_steps = 10
 
     config.checkpoint = ml_collections.ConfigDict()
     config.checkpoint.max_to_keep = 2
@@ -143,6 +147,7 @@ def get_config(preset: str | None = None) -> ml_collections.ConfigDict:
         config.rl.group_size = 4
         config.rl.max_new_tokens = 24
         config.rl.checkpoint_every = 1
+        config.rl.fused_steps = 0  # the general host path (tests/test_device_rewards.py: fused)
         for section in (config.eval_base, config.eval_final):
             section.num_samples = 2
             section.batch_size = 16

@@ -44,6 +44,7 @@ def get_config(preset: str | None = None) -> ml_collections.ConfigDict:
     del config.pretrain
 
     # ---- reasoning RL: GRPO with accuracy + format + language consistency ----------------
+    config.rl.fused_steps = 0  # the language reward is scored on the host
     config.reasoning_rl = ml_collections.ConfigDict(config.rl.to_dict())
     config.reasoning_rl.rewards = ml_collections.ConfigDict(
         {"accuracy": 1.0, "format": 0.2, "language": 0.1})

@@ -2,6 +2,8 @@
 
 import os
 
+import jax
+
 from configs import default as default_config
 from grpo_jax import compilation
 from grpo_jax.metrics import read_metrics
@@ -15,16 +17,13 @@ def pretrain_config(cache_dir):
     return config
 
 
-def test_a_rerun_loads_every_program_from_the_cache_and_logs_compile_time_apart(
-        tmp_path, monkeypatch):
-    monkeypatch.delenv(compilation.ENV_VAR, raising=False)  # the config's directory counts
-    cache = tmp_path / "xla"
+def test_a_rerun_loads_every_program_from_the_cache_and_logs_compile_time_apart(tmp_path):
+    # The session's cache (conftest sets $GRPO_JAX_COMPILATION_CACHE_DIR), so that earlier
+    # tests' programs are not compiled again here either.
+    cache = os.environ[compilation.ENV_VAR]
     clock = compilation.CLOCK
-    compiles, hits = clock.compiles(), clock.cache_hits()
-    train_and_evaluate(pretrain_config(cache), str(tmp_path / "first"))
-    first_compiles = clock.compiles() - compiles
-    assert first_compiles > 0 and clock.cache_hits() == hits  # a new cache has nothing yet
-    assert len(os.listdir(cache)) > 0
+    train_and_evaluate(pretrain_config(tmp_path / "unused"), str(tmp_path / "first"))
+    assert len(os.listdir(cache)) > 0 and not (tmp_path / "unused").exists()
     rows = read_metrics(str(tmp_path / "first" / "metrics.jsonl"))
     assert rows[0]["compile_time_s"] > 0  # the first step compiles the train step
     assert all(r["compile_time_s"] == 0 for r in rows[1:])  # the same program afterwards
@@ -42,9 +41,16 @@ def test_a_rerun_loads_every_program_from_the_cache_and_logs_compile_time_apart(
     assert all(r["compile_time_s"] < rows[0]["compile_time_s"] for r in again)
 
 
-def test_an_empty_directory_turns_the_cache_off(tmp_path, monkeypatch):
-    monkeypatch.delenv(compilation.ENV_VAR, raising=False)
-    assert compilation.use_cache("") is None
-    assert compilation.use_cache(str(tmp_path / "c")) == str(tmp_path / "c")
-    monkeypatch.setenv(compilation.ENV_VAR, str(tmp_path / "env"))
-    assert compilation.use_cache(str(tmp_path / "c")) == str(tmp_path / "env")
+def test_the_config_names_the_directory_and_the_environment_overrides_it(tmp_path,
+                                                                         monkeypatch):
+    session = os.environ[compilation.ENV_VAR]
+    try:
+        monkeypatch.delenv(compilation.ENV_VAR)
+        assert compilation.use_cache("") is None  # off
+        assert jax.config.jax_compilation_cache_dir is None
+        assert compilation.use_cache(str(tmp_path / "c")) == str(tmp_path / "c")
+        assert (tmp_path / "c").is_dir()
+        monkeypatch.setenv(compilation.ENV_VAR, str(tmp_path / "env"))
+        assert compilation.use_cache(str(tmp_path / "c")) == str(tmp_path / "env")
+    finally:
+        compilation.use_cache(session)

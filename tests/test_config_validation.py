@@ -58,6 +58,11 @@ HOSTILE = [
     (DEFAULT, "--config.rl.epsilon=0", "rl.epsilon"),
     (DEFAULT, "--config.rl.dual_clip=0.5", "rl.dual_clip"),
     (DEFAULT, "--config.rl.checkpoint_every=-1", "rl.checkpoint_every"),
+    (DEFAULT, "--config.rl.fused_steps=-1", "rl.fused_steps"),
+    (DEFAULT, "--config.rl.fused_steps=3", "rl.fused_steps: steps 2 is not a multiple of "
+                                           "fused_steps 3"),
+    (DEFAULT.replace(":smoke", ":cpu"), "--config.rl.rewards.language=0.1",
+     "rl.fused_steps: reward 'language' has no device version"),
     (DEFAULT, "--config.rl.rewards.accuracy=inf", "rl.rewards.accuracy"),
     (DEFAULT, "--config.rl.kind=ppo", "rl.kind: this section's fields are not those of a 'ppo'"),
     (DEFAULT, "--config.rl.kind=nope", "rl.kind: expected one of"),

@@ -12,6 +12,7 @@ The last line printed is `RESULT {json}`.
 import argparse
 import json
 import os
+import shutil
 import sys
 import tempfile
 import time
@@ -141,6 +142,7 @@ trainer._generate_single_turn = _timed_generate
 
 trainer.train()
 
+shutil.rmtree(workdir, ignore_errors=True)
 steps = np.diff(timer.marks).tolist()
 # Sanity checks on the workload actually run.
 assert trainer.state.global_step == total_steps, trainer.state.global_step

@@ -1,0 +1,313 @@
+"""The GRPO iteration: grpo_jax against TRL's GRPOTrainer and Tunix's GRPOLearner, same shapes.
+
+Workload (the same in all three): a random Qwen2-shaped model (4 layers, 4 heads, 2 KV heads,
+head_dim H/4, MLP int(2.6875 H), q/k/v bias, tied head, float32, vocabulary 512) with a
+word-level tokenizer; per iteration 8 prompts of 16 tokens x 8 completions x 64 new tokens at
+temperature 1; beta 0.04 (the reference forward runs); one AdamW step (lr 1e-5) on the 64
+completions; a Python reward that differs within groups (the share of even token ids).
+
+grpo_jax runs its real `rl` stage (`grpo_jax.pipeline`) on a checkpoint written to a temporary
+directory, once with host rewards and once with `rl.fused_steps` (the whole iteration on device,
+with the device version of the same reward); seconds per iteration are the stage's
+`step_time_s` (compilation excluded), median over the measured iterations. The per-phase split
+times the same jitted pieces the stage calls (sampler, host decode + reward, reference
+log-probs, train step) one by one. Each phase's model FLOP/s is divided by the matmul
+throughput this script measures at that phase's shapes (`flops.matmul_flops_per_s`: decode rows
+for sampling, [B*T] rows forward for the reference, forward + backward for the update), and the
+FLOP floor is the sum of the phases' FLOPs at those throughputs.
+
+The peers run in their own virtual environments (`benchmarks/peers/*.py`, one process each,
+one after another), so nothing of theirs is a dependency of this project:
+
+    JAX_PLATFORMS=cpu python benchmarks/bench_grpo.py --hidden 128,256 \
+        --trl_python /work/peers/trl/bin/python --tunix_python /work/peers/tunix/bin/python
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+import types
+
+os.environ.setdefault("JAX_PLATFORMS", "cpu")
+HERE = os.path.dirname(os.path.abspath(__file__))
+sys.path.insert(0, os.path.dirname(HERE))
+sys.path.insert(0, HERE)
+
+import jax  # noqa: E402
+import jax.numpy as jnp  # noqa: E402
+import numpy as np  # noqa: E402
+from flax import nnx  # noqa: E402
+
+import flops  # noqa: E402
+from configs import default as default_config  # noqa: E402
+from grpo_jax.metrics import read_metrics  # noqa: E402
+from grpo_jax.models import ModelConfig, Transformer, from_pretrained  # noqa: E402
+from grpo_jax.models.hf import save_pretrained  # noqa: E402
+from grpo_jax.pipeline import train_and_evaluate  # noqa: E402
+from grpo_jax.rewards.device import register_device_reward  # noqa: E402
+from grpo_jax.rl.algorithms import compute_advantages  # noqa: E402
+from grpo_jax.rl.rollout import encode_prompts  # noqa: E402
+from grpo_jax.rl.update import LossSettings, build_batch, make_logp_fn, make_train_step  # noqa
+from grpo_jax.runner.rewards import register_reward_source  # noqa: E402
+from grpo_jax.sampling import SamplingConfig, generate  # noqa: E402
+from grpo_jax.tasks.base import Example, Task  # noqa: E402
+from grpo_jax.tasks.registry import register_task  # noqa: E402
+from grpo_jax.text import HFTokenizer  # noqa: E402
+from grpo_jax.training import Policy, init_opt_state, make_optimizer  # noqa: E402
+
+VOCAB, PROMPT_LEN, NEW_TOKENS, PROMPTS, GROUP = 512, 16, 64, 8, 8
+# Word ids: t0 .. t507, then the template's "Q:" and "A:", then EOS and pad (the highest ids,
+# as the TRL side has them).
+Q_ID, A_ID, EOS_ID, PAD_ID = VOCAB - 4, VOCAB - 3, VOCAB - 2, VOCAB - 1
+WORDS = [f"t{i}" for i in range(VOCAB - 4)] + ["Q:", "A:", "<eos>", "<pad>"]
+WORD_IDS = {w: i for i, w in enumerate(WORDS)}
+
+
+def model_config(hidden: int) -> ModelConfig:
+    return ModelConfig(vocab_size=VOCAB, hidden_size=hidden, num_layers=4, num_heads=4,
+                       num_kv_heads=2, head_dim=hidden // 4, mlp_size=int(2.6875 * hidden),
+                       max_seq_len=128, qkv_bias=True, tie_embeddings=True)
+
+
+def write_checkpoint(path: str, hidden: int) -> None:
+    """Random weights plus a word-level tokenizer.json (no BOS, EOS "<eos>", pad "<pad>")."""
+    from tokenizers import Tokenizer, models, pre_tokenizers
+
+    config = model_config(hidden)
+    save_pretrained(Transformer(config, rngs=nnx.Rngs(0)), config, path)
+    tokenizer = Tokenizer(models.WordLevel(vocab=WORD_IDS, unk_token="<pad>"))
+    tokenizer.pre_tokenizer = pre_tokenizers.WhitespaceSplit()
+    tokenizer.save(os.path.join(path, "tokenizer.json"))
+    with open(os.path.join(path, "tokenizer_config.json"), "w") as f:
+        json.dump({"bos_token": None, "eos_token": "<eos>", "pad_token": "<pad>"}, f)
+
+
+@register_task("bench_words")
+class WordsTask(Task):
+    """Prompts of 14 random words: with the "plain" template ("Q: ... A:") 16 tokens."""
+
+    name = "bench_words"
+
+    def generate(self, rng, difficulty):
+        words = " ".join(WORDS[i] for i in rng.integers(0, Q_ID, PROMPT_LEN - 2))
+        return Example(id=f"bench:{words}", prompt=words, answer="0", solution="t0",
+                       difficulty=difficulty)
+
+
+def even_share(completion: str, example) -> float:
+    """The share of completion tokens whose id is even."""
+    del example
+    ids = [WORD_IDS.get(w, PAD_ID) for w in completion.split()]
+    return sum(i % 2 == 0 for i in ids) / max(len(ids), 1)
+
+
+register_reward_source("even_share")(lambda run, section: even_share)
+
+
+@register_device_reward("even_share")
+def device_even_share(tokenizer):
+    del tokenizer
+
+    def fn(tokens, mask, answers):
+        del answers
+        text = mask & (tokens != EOS_ID) & (tokens != PAD_ID)  # what decoding keeps
+        return jnp.sum(text & (tokens % 2 == 0), -1) / jnp.maximum(jnp.sum(text, -1), 1)
+
+    return fn
+
+
+def stage_config(checkpoint: str, steps: int, fused_steps: int):
+    config = default_config.get_config()
+    config.stages = "rl"
+    config.compilation_cache_dir = ""  # compile for real: the first iteration's compile time
+    config.task.name = "bench_words"
+    config.task.kwargs = {}
+    config.task.prompt_len = PROMPT_LEN
+    config.task.train_size = 2000
+    config.task.eval_size = 8
+    config.model.init_from = checkpoint
+    config.model.max_seq_len = PROMPT_LEN + NEW_TOKENS
+    config.optim.warmup_frac = 0.0
+    rl = config.rl
+    rl.steps, rl.num_prompts, rl.group_size = steps, PROMPTS, GROUP
+    rl.max_new_tokens, rl.beta, rl.lr = NEW_TOKENS, 0.04, 1e-5
+    rl.rewards = {"even_share": 1.0}
+    rl.checkpoint_every = 0
+    rl.fused_steps = fused_steps
+    return config
+
+
+def run_stage(checkpoint: str, workdir: str, *, warmup: int, iterations: int,
+              fused_steps: int = 0) -> dict:
+    """Our rl stage: median step seconds over the measured iterations, compile seconds."""
+    chunk = max(fused_steps, 1)
+    warmup = -(-warmup // chunk) * chunk  # whole programs
+    steps = warmup + -(-iterations // chunk) * chunk
+    train_and_evaluate(stage_config(checkpoint, steps, fused_steps), workdir)
+    rows = [r for r in read_metrics(os.path.join(workdir, "metrics.jsonl"))
+            if r.get("stage") == "rl"]
+    measured = rows[warmup:]
+    out = {"iteration_s": [r["step_time_s"] for r in measured],
+           "compile_s": sum(r["compile_time_s"] for r in rows),
+           "reward_std": statistics.mean(r["reward_std"] for r in measured)}
+    if not fused_steps:
+        out["sample_s"] = statistics.median(r["sample_time_s"] for r in measured)
+        out["update_s"] = statistics.median(r["update_time_s"] for r in measured)
+    return out
+
+
+def timed(fn, repeats: int) -> float:
+    """Median seconds of `fn()` (blocked on its result) after one untimed call."""
+    jax.block_until_ready(fn())
+    times = []
+    for _ in range(repeats):
+        start = time.perf_counter()
+        jax.block_until_ready(fn())
+        times.append(time.perf_counter() - start)
+    return statistics.median(times)
+
+
+def phase_split(checkpoint: str, repeats: int) -> dict:
+    """Seconds of each piece of one iteration, called as the rl stage calls them."""
+    model, _ = from_pretrained(checkpoint)
+    policy, params = Policy.from_model(model)
+    ref_params = jax.tree.map(jnp.copy, params)
+    tokenizer = HFTokenizer(checkpoint)
+    task = WordsTask()
+    examples = [ex for ex in task.examples("train", PROMPTS, seed=0) for _ in range(GROUP)]
+    prompts, prompt_mask = encode_prompts(
+        tokenizer, [f"Q: {ex.prompt}\nA: " for ex in examples], prompt_len=PROMPT_LEN)
+    sampling = SamplingConfig(max_new_tokens=NEW_TOKENS, eos_ids=tokenizer.eos_ids,
+                              pad_id=tokenizer.pad_id)
+    key = jax.random.key(0)
+    sample = lambda: generate(policy.graphdef, policy.state(params), prompts, prompt_mask, key,
+                              config=sampling)
+    out = jax.device_get(sample())
+
+    def host():  # what the rollout does on the host after sampling
+        texts = [tokenizer.decode(out.tokens[i, : out.lengths[i]].tolist())
+                 for i in range(len(examples))]
+        rewards = np.asarray([even_share(t, ex) for t, ex in zip(texts, examples)], np.float32)
+        return rewards
+
+    rollout = types.SimpleNamespace(  # the fields build_batch reads
+        prompt_tokens=prompts, prompt_mask=prompt_mask, tokens=out.tokens, mask=out.mask,
+        sample_logp=out.logp)
+    batch = jax.device_put(build_batch(rollout, compute_advantages(
+        host(), algorithm="grpo", group_size=GROUP)))
+    logp_fn = make_logp_fn(policy, prompt_len=PROMPT_LEN)
+    batch["ref_logp"] = logp_fn(ref_params, batch["tokens"], batch["attention_mask"])
+    optimizer, _ = make_optimizer(lr=1e-5, steps=100, warmup_frac=0.0)
+    train_step = make_train_step(policy, optimizer, LossSettings(beta=0.04),
+                                 prompt_len=PROMPT_LEN, micro_batches=1)
+    state = {"params": jax.tree.map(jnp.copy, params),
+             "opt_state": init_opt_state(optimizer, params)}
+
+    def update():
+        state["params"], state["opt_state"], metrics = train_step(
+            state["params"], state["opt_state"], batch)
+        return metrics
+
+    return {"sample_s": timed(sample, repeats), "host_s": timed(host, repeats),
+            "reference_s": timed(lambda: logp_fn(ref_params, batch["tokens"],
+                                                 batch["attention_mask"]), repeats),
+            "update_s": timed(update, repeats)}
+
+
+def run_peer(python: str, script: str, hidden: int, warmup: int, iterations: int) -> dict:
+    command = [python, os.path.join(HERE, "peers", script), "--hidden", str(hidden),
+               "--warmup", str(warmup), "--iterations", str(iterations)]
+    env = {**os.environ, "JAX_PLATFORMS": "cpu"}
+    done = subprocess.run(command, capture_output=True, text=True, env=env, timeout=3600)
+    lines = [line for line in done.stdout.splitlines() if line.startswith("RESULT ")]
+    if done.returncode or not lines:
+        raise RuntimeError(f"{' '.join(command)} failed ({done.returncode}):\n"
+                           f"{done.stderr[-3000:]}")
+    return json.loads(lines[-1][len("RESULT "):])
+
+
+def main():
+    parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    parser.add_argument("--hidden", default="128,256")
+    parser.add_argument("--warmup", type=int, default=2)
+    parser.add_argument("--iterations", type=int, default=6)
+    parser.add_argument("--fused_steps", type=int, default=2)
+    parser.add_argument("--repeats", type=int, default=5, help="timed calls per phase")
+    parser.add_argument("--trl_python", default="")
+    parser.add_argument("--tunix_python", default="")
+    parser.add_argument("--json", default="", help="also write the figures here")
+    args = parser.parse_args()
+    print(f"jax {jax.__version__}, devices {jax.devices()}, cpu_count {os.cpu_count()}")
+    results = {}
+    for hidden in [int(h) for h in args.hidden.split(",")]:
+        config = model_config(hidden)
+        rows, length = PROMPTS * GROUP, PROMPT_LEN + NEW_TOKENS
+        work = {"sample": flops.generate_flops(config, rows, PROMPT_LEN, NEW_TOKENS),
+                "reference": flops.forward_flops(config, rows, length),
+                "update": flops.train_flops(config, rows, length)}
+        figures = {"hidden": hidden, "flops": work}
+        with tempfile.TemporaryDirectory() as tmp:
+            checkpoint = os.path.join(tmp, "checkpoint")
+            write_checkpoint(checkpoint, hidden)
+            figures["host"] = run_stage(checkpoint, os.path.join(tmp, "host"),
+                                        warmup=args.warmup, iterations=args.iterations)
+            figures["fused"] = run_stage(checkpoint, os.path.join(tmp, "fused"),
+                                         warmup=args.warmup, iterations=args.iterations,
+                                         fused_steps=args.fused_steps)
+            figures["phases"] = phase_split(checkpoint, args.repeats)
+        peak = {"sample": flops.matmul_flops_per_s(config, rows),
+                "reference": flops.matmul_flops_per_s(config, rows * length),
+                "update": flops.matmul_flops_per_s(config, rows * length, backward=True)}
+        figures["matmul_flops_per_s"] = peak
+        figures["floor_s"] = sum(work[k] / peak[k] for k in work)
+        for name, python, script in (("trl", args.trl_python, "trl_grpo.py"),
+                                     ("tunix", args.tunix_python, "tunix_grpo.py")):
+            if python:
+                figures[name] = run_peer(python, script, hidden, args.warmup, args.iterations)
+        results[hidden] = figures
+        report(figures)
+    if args.json:
+        with open(args.json, "w") as f:
+            json.dump(results, f, indent=2)
+
+
+def report(f: dict) -> None:
+    ours = statistics.median(f["host"]["iteration_s"])
+    fused = statistics.median(f["fused"]["iteration_s"])
+    floor = f["floor_s"]
+    print(f"\n## hidden {f['hidden']}: seconds per GRPO iteration (median)")
+    print("| | s / iteration | FLOP-floor fraction | vs grpo_jax host | vs grpo_jax fused | "
+          "first-iteration compile s |")
+    print("|---|---|---|---|---|---|")
+    print(f"| grpo_jax rl stage (host rewards) | {ours:.3f} | {floor / ours:.2f} | 1.00x | "
+          f"{fused / ours:.2f}x | {f['host']['compile_s']:.1f} |")
+    print(f"| grpo_jax rl stage (fused_steps) | {fused:.3f} | {floor / fused:.2f} | "
+          f"{ours / fused:.2f}x faster | 1.00x | {f['fused']['compile_s']:.1f} |")
+    for name in ("trl", "tunix"):
+        if name in f:
+            peer = statistics.median(f[name]["iteration_s"])
+            print(f"| {name} {f[name].get('version', '')} | {peer:.3f} | {floor / peer:.2f} | "
+                  f"{peer / ours:.2f}x slower | {peer / fused:.2f}x slower | "
+                  f"{f[name].get('first_iteration_s', float('nan')):.1f} (whole iteration) |")
+    print(f"| FLOP floor at the measured matmul throughput | {floor:.3f} | 1.00 | | | |")
+    p, work, peak = f["phases"], f["flops"], f["matmul_flops_per_s"]
+    print(f"\nphases of one iteration (s; model GFLOP/s; fraction of the matmul GFLOP/s at "
+          f"the phase's shapes):")
+    for name in ("sample", "reference", "update"):
+        rate = work[name] / p[f"{name}_s"]
+        print(f"  {name:9s} {p[f'{name}_s']:.3f} s  {rate / 1e9:6.1f} GFLOP/s  "
+              f"of {peak[name] / 1e9:6.1f}: {rate / peak[name]:.2f}")
+    print(f"  host      {p['host_s']:.3f} s  (decode 64 completions + Python reward)")
+    print(f"  sum {sum(p.values()):.3f} s; the host stage logged sample "
+          f"{f['host']['sample_s']:.3f} s + update {f['host']['update_s']:.3f} s")
+
+
+if __name__ == "__main__":
+    main()

@@ -61,8 +61,8 @@ HOSTILE = [
     (DEFAULT, "--config.rl.fused_steps=-1", "rl.fused_steps"),
     (DEFAULT, "--config.rl.fused_steps=3", "rl.fused_steps: steps 2 is not a multiple of "
                                            "fused_steps 3"),
-    (DEFAULT.replace(":smoke", ":cpu"), "--config.rl.rewards.language=0.1",
-     "rl.fused_steps: reward 'language' has no device version"),
+    (DEFAULT.replace(":smoke", ":cpu"), "--config.rl.checkpoint_every=15",
+     "rl.fused_steps: checkpoint_every 15 is not a multiple of fused_steps 10"),
     (DEFAULT, "--config.rl.rewards.accuracy=inf", "rl.rewards.accuracy"),
     (DEFAULT, "--config.rl.kind=ppo", "rl.kind: this section's fields are not those of a 'ppo'"),
     (DEFAULT, "--config.rl.kind=nope", "rl.kind: expected one of"),

@@ -298,8 +298,8 @@ def report(f: dict) -> None:
                   f"{f[name].get('first_iteration_s', float('nan')):.1f} (whole iteration) |")
     print(f"| FLOP floor at the measured matmul throughput | {floor:.3f} | 1.00 | | | |")
     p, work, peak = f["phases"], f["flops"], f["matmul_flops_per_s"]
-    print(f"\nphases of one iteration (s; model GFLOP/s; fraction of the matmul GFLOP/s at "
-          f"the phase's shapes):")
+    print("\nphases of one iteration (s; model GFLOP/s; fraction of the matmul GFLOP/s at "
+          "the phase's shapes):")
     for name in ("sample", "reference", "update"):
         rate = work[name] / p[f"{name}_s"]
         print(f"  {name:9s} {p[f'{name}_s']:.3f} s  {rate / 1e9:6.1f} GFLOP/s  "

@@ -90,6 +90,27 @@ def reduce_update_metrics(metrics: list[dict]) -> dict:
     return {k: float(v) for k, v in jax.device_get({k: reduce(k) for k in metrics[0]}).items()}
 
 
+def start_stage(run, stage, learner: Learner):
+    """The stage's prompt iterator and first step, with the learner's state, the iterator's
+    position and the host state restored when the stage resumes; run.params is the policy.
+
+    Every process iterates the same global prompt stream (no per-host shard): the batch
+    does not depend on the number of processes; each samples and scores its block of rows.
+    """
+    cfg = run.config
+    iterator = prompt_iterator(run.task.examples("train", cfg.task.train_size, seed=cfg.seed),
+                               batch_size=stage.section.num_prompts, seed=cfg.seed + stage.index,
+                               shard_index=0, shard_count=1)
+    start = 0
+    if stage.resume_meta is not None:
+        learner.state = run.restore_stage(learner.state)
+        iterator.set_state(stage.resume_meta["data_state"])
+        learner.load_host_state(stage.resume_meta)
+        start = int(stage.resume_meta["stage_step"])
+    run.params = learner.state["params"]
+    return iterator, start
+
+
 def rl_loop(run, stage, learner: Learner, *, sampling, dynamic: bool = False,
             overlong_cache: int = 0) -> None:
     """Runs `stage.section.steps` RL iterations of `learner` and ends the stage.
@@ -99,18 +120,7 @@ def rl_loop(run, stage, learner: Learner, *, sampling, dynamic: bool = False,
     """
     section, cfg = stage.section, run.config
     n, g = section.num_prompts, section.group_size
-    # Every process iterates the same global prompt stream (no per-host shard): the batch
-    # does not depend on the number of processes; each samples and scores its block of rows.
-    iterator = prompt_iterator(run.task.examples("train", cfg.task.train_size, seed=cfg.seed),
-                               batch_size=n, seed=cfg.seed + stage.index, shard_index=0,
-                               shard_count=1)
-    start = 0
-    if stage.resume_meta is not None:
-        learner.state = run.restore_stage(learner.state)
-        iterator.set_state(stage.resume_meta["data_state"])
-        learner.load_host_state(stage.resume_meta)
-        start = int(stage.resume_meta["stage_step"])
-    run.params = learner.state["params"]
+    iterator, start = start_stage(run, stage, learner)
     weights = dict(section.rewards.to_dict())
     reward_fns = resolve_reward_fns(run, weights, section=section)
     skips = SkipCounter(cfg.max_consecutive_skips)
@@ -164,16 +174,8 @@ def fused_rl_loop(run, stage, learner: Learner, *, program, chunk: int, answers_
     its iterations) and compile_time_s, not a sample/update split.
     """
     section, cfg = stage.section, run.config
-    n, g = section.num_prompts, section.group_size
-    iterator = prompt_iterator(run.task.examples("train", cfg.task.train_size, seed=cfg.seed),
-                               batch_size=n, seed=cfg.seed + stage.index, shard_index=0,
-                               shard_count=1)
-    start = 0
-    if stage.resume_meta is not None:
-        learner.state = run.restore_stage(learner.state)
-        iterator.set_state(stage.resume_meta["data_state"])
-        start = int(stage.resume_meta["stage_step"])
-    run.params = learner.state["params"]
+    g = section.group_size
+    iterator, start = start_stage(run, stage, learner)
     skips = SkipCounter(cfg.max_consecutive_skips)
     bar = progress(stage, section.steps, start)
     spec = run.data_sharding.spec

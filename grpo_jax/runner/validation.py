@@ -130,15 +130,18 @@ class SectionCheck(Fields):
       task: the run's task (for reward names).
       kinds: the stage-kind registry.
       earlier: (name, kind) of the stages before this one, in run order.
+      prompt_len: the prompt bucket (None when the tokenizer is trained in the workdir).
+      tokenizer: the run's tokenizer (None likewise).
     """
 
     def __init__(self, name, section, *, config, data_parallel, task, kinds, earlier,
-                 prompt_len=None):
+                 prompt_len=None, tokenizer=None):
         super().__init__(section, name)
         self.name, self.section, self.config = name, section, config
         self.data_parallel, self.task, self.kinds = data_parallel, task, kinds
         self.earlier = earlier
         self.prompt_len = prompt_len  # the prompt bucket; None until measured (the Run)
+        self.tokenizer = tokenizer  # the run's tokenizer; None until built (the Run)
 
     def divides(self, field: str, rows: int, *, micro_field: str | None = "micro_batches",
                 what: str = "") -> None:
@@ -458,7 +461,7 @@ def validate(config: ml_collections.ConfigDict, kinds, tokenizer=None) -> int | 
         kind = kinds[section.kind]
         check = SectionCheck(name, section, config=config, data_parallel=data_parallel,
                              task=task_obj, kinds=kinds, earlier=list(earlier),
-                             prompt_len=prompt_len)
+                             prompt_len=prompt_len, tokenizer=tokenizer)
         _check_fields_against_default(check, kind.default_section())
         if kind.validate is not None:
             kind.validate(check)

@@ -121,6 +121,12 @@ def _validate_fused(check) -> None:
     if missing:
         check.fail("fused_steps", f"reward {missing[0]!r} has no device version; device "
                                   f"rewards: {device_reward_names()}")
+    if check.tokenizer is not None:  # a workdir-trained tokenizer is checked in the Run
+        for name in section.rewards:
+            try:
+                make_device_reward(name, check.tokenizer)
+            except ValueError as err:
+                check.fail("fused_steps", str(err))
 
 
 def _dapo_default(section, field: str) -> bool:
@@ -216,10 +222,7 @@ def run_fused(run, stage) -> None:
         raise ConfigError(f"{stage.name}.fused_steps: runs in one process only (this run "
                           f"has {jax.process_count()}); set it to 0")
     learner = GRPOLearner(run, stage)
-    try:
-        rewards = {name: make_device_reward(name, run.tokenizer) for name in section.rewards}
-    except ValueError as err:
-        raise ConfigError(f"{stage.name}.fused_steps: {err}") from None
+    rewards = {name: make_device_reward(name, run.tokenizer) for name in section.rewards}
     fused = FusedSettings(algorithm=section.algorithm, group_size=section.group_size,
                           adv_eps=section.adv_eps, overlong_filter=learner.overlong_filter)
     program = make_fused_iterations(

@@ -14,12 +14,10 @@ if "xla_backend_optimization_level" not in _flags:
     _flags += " --xla_backend_optimization_level=0"
 os.environ["XLA_FLAGS"] = _flags.strip()
 
-# One compilation cache for the session (also read by the runs the tests start as
-# subprocesses): identical programs built by different tests compile once.
-if "GRPO_JAX_COMPILATION_CACHE_DIR" not in os.environ:
-    import tempfile
-
-    os.environ["GRPO_JAX_COMPILATION_CACHE_DIR"] = tempfile.mkdtemp(prefix="grpo_jax_xla_")
+# No persistent compilation cache in the tests (also for the runs they start as
+# subprocesses): their programs are mostly distinct, and writing each one costs more than
+# the few repeats save. tests/test_compilation.py turns it on where it is the subject.
+os.environ.setdefault("GRPO_JAX_COMPILATION_CACHE_DIR", "")
 
 import jax  # noqa: E402
 

@@ -17,10 +17,17 @@ def pretrain_config(cache_dir):
     return config
 
 
-def test_a_rerun_loads_every_program_from_the_cache_and_logs_compile_time_apart(tmp_path):
-    # The session's cache (conftest sets $GRPO_JAX_COMPILATION_CACHE_DIR), so that earlier
-    # tests' programs are not compiled again here either.
-    cache = os.environ[compilation.ENV_VAR]
+def test_a_rerun_loads_every_program_from_the_cache_and_logs_compile_time_apart(
+        tmp_path, monkeypatch):
+    cache = tmp_path / "xla"
+    monkeypatch.setenv(compilation.ENV_VAR, str(cache))  # over the config's directory
+    try:
+        check_rerun(tmp_path, cache)
+    finally:
+        compilation.use_cache("")  # later tests run without a cache, as conftest sets
+
+
+def check_rerun(tmp_path, cache):
     clock = compilation.CLOCK
     train_and_evaluate(pretrain_config(tmp_path / "unused"), str(tmp_path / "first"))
     assert len(os.listdir(cache)) > 0 and not (tmp_path / "unused").exists()
@@ -43,7 +50,7 @@ def test_a_rerun_loads_every_program_from_the_cache_and_logs_compile_time_apart(
 
 def test_the_config_names_the_directory_and_the_environment_overrides_it(tmp_path,
                                                                          monkeypatch):
-    session = os.environ[compilation.ENV_VAR]
+    session = os.environ.get(compilation.ENV_VAR, "")
     try:
         monkeypatch.delenv(compilation.ENV_VAR)
         assert compilation.use_cache("") is None  # off

@@ -1,5 +1,6 @@
 """Device rewards against the host rules, and the fused RL iteration against the host loop."""
 
+import importlib.util
 import os
 
 import jax
@@ -15,18 +16,18 @@ from grpo_jax.rewards import (accuracy_reward, answers_match, extract_answer,
 from grpo_jax.rewards.device import (TokenTable, integer_answers, make_device_reward,
                                      register_device_reward)
 from grpo_jax.runner import ConfigError
-from grpo_jax.runner.rewards import register_reward_source
 from grpo_jax.tasks.base import Example
 from grpo_jax.text import CharTokenizer
 
 TAGS = ("<think>", "</think>", "<answer>", "</answer>")
 
 
-def digit_share(completion, example):
-    """Host reward of the fused tests: the share of digit characters (it differs within
-    groups even for an untrained model, so the updates have real gradients)."""
-    del example
-    return sum(c.isdigit() for c in completion) / max(len(completion), 1)
+# The host reward "digit_share" (the share of digit characters: it differs within groups
+# even for an untrained model, so the updates have real gradients) is the multi-process
+# tests' own; loading their config registers it.
+_spec = importlib.util.spec_from_file_location(
+    "multiprocess_config", os.path.join(os.path.dirname(__file__), "configs", "multiprocess.py"))
+_spec.loader.exec_module(importlib.util.module_from_spec(_spec))
 
 
 @register_device_reward("digit_share")
@@ -41,8 +42,6 @@ def device_digit_share(tokenizer):
 
     return fn
 
-
-register_reward_source("digit_share")(lambda run, section: digit_share)
 
 
 def random_completion(rng, reference: int) -> str:

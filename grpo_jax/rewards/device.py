@@ -71,8 +71,7 @@ class TokenTable:
             if len(ids) != 1:
                 raise ValueError(f"device rewards need one token id for the tag {tag!r}; "
                                  f"this tokenizer has {len(ids)}")
-        self.tag_ids = {tag: next(i for i, s in enumerate(strings) if s == tag)
-                        for tag in TAGS}
+            self.tag_ids[tag] = ids[0]
         long = [s for i, s in enumerate(strings) if len(s) > 1 and i not in
                 self.tag_ids.values()]
         if long:

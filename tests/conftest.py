@@ -2,6 +2,12 @@
 without LLVM optimisation (the tests are compile-bound)."""
 
 import os
+import sys
+
+# The repository root, so tests import `configs.*` under plain `pytest` as well as under
+# `python -m pytest` (which adds the working directory; plain `pytest` does not, and then
+# `configs` would resolve to the namespace package tests/configs).
+sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
 os.environ.setdefault("JAX_PLATFORMS", "cpu")
 _flags = os.environ.get("XLA_FLAGS", "")

@@ -38,6 +38,7 @@ setup(
     extras_require={
         "dev": [
             "pytest>=8,<10",
+            "pytest-xdist>=3.5,<4",  # pytest.ini runs the suite on 2 workers
             "hypothesis>=6.100,<7",
             "nbformat>=5.10,<6",
             "nbclient>=0.10,<0.12",

@@ -104,6 +104,7 @@ def get_config(preset: str | None = None) -> ml_collections.ConfigDict:
     config.pretrain.steps = 1500
     config.pretrain.batch_size = 64
     config.pretrain.lr = 3e-3
+    config.pretrain.pack_len = 64  # two examples per row on average: 32 rows of 64 tokens
 
     # ---- stages: evaluation before and after RL ---------------------------------------------
     config.eval_base = default_section("eval")

@@ -52,6 +52,7 @@ def crash_and_resume(tmp_path, monkeypatch):
     """
     import numpy as np
 
+    from grpo_jax import compilation
     from grpo_jax.checkpoint import Checkpointer
     from grpo_jax.metrics import MetricWriter, read_metrics
     from grpo_jax.pipeline import train_and_evaluate
@@ -64,6 +65,16 @@ def crash_and_resume(tmp_path, monkeypatch):
         return state["params"]
 
     def run(config, crash_stage):
+        # The three runs build the same programs: a cache of this test's own lets the second
+        # and third load them (what a real resume does with the default cache).
+        monkeypatch.setenv(compilation.ENV_VAR, str(tmp_path / "xla"))
+        try:
+            return _run(config, crash_stage)
+        finally:  # later tests run without it again
+            monkeypatch.setenv(compilation.ENV_VAR, "")
+            compilation.use_cache("")
+
+    def _run(config, crash_stage):
         straight, resumed = tmp_path / "straight", tmp_path / "resumed"
         train_and_evaluate(config, str(straight))
         original = MetricWriter.write

@@ -88,7 +88,10 @@ HOSTILE = [
     (DEFAULT, "--config.model.num_heads=3", "model.num_heads"),
     (DEFAULT, "--config.model.head_dim=15", "model.head_dim"),
     (DEFAULT, "--config.model.hidden_size=0", "model.hidden_size"),
-    (DEFAULT, "--config.model.max_seq_len=20", "max_new_tokens: task.prompt_len 16"),
+    (DEFAULT, "--config.model.max_seq_len=20 --config.pretrain.pack_len=0",
+     "max_new_tokens: task.prompt_len 16"),
+    (DEFAULT, "--config.model.max_seq_len=20",
+     "pretrain.pack_len: 64 exceeds model.max_seq_len 20"),
     (DEFAULT, "--config.model.init_from=/nonexistent", "model.init_from"),
     (DEFAULT, "--config.mesh.num_devices=99", "mesh.num_devices: expected <= 8"),
     (DEFAULT, "--config.mesh.shape.data=3", "mesh.shape"),
@@ -144,6 +147,9 @@ def test_the_corpus_is_large():
     (lambda c: setattr(c.rl, "rewards", {"reward_model": 1.0}), "rl.reward_model"),
     (lambda c: c.rl.update({"reward_model": "later"}) or setattr(
         c.rl, "rewards", {"reward_model": 1.0}), "'later' is not an earlier stage"),
+    (lambda c: setattr(c.pretrain, "pack_len", 65), "pretrain.pack_len: 65 exceeds "
+                                                    "model.max_seq_len 64"),
+    (lambda c: setattr(c.pretrain, "pack_len", -1), "pretrain.pack_len: expected >= 0"),
 ])
 def test_python_level_config_errors(mutate, needle):
     config = default_config.get_config("smoke")

@@ -59,7 +59,9 @@ def test_two_processes_match_one_and_resume_after_a_kill(tmp_path):
     command = [sys.executable, "-m", "grpo_jax.launch_local", "--num_processes=2",
                "--devices_per_process=2", "--", f"--config={CONFIG}", f"--workdir={multi}",
                f"--config.rl.steps={STEPS}"]
-    env = {**os.environ, "PYTHONPATH": ROOT}
+    # A compilation cache of this test's own: the resumed run loads what the killed one built.
+    env = {**os.environ, "PYTHONPATH": ROOT,
+           "GRPO_JAX_COMPILATION_CACHE_DIR": str(tmp_path / "xla")}
     # Start, wait for the checkpoint of step 2, then kill every process.
     launcher = subprocess.Popen(command, env=env, cwd=str(tmp_path), stdout=subprocess.DEVNULL,
                                 stderr=subprocess.DEVNULL)

@@ -152,7 +152,7 @@ class KVCache:
         )
 
 
-def attend(q, k, v, query_slots, key_valid):
+def attend(q, k, v, query_slots, key_valid, segment_ids=None):
     """Grouped-query softmax(q k^T / sqrt(H) + mask) v with causal and padding masks.
 
     Args:
@@ -160,6 +160,8 @@ def attend(q, k, v, query_slots, key_valid):
       k: [B, S, K, H] keys; v: [B, S, K, H] values.
       query_slots: [T] int, the key slot each query sits at (causal: key slot <= query slot).
       key_valid: [B, S] bool.
+      segment_ids: optional [B, T] int (T == S) of packed rows: a query attends only to keys
+        of its own segment.
 
     Returns:
       [B, T, N, H] in v.dtype.
@@ -170,6 +172,8 @@ def attend(q, k, v, query_slots, key_valid):
     scores = jnp.einsum("BTKGH,BSKH->BKGTS", q, k, preferred_element_type=jnp.float32)
     scores = scores * (h**-0.5)
     mask = (jnp.arange(s)[None, :] <= query_slots[:, None])[None] & key_valid[:, None, :]
+    if segment_ids is not None:
+        mask = mask & (segment_ids[:, :, None] == segment_ids[:, None, :])
     scores = jnp.where(mask[:, None, None], scores, _MASKED)
     probs = jax.nn.softmax(scores, axis=-1).astype(v.dtype)
     out = jnp.einsum("BKGTS,BSKH->BTKGH", probs, v)
@@ -295,9 +299,10 @@ class Attention(nnx.Module):
         kernel = self.o_kernel.value.reshape(n * h, -1).astype(self.dtype)
         return dense(attended.reshape(b, t, n * h), kernel)
 
-    def __call__(self, x, rope, attention_mask):
+    def __call__(self, x, rope, attention_mask, segment_ids=None):
         q, k, v = self.qkv(x, rope)
-        return self.output(attend(q, k, v, jnp.arange(x.shape[1]), attention_mask))
+        return self.output(attend(q, k, v, jnp.arange(x.shape[1]), attention_mask,
+                                  segment_ids))
 
     def cached(self, x, rope, key_valid, index, cache_k, cache_v):
         q, k, v = self.fused_qkv(x, rope)
@@ -352,8 +357,8 @@ class Block(nnx.Module):
         self.mlp_norm = RMSNorm(config, rngs=rngs)
         self.mlp = MLP(config, rngs=rngs)
 
-    def __call__(self, x, rope, attention_mask):
-        x = x + self.attention(self.attention_norm(x), rope, attention_mask)
+    def __call__(self, x, rope, attention_mask, segment_ids=None):
+        x = x + self.attention(self.attention_norm(x), rope, attention_mask, segment_ids)
         return x + self.mlp(self.mlp_norm(x))
 
     def cached(self, x, rope, key_valid, index, cache_k, cache_v):
@@ -399,17 +404,22 @@ class Transformer(nnx.Module):
     def embed(self, tokens: jax.Array) -> jax.Array:
         return jnp.take(self.embedding.value, tokens, axis=0).astype(self.config.compute_dtype)
 
-    def hidden_states(self, tokens, *, attention_mask=None, positions=None):
+    def hidden_states(self, tokens, *, attention_mask=None, positions=None, segment_ids=None):
         """Final-normed hidden states.
 
         Args:
           tokens: [B, T] int token ids (left-padded).
           attention_mask: [B, T] bool, False at padding; None means all True.
           positions: [B, T] int; None means cumsum(attention_mask) - 1.
+          segment_ids: optional [B, T] int of packed rows (`sft.data.pack_rows`): attention
+            stays within a segment; `positions` must then be given (each segment's restart
+            at 0, so all are < T).
 
         Returns:
           [B, T, D] in the compute dtype.
         """
+        if segment_ids is not None and positions is None:
+            raise ValueError("hidden_states: segment_ids needs the packed rows' positions")
         if attention_mask is None:
             attention_mask = jnp.ones(tokens.shape, bool)
         attention_mask = attention_mask.astype(bool)
@@ -418,18 +428,18 @@ class Transformer(nnx.Module):
             positions = default_positions(attention_mask)
         x = self.embed(tokens)
 
-        if default:  # positions < T
+        if default or segment_ids is not None:  # positions < T
             rope = gather_rope(rope_table(tokens.shape[1], self.inv_freq), positions)
         else:
             rope = rope_tables(positions, self.inv_freq)
 
-        def run_block(block, x, rope, attention_mask):
-            return block(x, rope, attention_mask)
+        def run_block(block, x, rope, attention_mask, segment_ids):
+            return block(x, rope, attention_mask, segment_ids)
 
         if self.config.remat:
             run_block = nnx.remat(run_block)
         for block in self.blocks:
-            x = run_block(block, x, rope, attention_mask)
+            x = run_block(block, x, rope, attention_mask, segment_ids)
         return self.final_norm(x)
 
     def head_kernel(self) -> jax.Array:
@@ -517,6 +527,8 @@ def logprobs(
     return_entropy=False,
     return_values=False,
     temperature=1.0,
+    segment_ids=None,
+    positions=None,
 ):
     """Teacher-forced log p(tokens[:, t] | tokens[:, :t]) and entropies, in float32.
 
@@ -533,6 +545,8 @@ def logprobs(
       return_values: also return the value head output V(s_t) on the hidden state at t.
       temperature: divide the logits by it first (the sampling distribution at that
         temperature, as in the sampler's log-probabilities).
+      segment_ids, positions: [B, T] int of packed rows (`sft.data.pack_rows`): each
+        segment is scored as its own sequence (its first token gets logp 0, like a row's).
 
     Returns:
       dict with logp [B, T] (logp[:, 0] = 0 and 0 wherever attention_mask is False),
@@ -545,7 +559,8 @@ def logprobs(
             f"{tokens.shape} and {attention_mask.shape}"
         )
     attention_mask = attention_mask.astype(bool)
-    hidden = model.hidden_states(tokens, attention_mask=attention_mask)
+    hidden = model.hidden_states(tokens, attention_mask=attention_mask, positions=positions,
+                                 segment_ids=segment_ids)
     kernel = model.head_kernel().astype(model.config.compute_dtype)
 
     def head(h, y):
@@ -560,6 +575,8 @@ def logprobs(
 
     outputs = _chunked(head, hidden[:, :-1], tokens[:, 1:], chunk_size)
     valid = attention_mask[:, 1:] & attention_mask[:, :-1]
+    if segment_ids is not None:  # no prediction across the boundary of two packed examples
+        valid = valid & (segment_ids[:, 1:] == segment_ids[:, :-1])
     shift = lambda x: jnp.pad(jnp.where(valid, x, 0.0), ((0, 0), (1, 0)))
     result = {"logp": shift(outputs[0])}
     if return_entropy:

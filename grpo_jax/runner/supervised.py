@@ -11,7 +11,7 @@ import ml_collections
 import numpy as np
 
 from grpo_jax import parallel
-from grpo_jax.sft.data import encode_pairs, epoch_batches
+from grpo_jax.sft.data import encode_pairs, epoch_batches, pack_rows, packed_rows_needed
 from grpo_jax.sft.loss import make_supervised_step
 from grpo_jax.sft.verified import fill_rows, select_verified
 from grpo_jax.runner.guards import SkipCounter
@@ -25,8 +25,18 @@ def train_supervised(run, stage, prompts, completions, *, loss_on_prompt: bool) 
     """Trains `run.params` on the (prompt, completion) rows for section.steps steps (lr,
     batch_size, micro_batches and checkpoint_every from the section) and ends the stage."""
     section = stage.section
-    data = encode_pairs(run.tokenizer, prompts, completions,
-                        max_len=run.config.model.max_seq_len, loss_on_prompt=loss_on_prompt)
+    try:
+        data = encode_pairs(run.tokenizer, prompts, completions,
+                            seq_len=section.pack_len or None,
+                            max_len=run.config.model.max_seq_len, loss_on_prompt=loss_on_prompt)
+    except ValueError as e:
+        if not section.pack_len:
+            raise
+        raise ValueError(f"{stage.name}.pack_len: {e}; raise pack_len (<= model.max_seq_len) "
+                         "or set it to 0") from None
+    batch_rows = lambda step: epoch_batches(len(data["tokens"]), section.batch_size, step,
+                                            seed=run.config.seed + stage.index)
+    num_rows = packed_rows(run, stage, data, batch_rows) if section.pack_len else None
     optimizer, schedule = stage_optimizer(run, lr=section.lr, steps=section.steps)
     opt_state = init_opt_state(optimizer, run.params, run.mesh)
     start = 0
@@ -39,9 +49,10 @@ def train_supervised(run, stage, prompts, completions, *, loss_on_prompt: bool) 
     bar = progress(stage, section.steps, start)
     for step in range(start, section.steps):
         timer = StepTimer()
-        rows = epoch_batches(len(data["tokens"]), section.batch_size, step,
-                             seed=run.config.seed + stage.index)
-        batch = device_batch(run, {k: v[rows] for k, v in data.items()})
+        batch = {k: v[batch_rows(step)] for k, v in data.items()}
+        if num_rows is not None:
+            batch = pack_rows(batch, num_rows)
+        batch = device_batch(run, batch)
         run.params, opt_state, metrics = step_fn(run.params, opt_state, batch)
         metrics = {k: float(v) for k, v in jax.device_get(metrics).items()}
         log_step(run, stage, {
@@ -58,6 +69,22 @@ def train_supervised(run, stage, prompts, completions, *, loss_on_prompt: bool) 
                         every=section.checkpoint_every)
     bar.close()
     run.finish_stage(stage, section.steps)
+
+
+def packed_rows(run, stage, data, batch_rows) -> int:
+    """Rows of section.pack_len tokens that every step's batch packs into (the most any step
+    needs, rounded up to micro_batches x data-parallel devices): one shape, compiled once."""
+    section = stage.section
+    lengths = data["attention_mask"].sum(axis=1)
+    need = max(packed_rows_needed(lengths[batch_rows(step)], section.pack_len)
+               for step in range(section.steps))
+    multiple = section.micro_batches * parallel.data_parallel_size(run.mesh)
+    rows = -(-need // multiple) * multiple
+    unpacked = section.batch_size * (-(-int(lengths.max()) // 8) * 8)
+    print(f"[grpo_jax] {stage.name}: {section.batch_size} examples per step packed into "
+          f"{rows} rows of {section.pack_len} tokens ({rows * section.pack_len} positions, "
+          f"{unpacked} unpacked)", flush=True)
+    return rows
 
 
 def clean_solutions(run, num: int, *, seed: int, error_rate: float = 0.0):
@@ -145,6 +172,7 @@ def verified_sampling_fields(s: ml_collections.ConfigDict) -> None:
     s.micro_batches = 1
     s.lr = 1e-3
     s.checkpoint_every = 0  # SFT steps between checkpoints (0 = only at the end)
+    s.pack_len = 0  # packed SFT rows of this many tokens (0 = one example per row)
 
 
 def validate_verified_sampling(check) -> None:
@@ -157,5 +185,6 @@ def validate_verified_sampling(check) -> None:
     check.number("min_format")
     check.positive("lr")
     check.integer("checkpoint_every", low=0)
+    check.pack_len()
     check.divides("sample_batch_size", check.section.sample_batch_size, micro_field=None)
     check.divides("batch_size", check.section.batch_size)

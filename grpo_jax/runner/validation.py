@@ -186,6 +186,14 @@ class SectionCheck(Fields):
             self.fail(field, f"{bucket} + {field} {new} exceeds model.max_seq_len {context}")
         return new
 
+    def pack_len(self, field: str = "pack_len") -> int:
+        """0 (one example per row) or a packed row length within the model's context."""
+        value = self.integer(field, low=0)
+        context = self.config.model.max_seq_len
+        if value and value > context:
+            self.fail(field, f"{value} exceeds model.max_seq_len {context}")
+        return value
+
     def rewards(self, field: str = "rewards") -> dict:
         """Known reward names with finite weights; "reward_model" needs its source."""
         rewards = self.value(field)

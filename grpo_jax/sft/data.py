@@ -77,3 +77,66 @@ def epoch_batches(num_rows: int, batch_size: int, step: int, *, seed: int) -> np
     epoch, index = divmod(step, per_epoch)
     order = np.random.default_rng([seed, epoch]).permutation(num_rows)
     return order[index * batch_size : (index + 1) * batch_size]
+
+
+def _first_fit(lengths: np.ndarray, length: int) -> list[list[int]]:
+    """First-fit decreasing: indices of `lengths` grouped into bins of `length` tokens."""
+    order = np.argsort(-lengths, kind="stable")
+    bins: list[list[int]] = []
+    free = np.zeros(len(lengths), np.int64)  # at most one bin per item
+    for i in order:
+        fits = np.flatnonzero(free[: len(bins)] >= lengths[i])
+        if fits.size:
+            b = int(fits[0])
+        else:
+            b = len(bins)
+            bins.append([])
+            free[b] = length
+        bins[b].append(int(i))
+        free[b] -= lengths[i]
+    return bins
+
+
+def packed_rows_needed(lengths: np.ndarray, length: int) -> int:
+    """Rows of `length` tokens that first-fit decreasing packs examples of `lengths` into."""
+    return len(_first_fit(np.asarray(lengths), length))
+
+
+def pack_rows(batch: dict[str, np.ndarray], num_rows: int) -> dict[str, np.ndarray]:
+    """Several examples per row: `encode_pairs` rows [n, L] packed into [num_rows, L].
+
+    Each example keeps its tokens in order and its loss mask; `segment_ids` (1, 2, ... within
+    a row, 0 at padding) keeps attention inside an example and `positions` restart at 0 for
+    each, so the model computes exactly what it does for the unpacked rows, on fewer
+    positions. Examples are placed first-fit decreasing by length.
+
+    Returns:
+      dict of tokens, attention_mask, loss_mask (as encode_pairs), segment_ids int32 and
+      positions int32, all [num_rows, L].
+    """
+    tokens = batch["tokens"]
+    n, length = tokens.shape
+    lengths = batch["attention_mask"].sum(axis=1)
+    bins = _first_fit(lengths, length)
+    if len(bins) > num_rows:
+        raise ValueError(f"{n} examples need {len(bins)} packed rows of {length} tokens, "
+                         f"more than the {num_rows} allowed")
+    pad_id = tokens[lengths < length, -1][0] if (lengths < length).any() else 0
+    out = {
+        "tokens": np.full((num_rows, length), pad_id, np.int32),
+        "attention_mask": np.zeros((num_rows, length), bool),
+        "loss_mask": np.zeros((num_rows, length), bool),
+        "segment_ids": np.zeros((num_rows, length), np.int32),
+        "positions": np.zeros((num_rows, length), np.int32),
+    }
+    for row, members in enumerate(bins):
+        start = 0
+        for segment, i in enumerate(members, start=1):
+            end = start + lengths[i]
+            out["tokens"][row, start:end] = tokens[i, : lengths[i]]
+            out["attention_mask"][row, start:end] = True
+            out["loss_mask"][row, start:end] = batch["loss_mask"][i, : lengths[i]]
+            out["segment_ids"][row, start:end] = segment
+            out["positions"][row, start:end] = np.arange(lengths[i])
+            start = end
+    return out

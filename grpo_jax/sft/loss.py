@@ -17,7 +17,8 @@ def supervised_loss(params: Params, batch: dict, *, policy: Policy, num_tokens):
     """Token-mean negative log-likelihood of the masked tokens, and its metrics."""
     model = policy.bind(params)
     logp = logprobs(model, batch["tokens"], batch["attention_mask"],
-                    chunk_size=policy.logprob_chunk_size)["logp"]
+                    chunk_size=policy.logprob_chunk_size,
+                    segment_ids=batch.get("segment_ids"), positions=batch.get("positions"))["logp"]
     nll = -logp
     loss = losses.aggregate(nll, batch["loss_mask"], mode="token-mean", num_tokens=num_tokens)
     return loss, {"loss": loss}

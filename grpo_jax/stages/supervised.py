@@ -16,6 +16,9 @@ def _training_fields(s: ml_collections.ConfigDict, *, steps: int, lr: float) -> 
     s.lr = lr  # peak learning rate (warmup + cosine from config.optim)
     s.micro_batches = 1  # gradient accumulation inside one optimizer step
     s.checkpoint_every = 0  # steps between checkpoints (0 = only at the stage's end)
+    # Rows of this many tokens holding several examples each (attention and positions kept
+    # per example: the same loss on fewer positions); 0 = one example per padded row.
+    s.pack_len = 0
 
 
 def default_pretrain_section() -> ml_collections.ConfigDict:
@@ -43,6 +46,7 @@ def validate(check) -> None:
     check.positive("lr")
     check.integer("checkpoint_every", low=0)
     check.divides("batch_size", check.section.batch_size)
+    check.pack_len()
     if check.section.kind == "pretrain":
         check.integer("corpus_size", low=0)
     else:

@@ -80,7 +80,8 @@ def packed_rows(run, stage, data, batch_rows) -> int:
                for step in range(section.steps))
     multiple = section.micro_batches * parallel.data_parallel_size(run.mesh)
     rows = -(-need // multiple) * multiple
-    unpacked = section.batch_size * (-(-int(lengths.max()) // 8) * 8)
+    unpacked = section.batch_size * min(-(-int(lengths.max()) // 8) * 8,
+                                        run.config.model.max_seq_len)  # as encode_pairs pads
     print(f"[grpo_jax] {stage.name}: {section.batch_size} examples per step packed into "
           f"{rows} rows of {section.pack_len} tokens ({rows * section.pack_len} positions, "
           f"{unpacked} unpacked)", flush=True)

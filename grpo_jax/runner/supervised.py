@@ -47,13 +47,17 @@ def train_supervised(run, stage, prompts, completions, *, loss_on_prompt: bool) 
     step_fn = make_supervised_step(run.policy, optimizer, micro_batches=section.micro_batches)
     skips = SkipCounter(run.config.max_consecutive_skips)
     bar = progress(stage, section.steps, start)
+
+    def host_batch(step):
+        batch = {k: v[batch_rows(step)] for k, v in data.items()}
+        return batch if num_rows is None else pack_rows(batch, num_rows)
+
+    batch = host_batch(start) if start < section.steps else None
     for step in range(start, section.steps):
         timer = StepTimer()
-        batch = {k: v[batch_rows(step)] for k, v in data.items()}
-        if num_rows is not None:
-            batch = pack_rows(batch, num_rows)
-        batch = device_batch(run, batch)
-        run.params, opt_state, metrics = step_fn(run.params, opt_state, batch)
+        run.params, opt_state, metrics = step_fn(run.params, opt_state, device_batch(run, batch))
+        if step + 1 < section.steps:  # the next batch on the host while the step runs
+            batch = host_batch(step + 1)
         metrics = {k: float(v) for k, v in jax.device_get(metrics).items()}
         log_step(run, stage, {
             "stage_step": step + 1,

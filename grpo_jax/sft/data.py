@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import functools
 from typing import Sequence
 
 import numpy as np
@@ -75,8 +76,16 @@ def epoch_batches(num_rows: int, batch_size: int, step: int, *, seed: int) -> np
         raise ValueError(f"batch_size {batch_size} exceeds the {num_rows} rows of data")
     per_epoch = num_rows // batch_size
     epoch, index = divmod(step, per_epoch)
+    order = _epoch_order(num_rows, seed, epoch)
+    return order[index * batch_size : (index + 1) * batch_size].copy()
+
+
+@functools.lru_cache(maxsize=2)
+def _epoch_order(num_rows: int, seed: int, epoch: int) -> np.ndarray:
+    """The seeded permutation of an epoch (drawn once, not at every step)."""
     order = np.random.default_rng([seed, epoch]).permutation(num_rows)
-    return order[index * batch_size : (index + 1) * batch_size]
+    order.setflags(write=False)
+    return order
 
 
 def _first_fit(lengths: np.ndarray, length: int) -> list[list[int]]:

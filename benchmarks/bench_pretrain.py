@@ -35,8 +35,16 @@ from grpo_jax import tasks  # noqa: E402
 from grpo_jax.metrics import read_metrics  # noqa: E402
 from grpo_jax.pipeline import train_and_evaluate  # noqa: E402
 from grpo_jax.runner.build import build_tokenizer, model_config_for  # noqa: E402
-from grpo_jax.sft.data import encode_pairs, epoch_batches, packed_rows_needed  # noqa: E402
+from grpo_jax.sft.data import encode_pairs, epoch_batches, packed_rows_for  # noqa: E402
 from grpo_jax.stages.supervised import pretraining_corpus  # noqa: E402
+
+
+def main_job_corpus(config, rows: int):
+    """The tokenizer and the (prompts, completions) the main job's pretrain stage trains on."""
+    task = tasks.get_task(config.task.name, **config.task.kwargs.to_dict())
+    tokenizer = build_tokenizer(config, task, None)
+    run = types.SimpleNamespace(task=task, config=config, tokenizer=tokenizer)
+    return (tokenizer, *pretraining_corpus(run, rows, seed=config.seed))
 
 
 def main():
@@ -59,21 +67,17 @@ def main():
     config.pretrain.steps = args.steps
     config.pretrain.corpus_size = full  # the main job's rows, so its row length
     config.compilation_cache_dir = ""
-    task = tasks.get_task(config.task.name, **config.task.kwargs.to_dict())
-    tokenizer = build_tokenizer(config, task, None)
+    tokenizer, prompts, completions = main_job_corpus(config, full)
     model = model_config_for(config, tokenizer.vocab_size)
-    run = types.SimpleNamespace(task=task, config=config, tokenizer=tokenizer)
-    prompts, completions = pretraining_corpus(run, full, seed=config.seed)
     pack_len = config.pretrain.pack_len
     data = encode_pairs(tokenizer, prompts, completions, seq_len=pack_len or None,
                         max_len=config.model.max_seq_len, loss_on_prompt=True)
     batch, length = config.pretrain.batch_size, data["tokens"].shape[1]
     if pack_len:  # the rows the stage packs each step's examples into (runner.supervised)
         lengths = data["attention_mask"].sum(axis=1)
-        batch = max(packed_rows_needed(lengths[epoch_batches(
-            len(lengths), config.pretrain.batch_size, step, seed=config.seed)], pack_len)
-            for step in range(args.steps))
-        batch += -batch % jax.device_count()
+        batches = (epoch_batches(len(lengths), config.pretrain.batch_size, step,
+                                 seed=config.seed) for step in range(args.steps))
+        batch = packed_rows_for(lengths, batches, pack_len, multiple=jax.device_count())
     with tempfile.TemporaryDirectory() as workdir:
         train_and_evaluate(config, workdir)
         rows = read_metrics(os.path.join(workdir, "metrics.jsonl"))
@@ -104,18 +108,16 @@ def compare_packing(config, rounds: int) -> None:
 
     pack_len, size = config.pretrain.pack_len or config.model.max_seq_len, \
         config.pretrain.batch_size
-    task = tasks.get_task(config.task.name, **config.task.kwargs.to_dict())
-    tokenizer = build_tokenizer(config, task, None)
-    run = types.SimpleNamespace(task=task, config=config, tokenizer=tokenizer)
-    prompts, completions = pretraining_corpus(run, config.pretrain.steps * size, seed=config.seed)
+    tokenizer, prompts, completions = main_job_corpus(config, config.pretrain.steps * size)
     rows = epoch_batches(len(prompts), size, 0, seed=config.seed)
     pick = lambda xs: [xs[i] for i in rows]
     unpacked = encode_pairs(tokenizer, pick(prompts), pick(completions),
                             max_len=config.model.max_seq_len, loss_on_prompt=True)
     padded = encode_pairs(tokenizer, pick(prompts), pick(completions), seq_len=pack_len,
                           loss_on_prompt=True)
-    need = packed_rows_needed(padded["attention_mask"].sum(axis=1), pack_len)
-    packed = pack_rows(padded, need + (-need % jax.device_count()))
+    lengths = padded["attention_mask"].sum(axis=1)
+    packed = pack_rows(padded, packed_rows_for(lengths, [np.arange(size)], pack_len,
+                                               multiple=jax.device_count()))
     model = model_config_for(config, tokenizer.vocab_size)
     policy, params = Policy.from_model(Transformer(model, rngs=nnx.Rngs(0)))
     optimizer, _ = make_optimizer(lr=config.pretrain.lr, steps=config.pretrain.steps)

@@ -10,7 +10,7 @@ import pytest
 from flax import nnx
 
 from grpo_jax.models import ModelConfig, Transformer, logprobs
-from grpo_jax.sft.data import pack_rows, packed_rows_needed
+from grpo_jax.sft.data import pack_rows, packed_rows_for, packed_rows_needed
 from grpo_jax.sft.loss import make_supervised_step
 from grpo_jax.training import Policy, init_opt_state
 
@@ -50,6 +50,11 @@ def test_pack_rows_by_hand():
     np.testing.assert_array_equal(packed["attention_mask"], packed["segment_ids"] > 0)
     assert packed_rows_needed(batch["attention_mask"].sum(1), 8) == 2
     assert packed_rows_needed(np.array([5, 4, 4, 3]), 8) == 2  # 5+3, 4+4
+    assert packed_rows_for(np.array([5, 4, 4, 3, 8]), [[0, 1], [1, 2, 3, 4]], 8,
+                           multiple=2) == 4  # 2 and 3 rows: the most, rounded up to 2
+    with pytest.raises(ValueError, match="an example of 9 tokens does not fit a packed row "
+                                         "of 8"):
+        packed_rows_needed(np.array([9, 2]), 8)
     with pytest.raises(ValueError, match="3 examples need 2 packed rows of 8 tokens, more "
                                          "than the 1 allowed"):
         pack_rows(batch, 1)

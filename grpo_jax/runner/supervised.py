@@ -11,7 +11,7 @@ import ml_collections
 import numpy as np
 
 from grpo_jax import parallel
-from grpo_jax.sft.data import encode_pairs, epoch_batches, pack_rows, packed_rows_needed
+from grpo_jax.sft.data import encode_pairs, epoch_batches, pack_rows, packed_rows_for
 from grpo_jax.sft.loss import make_supervised_step
 from grpo_jax.sft.verified import fill_rows, select_verified
 from grpo_jax.runner.guards import SkipCounter
@@ -80,10 +80,8 @@ def packed_rows(run, stage, data, batch_rows) -> int:
     needs, rounded up to micro_batches x data-parallel devices): one shape, compiled once."""
     section = stage.section
     lengths = data["attention_mask"].sum(axis=1)
-    need = max(packed_rows_needed(lengths[batch_rows(step)], section.pack_len)
-               for step in range(section.steps))
-    multiple = section.micro_batches * parallel.data_parallel_size(run.mesh)
-    rows = -(-need // multiple) * multiple
+    rows = packed_rows_for(lengths, map(batch_rows, range(section.steps)), section.pack_len,
+                           multiple=section.micro_batches * parallel.data_parallel_size(run.mesh))
     unpacked = section.batch_size * min(-(-int(lengths.max()) // 8) * 8,
                                         run.config.model.max_seq_len)  # as encode_pairs pads
     print(f"[grpo_jax] {stage.name}: {section.batch_size} examples per step packed into "

@@ -90,6 +90,9 @@ def _epoch_order(num_rows: int, seed: int, epoch: int) -> np.ndarray:
 
 def _first_fit(lengths: np.ndarray, length: int) -> list[list[int]]:
     """First-fit decreasing: indices of `lengths` grouped into bins of `length` tokens."""
+    if len(lengths) and lengths.max() > length:
+        raise ValueError(f"an example of {lengths.max()} tokens does not fit a packed row of "
+                         f"{length}")
     order = np.argsort(-lengths, kind="stable")
     bins: list[list[int]] = []
     free = np.zeros(len(lengths), np.int64)  # at most one bin per item
@@ -111,6 +114,14 @@ def packed_rows_needed(lengths: np.ndarray, length: int) -> int:
     return len(_first_fit(np.asarray(lengths), length))
 
 
+def packed_rows_for(lengths: np.ndarray, batches, length: int, *, multiple: int = 1) -> int:
+    """One row count for every batch (index arrays into `lengths`): the most rows any of them
+    packs into, rounded up to `multiple` (micro-batches x data-parallel devices), so that a
+    stage's packed step has one shape."""
+    need = max(packed_rows_needed(lengths[rows], length) for rows in batches)
+    return -(-need // multiple) * multiple
+
+
 def pack_rows(batch: dict[str, np.ndarray], num_rows: int) -> dict[str, np.ndarray]:
     """Several examples per row: `encode_pairs` rows [n, L] packed into [num_rows, L].
 
@@ -130,7 +141,8 @@ def pack_rows(batch: dict[str, np.ndarray], num_rows: int) -> dict[str, np.ndarr
     if len(bins) > num_rows:
         raise ValueError(f"{n} examples need {len(bins)} packed rows of {length} tokens, "
                          f"more than the {num_rows} allowed")
-    pad_id = tokens[lengths < length, -1][0] if (lengths < length).any() else 0
+    padding = tokens[~batch["attention_mask"]]
+    pad_id = padding[0] if padding.size else 0
     out = {
         "tokens": np.full((num_rows, length), pad_id, np.int32),
         "attention_mask": np.zeros((num_rows, length), bool),

@@ -18,7 +18,6 @@ from grpo_jax.runner import ConfigError, validate
 from grpo_jax.stages import KINDS
 
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
-sys.path.insert(0, REPO)
 from configs import default as default_config  # noqa: E402
 
 DEFAULT = os.path.join(REPO, "configs", "default.py") + ":smoke"

@@ -2,8 +2,6 @@
 
 from __future__ import annotations
 
-import os
-import sys
 import types
 
 import jax
@@ -16,8 +14,7 @@ from grpo_jax.pipeline import train_and_evaluate
 from grpo_jax.rl.rollout import Rollout
 from grpo_jax.tasks import get_task
 
-sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
-from configs import default as default_config  # noqa: E402
+from configs import default as default_config
 
 N, G, NEW = 4, 3, 5
 

@@ -28,7 +28,6 @@ from grpo_jax.runner.rewards import REWARD_SOURCES
 from grpo_jax.training import apply_if_finite
 
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
-sys.path.insert(0, REPO)
 from configs import default as default_config  # noqa: E402
 
 

@@ -2,9 +2,6 @@
 
 from __future__ import annotations
 
-import os
-import sys
-
 import jax
 import jax.numpy as jnp
 import numpy as np
@@ -18,9 +15,7 @@ from grpo_jax.stages import KINDS, default_section
 from grpo_jax.rl.reward_model import add_scalar_head, scalar_head_policy
 from grpo_jax.training import Policy
 
-REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
-sys.path.insert(0, REPO)
-from configs import default as default_config  # noqa: E402
+from configs import default as default_config
 
 
 def test_reward_lands_on_last_valid_token():

@@ -3,8 +3,6 @@
 from __future__ import annotations
 
 import json
-import os
-import sys
 
 import numpy as np
 import pytest
@@ -19,10 +17,8 @@ from grpo_jax.stages import KINDS, default_section
 from grpo_jax.metrics import read_metrics
 from grpo_jax.rewards import strict_format_reward
 
-REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
-sys.path.insert(0, REPO)
-from configs import default as default_config  # noqa: E402
-from configs import r1_pipeline  # noqa: E402
+from configs import default as default_config
+from configs import r1_pipeline
 
 
 def _record(ex, text, acc, fmt):

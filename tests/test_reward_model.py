@@ -3,8 +3,6 @@
 from __future__ import annotations
 
 import math
-import os
-import sys
 
 import jax
 import jax.numpy as jnp
@@ -18,9 +16,7 @@ from grpo_jax.rl import reward_model as rm
 from grpo_jax.stages import default_section
 from grpo_jax.stages import reward_model as reward_model_stage
 
-REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
-sys.path.insert(0, REPO)
-from configs import default as default_config  # noqa: E402
+from configs import default as default_config
 
 
 def test_bradley_terry_literals_and_gradient():

@@ -3,9 +3,6 @@ same core record; PPO and TRPO batches sharded over the data axis give the same 
 
 from __future__ import annotations
 
-import os
-import sys
-
 import jax
 import numpy as np
 import pytest
@@ -17,9 +14,7 @@ from grpo_jax.runner import CORE_METRICS
 from grpo_jax.runner.rewards import REWARD_SOURCES
 from grpo_jax.stages import KINDS, default_section
 
-REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
-sys.path.insert(0, REPO)
-from configs import default as default_config  # noqa: E402
+from configs import default as default_config
 
 
 def digit_share(completion, example):

@@ -19,7 +19,6 @@ from grpo_jax.metrics import read_metrics
 from grpo_jax.pipeline import train_and_evaluate
 
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
-sys.path.insert(0, REPO)
 from configs import default as default_config  # noqa: E402
 
 

@@ -2,9 +2,6 @@
 
 from __future__ import annotations
 
-import os
-import sys
-
 import jax
 import jax.numpy as jnp
 import numpy as np
@@ -18,9 +15,7 @@ from grpo_jax.runner import ConfigError, validate
 from grpo_jax.stages import KINDS, default_section
 from grpo_jax.training import Policy
 
-REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
-sys.path.insert(0, REPO)
-from configs import default as default_config  # noqa: E402
+from configs import default as default_config
 
 
 def _batch(rows=8, prompt_len=3, new=5, vocab=12, seed=0):

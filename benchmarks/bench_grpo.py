@@ -47,6 +47,7 @@ from flax import nnx  # noqa: E402
 
 import flops  # noqa: E402
 from configs import default as default_config  # noqa: E402
+from grpo_jax import host_memory  # noqa: E402
 from grpo_jax.metrics import read_metrics  # noqa: E402
 from grpo_jax.models import ModelConfig, Transformer, from_pretrained  # noqa: E402
 from grpo_jax.models.hf import save_pretrained  # noqa: E402
@@ -123,8 +124,9 @@ def device_even_share(tokenizer):
     return fn
 
 
-def stage_config(checkpoint: str, steps: int, fused_steps: int):
+def stage_config(checkpoint: str, steps: int, fused_steps: int, reuse_host_memory: bool):
     config = default_config.get_config()
+    config.reuse_host_memory = reuse_host_memory
     config.stages = "rl"
     config.compilation_cache_dir = ""  # compile for real: the first iteration's compile time
     config.task.name = "bench_words"
@@ -145,12 +147,12 @@ def stage_config(checkpoint: str, steps: int, fused_steps: int):
 
 
 def run_stage(checkpoint: str, workdir: str, *, warmup: int, iterations: int,
-              fused_steps: int = 0) -> dict:
+              fused_steps: int = 0, reuse_host_memory: bool = True) -> dict:
     """Our rl stage: median step seconds over the measured iterations, compile seconds."""
     chunk = max(fused_steps, 1)
     warmup = -(-warmup // chunk) * chunk  # whole programs
     steps = warmup + -(-iterations // chunk) * chunk
-    train_and_evaluate(stage_config(checkpoint, steps, fused_steps), workdir)
+    train_and_evaluate(stage_config(checkpoint, steps, fused_steps, reuse_host_memory), workdir)
     rows = [r for r in read_metrics(os.path.join(workdir, "metrics.jsonl"))
             if r.get("stage") == "rl"]
     measured = rows[warmup:]
@@ -221,10 +223,12 @@ def phase_split(checkpoint: str, repeats: int) -> dict:
             "update_s": timed(update, repeats)}
 
 
-def run_peer(python: str, script: str, hidden: int, warmup: int, iterations: int) -> dict:
+def run_peer(python: str, script: str, hidden: int, warmup: int, iterations: int,
+             malloc: str) -> dict:
     command = [python, os.path.join(HERE, "peers", script), "--hidden", str(hidden),
                "--warmup", str(warmup), "--iterations", str(iterations)]
-    env = {**os.environ, "JAX_PLATFORMS": "cpu"}
+    env = {**os.environ, "JAX_PLATFORMS": "cpu",
+           **(host_memory.ENVIRONMENT if malloc == "reuse" else {})}
     done = subprocess.run(command, capture_output=True, text=True, env=env, timeout=3600)
     lines = [line for line in done.stdout.splitlines() if line.startswith("RESULT ")]
     if done.returncode or not lines:
@@ -243,8 +247,15 @@ def main():
     parser.add_argument("--trl_python", default="")
     parser.add_argument("--tunix_python", default="")
     parser.add_argument("--json", default="", help="also write the figures here")
+    parser.add_argument("--malloc", choices=("reuse", "system"), default="reuse",
+                        help="reuse: glibc malloc keeps freed memory (grpo_jax.host_memory) in "
+                             "this process and, through its environment variables, in the "
+                             "peers' processes; system: the allocator's defaults for all")
     args = parser.parse_args()
-    print(f"jax {jax.__version__}, devices {jax.devices()}, cpu_count {os.cpu_count()}")
+    if args.malloc == "reuse":
+        host_memory.reuse_freed_memory()  # before the backend starts its threads
+    print(f"jax {jax.__version__}, devices {jax.devices()}, cpu_count {os.cpu_count()}, "
+          f"malloc {args.malloc}")
     results = {}
     for hidden in [int(h) for h in args.hidden.split(",")]:
         config = model_config(hidden)
@@ -256,11 +267,13 @@ def main():
         with tempfile.TemporaryDirectory() as tmp:
             checkpoint = os.path.join(tmp, "checkpoint")
             write_checkpoint(checkpoint, hidden)
+            reuse = args.malloc == "reuse"
             figures["host"] = run_stage(checkpoint, os.path.join(tmp, "host"),
-                                        warmup=args.warmup, iterations=args.iterations)
+                                        warmup=args.warmup, iterations=args.iterations,
+                                        reuse_host_memory=reuse)
             figures["fused"] = run_stage(checkpoint, os.path.join(tmp, "fused"),
                                          warmup=args.warmup, iterations=args.iterations,
-                                         fused_steps=args.fused_steps)
+                                         fused_steps=args.fused_steps, reuse_host_memory=reuse)
             figures["phases"] = phase_split(checkpoint, args.repeats)
         peak = {"sample": flops.matmul_flops_per_s(config, rows),
                 "reference": flops.matmul_flops_per_s(config, rows * length),
@@ -270,7 +283,8 @@ def main():
         for name, python, script in (("trl", args.trl_python, "trl_grpo.py"),
                                      ("tunix", args.tunix_python, "tunix_grpo.py")):
             if python:
-                figures[name] = run_peer(python, script, hidden, args.warmup, args.iterations)
+                figures[name] = run_peer(python, script, hidden, args.warmup, args.iterations,
+                                         args.malloc)
         results[hidden] = figures
         report(figures)
     if args.json:

@@ -31,7 +31,7 @@ import jax  # noqa: E402
 
 import flops  # noqa: E402
 from configs import default as default_config  # noqa: E402
-from grpo_jax import tasks  # noqa: E402
+from grpo_jax import host_memory, tasks  # noqa: E402
 from grpo_jax.metrics import read_metrics  # noqa: E402
 from grpo_jax.pipeline import train_and_evaluate  # noqa: E402
 from grpo_jax.runner.build import build_tokenizer, model_config_for  # noqa: E402
@@ -56,8 +56,15 @@ def main():
     parser.add_argument("--compare_packing", type=int, default=0, metavar="ROUNDS",
                         help="instead: the step on one batch packed and unpacked, alternated "
                              "for ROUNDS rounds in this process")
+    parser.add_argument("--malloc", choices=("reuse", "system"), default="reuse",
+                        help="reuse: glibc malloc keeps freed memory (grpo_jax.host_memory, the "
+                             "main job's default); system: the allocator's defaults")
     args = parser.parse_args()
     config = default_config.get_config()
+    config.reuse_host_memory = args.malloc == "reuse"
+    if config.reuse_host_memory:
+        host_memory.reuse_freed_memory()  # before the backend starts its threads
+    print(f"malloc {args.malloc}")
     if args.compare_packing:
         return compare_packing(config, args.compare_packing)
     if args.pack_len is not None:

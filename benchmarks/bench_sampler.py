@@ -29,6 +29,7 @@ import torch
 import transformers
 from flax import nnx
 
+from grpo_jax import host_memory
 from grpo_jax.models import from_pretrained
 from grpo_jax.sampling import SamplingConfig, generate
 
@@ -129,7 +130,13 @@ def main():
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--repeats", type=int, default=5)
     parser.add_argument("--batches", default="1,64")
+    parser.add_argument("--malloc", choices=("reuse", "system"), default="reuse",
+                        help="reuse: glibc malloc keeps freed memory (grpo_jax.host_memory) in "
+                             "this process, for both samplers; system: the allocator's defaults")
     args = parser.parse_args()
+    if args.malloc == "reuse":
+        host_memory.reuse_freed_memory()  # before the backend starts its threads
+    print(f"malloc {args.malloc}")
     torch.set_num_threads(os.cpu_count() or 1)
     torch.manual_seed(0)
     hf_model = transformers.Qwen2ForCausalLM(transformers.Qwen2Config(**SHAPE)).float().eval()

@@ -31,6 +31,9 @@ def get_config(preset: str | None = None) -> ml_collections.ConfigDict:
     # Compiled XLA programs are kept here and reused by a rerun or resume (and by a second
     # stage building the same program): "" turns the cache off.
     config.compilation_cache_dir = "~/.cache/grpo_jax/xla"
+    # Host malloc keeps freed memory for reuse, so XLA:CPU's per-call buffers are not faulted
+    # in again at every step (grpo_jax/host_memory.py); False leaves the system's allocator.
+    config.reuse_host_memory = True
     # Stages run in order and share one workdir. Each name is a section of this config
     # whose `kind` says what it does: pretrain | sft | eval | rl | ppo | trpo | reward_model |
     # rejection_sft | distill. Every field of a kind, with its comment, is in

@@ -94,7 +94,10 @@ def main(argv) -> None:
 
     config_arg = getattr(flags.FLAGS["config"], "config_filename", _DEFAULT_CONFIG)
     workdir = _WORKDIR.value or default_workdir(config_arg)
-    from grpo_jax import parallel
+    from grpo_jax import host_memory, parallel
+
+    if _CONFIG.value.get("reuse_host_memory", True) is True:
+        host_memory.reuse_freed_memory()  # before XLA's threads start (see host_memory)
 
     # Before anything touches devices; a no-op for one process without these flags.
     parallel.initialize_distributed(coordinator_address=_COORDINATOR.value,

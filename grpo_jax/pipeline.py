@@ -16,7 +16,7 @@ import time
 import jax
 import ml_collections
 
-from grpo_jax import compilation, parallel
+from grpo_jax import compilation, host_memory, parallel
 from grpo_jax import tasks as tasks_lib
 from grpo_jax.runner import Run, StageSpec, validate
 from grpo_jax.runner.guards import Preempted, StopRequest
@@ -35,6 +35,8 @@ def train_and_evaluate(config: ml_collections.ConfigDict, workdir: str) -> dict:
     """
     parallel.initialize_distributed()  # before anything touches devices; no-op on one host
     prompt_len = validate(config, KINDS)  # None: the tokenizer is trained in the workdir
+    if config.get("reuse_host_memory", True):
+        host_memory.reuse_freed_memory()  # a no-op when main (or a benchmark) already did
     compilation.use_cache(config.get("compilation_cache_dir", compilation.DEFAULT_CACHE_DIR))
     with StopRequest() as stop:
         while True:

@@ -291,7 +291,7 @@ def _flatten(tree, prefix=""):
 
 
 # Fields that do not change what a run computes: a resume may set them differently.
-NOT_RESULTS = ("compilation_cache_dir",)
+NOT_RESULTS = ("compilation_cache_dir", "reuse_host_memory")
 
 
 def check_config_drift(config, workdir: str) -> list:

@@ -422,6 +422,8 @@ def validate(config: ml_collections.ConfigDict, kinds, tokenizer=None) -> int | 
     top.integer("max_consecutive_skips")
     if "compilation_cache_dir" in config:
         top.string("compilation_cache_dir")
+    if "reuse_host_memory" in config:
+        top.boolean("reuse_host_memory")
 
     task = Fields(config.task, "task")
     task.choice("name", tasks_lib.available_tasks())

@@ -21,6 +21,11 @@ one after another), so nothing of theirs is a dependency of this project:
 
     JAX_PLATFORMS=cpu python benchmarks/bench_grpo.py --hidden 128,256 \
         --trl_python /work/peers/trl/bin/python --tunix_python /work/peers/tunix/bin/python
+
+`--malloc reuse` (the default) sets glibc malloc to keep freed memory (`grpo_jax.host_memory`,
+as the main job does) in this process and, through the `MALLOC_*` environment variables, in
+the peers' processes, so all three run on the same allocator; `--malloc system` leaves every
+process with glibc's defaults.
 """
 
 from __future__ import annotations

@@ -9,7 +9,7 @@ that many rows, measured in the same run. The rows: with pretrain.pack_len (the 
 packs into rows of 64 tokens) as many as the stage packs each step into; with
 --pack_len 0, one example per row at the longest row rounded up to 8 (40 tokens).
 
-    JAX_PLATFORMS=cpu python benchmarks/bench_pretrain.py [--steps 40] [--pack_len 0]
+    JAX_PLATFORMS=cpu python benchmarks/bench_pretrain.py [--steps 40] [--pack_len 0] [--malloc system]
 """
 
 from __future__ import annotations

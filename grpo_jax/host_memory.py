@@ -14,7 +14,8 @@ three malloc options so those pages stay mapped and are reused:
   `M_MMAP_MAX` says; XLA runs a program from its worker threads as well as the caller's, so
   with 2 arenas the big blocks were still mapped anew at some calls (under load, at every
   call of tests/test_host_memory.py's probe). The price is one lock for all threads: 2.5x
-  the context switches, no loss in the pretraining step.
+  the context switches; no loss in the pretraining step, but the sampler's many small
+  allocations wait for it (bench_grpo's sampling phase at hidden 128: 0.19 -> 0.26 s).
 
 On this project's 2-core CPU machine the main job's pretraining step went from 196 to 148 ms
 (median of 1500; the whole job 463 s -> 412 s, identical metrics) and the GRPO update at

@@ -70,6 +70,9 @@ def get_config(preset: str | None = None) -> ml_collections.ConfigDict:
     # Output-head chunk (positions) for teacher-forced log-probs; 0 = whole sequence at once.
     # Use e.g. 256 with 150k-token vocabularies so full [B, T, V] logits never materialise.
     config.model.logprob_chunk_size = 0
+    # Row groups per update computed side by side in one program (training.accumulate_gradients);
+    # 0 = training.default_batch_streams(): 2 on a single-device CPU, else 1.
+    config.model.batch_streams = 0
     # Shape overrides on top of the named size (None = the size's own value), e.g.
     # --config.model.hidden_size=192 --config.model.num_layers=6.
     for field, kind in (("hidden_size", int), ("num_layers", int), ("num_heads", int),

@@ -9,10 +9,12 @@ inside a trace.
 from __future__ import annotations
 
 import dataclasses
+import os
 from typing import Any, Callable
 
 import jax
 import jax.numpy as jnp
+import numpy as np
 import optax
 from flax import nnx
 
@@ -28,12 +30,18 @@ class Policy:
     # Sequence chunk of the output head in teacher-forced log-probs (None: all positions at
     # once). Set it for large vocabularies so [B, T, V] float32 logits never exist at once.
     logprob_chunk_size: int | None = None
+    # Row groups of each (micro-)batch whose gradients the update steps compute side by side
+    # in one program (`accumulate_gradients`); see `default_batch_streams`.
+    batch_streams: int = 1
 
     @classmethod
-    def from_model(cls, model: nnx.Module, *, logprob_chunk_size: int | None = None
-                   ) -> tuple["Policy", Params]:
+    def from_model(cls, model: nnx.Module, *, logprob_chunk_size: int | None = None,
+                   batch_streams: int = 1) -> tuple["Policy", Params]:
+        if batch_streams < 1:
+            raise ValueError(f"batch_streams must be >= 1, got {batch_streams}")
         graphdef, state = nnx.split(model)
-        return cls(graphdef, state, logprob_chunk_size or None), nnx.to_pure_dict(state)
+        return (cls(graphdef, state, logprob_chunk_size or None, batch_streams),
+                nnx.to_pure_dict(state))
 
     def state(self, params: Params):
         """nnx.State of the model carrying `params` (works on tracers)."""
@@ -95,27 +103,75 @@ def split_micro_batches(batch: Any, num_micro_batches: int) -> Any:
     return jax.tree.map(reshape, batch)
 
 
+def default_batch_streams() -> int:
+    """Row groups per update on this backend: 2 on a single-device CPU with two or more
+    cores, else 1.
+
+    XLA:CPU runs the many small element-wise ops of a small model one at a time, on one
+    core, while its matmuls use all of them. Two independent row groups in one program give
+    the runtime two ops it can run side by side: 0.95x the time of the GRPO update at hidden
+    128 and 256 and 0.98x of the main job's pretraining step on a 2-core machine, but no
+    change in the main job's wall time (benchmarks/README.md). On GPU or TPU, and when the rows are sharded over several
+    devices (a slice of the batch would be resharded), it is 1.
+    """
+    single_cpu = jax.default_backend() == "cpu" and jax.device_count() == 1
+    return 2 if single_cpu and (os.cpu_count() or 1) >= 2 else 1
+
+
+def _combine_metrics(metric_sum: dict, metrics: dict) -> dict:
+    """`*_max` metrics are maxima, the rest sums."""
+    return {k: jnp.maximum(metric_sum[k], v) if k.endswith("_max") else metric_sum[k] + v
+            for k, v in metrics.items()}
+
+
+def _in_streams(grad_fn: Callable, streams: int) -> Callable:
+    """`grad_fn(params, batch)` as the sum over `streams` contiguous row groups of the batch,
+    computed independently in the same program (groups differ by at most one row)."""
+
+    def fn(params, batch):
+        rows = jax.tree.leaves(batch)[0].shape[0]
+        cuts = np.linspace(0, rows, min(streams, rows) + 1).round().astype(int)
+        loss = metrics = grads = None
+        for start, stop in zip(cuts[:-1], cuts[1:]):
+            (part_loss, part_metrics), part_grads = grad_fn(
+                params, jax.tree.map(lambda x: x[start:stop], batch))
+            if grads is None:
+                loss, metrics, grads = part_loss, part_metrics, part_grads
+            else:
+                loss = loss + part_loss
+                metrics = _combine_metrics(metrics, part_metrics)
+                grads = jax.tree.map(jnp.add, grads, part_grads)
+        return (loss, metrics), grads
+
+    return fn
+
+
 def accumulate_gradients(
     loss_fn: Callable[[Params, Any], tuple[jax.Array, dict]],
     params: Params,
     batch: Any,
     num_micro_batches: int,
+    streams: int = 1,
 ) -> tuple[jax.Array, Params, dict]:
     """Sum of micro-batch losses, gradients and metrics.
 
     `loss_fn` must normalise with global counts (see `grpo_jax.losses.aggregate`) so that
     the sum over micro-batches equals the full-batch value exactly. Metrics whose name ends
     in `_max` are combined with a maximum instead of a sum. `metrics` must be a flat dict.
+
+    Micro-batches run one after another (a `lax.scan`: memory for one at a time). Each is
+    further split into `streams` row groups whose gradients are computed independently in
+    the same program, which XLA:CPU can run side by side (`default_batch_streams`); the sum
+    is the same up to float rounding.
     """
     grad_fn = jax.value_and_grad(loss_fn, has_aux=True)
+    if streams > 1:
+        grad_fn = _in_streams(grad_fn, streams)
     if num_micro_batches == 1:
         (loss, metrics), grads = grad_fn(params, batch)
         return loss, grads, metrics
     micro = split_micro_batches(batch, num_micro_batches)
-
-    def combine(metric_sum, metrics):  # `*_max` metrics are maxima, the rest sums
-        return {k: jnp.maximum(metric_sum[k], v) if k.endswith("_max") else metric_sum[k] + v
-                for k, v in metrics.items()}
+    combine = _combine_metrics
 
     def body(carry, micro_batch):
         loss_sum, grad_sum, metric_sum = carry

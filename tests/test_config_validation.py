@@ -102,6 +102,7 @@ HOSTILE = [
     (DEFAULT, "--config.stages=", "stages"),
     (DEFAULT, "--config.seed=-1", "seed"),
     (DEFAULT, "--config.reuse_host_memory=maybe", "reuse_host_memory"),
+    (DEFAULT, "--config.model.batch_streams=-1", "model.batch_streams"),
     (PPO, "--config.ppo.gamma=1.5", "ppo.gamma"),
     (PPO, "--config.ppo.num_minibatches=3", "ppo.num_minibatches"),
     (PPO, "--config.ppo.critic_lr=0", "ppo.critic_lr"),

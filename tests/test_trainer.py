@@ -10,6 +10,7 @@ import sys
 import jax
 import jax.numpy as jnp
 import numpy as np
+import optax
 import pytest
 
 from grpo_jax.runner import ConfigError
@@ -81,10 +82,17 @@ def test_same_seed_same_metrics(tmp_path):
         read_metrics(tmp_path / "b" / "metrics.jsonl"))
 
 
-def test_micro_batches_give_the_same_update():
+def test_micro_batches_and_streams_give_the_same_update():
+    """1, 2 or 4 micro-batches, each in 1 or 3 row groups (3 of 4 rows: uneven): the same
+    update, loss and metrics (`*_max` combined by maximum) up to float rounding. (Plain SGD,
+    so the parameters move by the gradient itself: Adam's first step, g / |g|, would turn
+    rounding in a near-zero gradient into a visible difference.)"""
+    import dataclasses
+
     from grpo_jax.models import Transformer, named_config
     from grpo_jax.rl.update import LossSettings, make_train_step
-    from grpo_jax.training import Policy, make_optimizer
+    from grpo_jax.sft.loss import make_supervised_step
+    from grpo_jax.training import Policy
     from flax import nnx
 
     model = Transformer(named_config("tiny-1m", vocab_size=16, hidden_size=32, num_layers=1,
@@ -105,22 +113,55 @@ def test_micro_batches_give_the_same_update():
         "advantages": jnp.asarray(rng.normal(size=rows), jnp.float32),
         "ref_logp": jnp.asarray(-rng.uniform(0.5, 3.0, (rows, new)), jnp.float32),
         "old_logp": jnp.asarray(-rng.uniform(0.5, 3.0, (rows, new)), jnp.float32),
+        "sample_logp": jnp.asarray(-rng.uniform(0.5, 3.0, (rows, new)), jnp.float32),
     }
-    optimizer, _ = make_optimizer(lr=1e-2, steps=10, warmup_frac=0.0, clip_norm=0.0)
+    optimizer = optax.sgd(0.5)
     for agg in ("token-mean", "seq-mean-token-mean", "seq-mean-token-sum",
                 "seq-mean-token-sum-norm"):
         settings = LossSettings(beta=0.1, loss_agg=agg, on_policy=False)
         results = []
-        for micro in (1, 4):
-            step = make_train_step(policy, optimizer, settings, prompt_len=prompt_len,
+        # (micro-batches, streams); the row groups on two of the aggregations
+        layouts = ((1, 1), (4, 1)) + (((2, 3),) if agg.endswith("mean") else ())
+        for micro, streams in layouts:
+            step = make_train_step(dataclasses.replace(policy, batch_streams=streams),
+                                   optimizer, settings, prompt_len=prompt_len,
                                    micro_batches=micro)
             p = jax.tree.map(jnp.copy, params)
             p, _, metrics = step(p, optimizer.init(p), batch)
             results.append((p, metrics))
-        (p1, m1), (p4, m4) = results
-        jax.tree.map(lambda x, y: np.testing.assert_allclose(x, y, rtol=2e-5, atol=1e-6), p1, p4)
-        np.testing.assert_allclose(m1["loss"], m4["loss"], rtol=1e-5, atol=1e-7)
-        np.testing.assert_allclose(m1["grad_norm"], m4["grad_norm"], rtol=1e-4)
+        p1, m1 = results[0]
+        for (p2, m2), layout in zip(results[1:], layouts[1:]):
+            jax.tree.map(lambda x, y: np.testing.assert_allclose(x, y, rtol=2e-5, atol=1e-6),
+                         p1, p2)
+            for key in ("loss", "kl_ref", "logp_diff_max", "logp_diff_mean", "clip_frac"):
+                np.testing.assert_allclose(m1[key], m2[key], rtol=1e-5, atol=1e-7,
+                                           err_msg=f"{agg} {layout} {key}")
+            np.testing.assert_allclose(m1["grad_norm"], m2["grad_norm"], rtol=1e-4)
+    # The supervised step splits the same way (next-token loss over a loss mask).
+    sft = {"tokens": batch["tokens"], "attention_mask": batch["attention_mask"],
+           "loss_mask": batch["attention_mask"]}
+    outs = []
+    for streams in (1, 3):
+        step = make_supervised_step(dataclasses.replace(policy, batch_streams=streams),
+                                    optimizer)
+        p = jax.tree.map(jnp.copy, params)
+        outs.append(step(p, optimizer.init(p), sft))
+    jax.tree.map(lambda x, y: np.testing.assert_allclose(x, y, rtol=2e-5, atol=1e-6),
+                 outs[0][0], outs[1][0])
+    np.testing.assert_allclose(outs[0][2]["loss"], outs[1][2]["loss"], rtol=1e-6)
+
+
+def test_batch_streams_default_and_bounds():
+    from grpo_jax.training import Policy, default_batch_streams
+    from grpo_jax.models import Transformer, named_config
+    from flax import nnx
+
+    # The test process has 8 CPU devices: rows may be sharded, so one row group.
+    assert jax.device_count() > 1 and default_batch_streams() == 1
+    model = Transformer(named_config("tiny-1m", vocab_size=16, max_seq_len=16),
+                        rngs=nnx.Rngs(0))
+    with pytest.raises(ValueError, match="batch_streams must be >= 1"):
+        Policy.from_model(model, batch_streams=0)
 
 
 @pytest.mark.parametrize("field,value,needle", [

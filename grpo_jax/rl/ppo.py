@@ -181,10 +181,11 @@ def make_ppo_update(policy: Policy, critic: Policy, policy_optimizer, critic_opt
     def update(params, opt_state, critic_params, critic_opt_state, batch):
         num_tokens = jnp.maximum(jnp.sum(batch["completion_mask"].astype(jnp.float32)), 1.0)
         _, grads, metrics = accumulate_gradients(
-            functools.partial(policy_loss, num_tokens=num_tokens), params, batch, micro_batches)
+            functools.partial(policy_loss, num_tokens=num_tokens), params, batch, micro_batches,
+            policy.batch_streams)
         _, critic_grads, critic_metrics = accumulate_gradients(
             functools.partial(critic_loss, num_tokens=num_tokens), critic_params, batch,
-            micro_batches)
+            micro_batches, critic.batch_streams)
         metrics = {**metrics, **critic_metrics, "grad_norm": optax.global_norm(grads),
                    "critic_grad_norm": optax.global_norm(critic_grads)}
         # Policy and critic move together or not at all (a non-finite value of either).

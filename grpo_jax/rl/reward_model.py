@@ -28,11 +28,11 @@ from grpo_jax.training import (Params, Policy, accumulate_gradients, apply_if_fi
 REWARD_MODEL_REWARD = "reward_model"  # name of the learned reward in a stage's `rewards`
 
 
-def scalar_head_policy(model_config: ModelConfig) -> Policy:
+def scalar_head_policy(model_config: ModelConfig, *, batch_streams: int = 1) -> Policy:
     """The Policy (graph + abstract template) of `model_config` with a scalar value head."""
     config = model_config.replace(value_head=True)
     abstract = nnx.eval_shape(lambda: Transformer(config, rngs=nnx.Rngs(0)))
-    policy, _ = Policy.from_model(abstract)
+    policy, _ = Policy.from_model(abstract, batch_streams=batch_streams)
     return policy
 
 
@@ -125,7 +125,8 @@ def make_reward_model_step(policy: Policy, optimizer: optax.GradientTransformati
     def step(params, opt_state, batch):
         num_pairs = jnp.asarray(batch["chosen_tokens"].shape[0], jnp.float32)
         fn = functools.partial(loss_fn, num_pairs=num_pairs)
-        _, grads, metrics = accumulate_gradients(fn, params, batch, micro_batches)
+        _, grads, metrics = accumulate_gradients(fn, params, batch, micro_batches,
+                                                  policy.batch_streams)
         metrics["grad_norm"] = optax.global_norm(grads)
         params, opt_state, flags = apply_if_finite(optimizer, grads, opt_state, params,
                                                    loss=metrics["loss"])

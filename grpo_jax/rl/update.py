@@ -102,7 +102,8 @@ def make_train_step(policy: Policy, optimizer: optax.GradientTransformation,
         loss_fn = functools.partial(policy_loss, policy=policy, settings=settings,
                                     prompt_len=prompt_len, num_tokens=num_tokens,
                                     num_sequences=num_sequences)
-        loss, grads, metrics = accumulate_gradients(loss_fn, params, batch, micro_batches)
+        loss, grads, metrics = accumulate_gradients(loss_fn, params, batch, micro_batches,
+                                                      policy.batch_streams)
         metrics["grad_norm"] = optax.global_norm(grads)
         params, opt_state, flags = apply_if_finite(optimizer, grads, opt_state, params,
                                                    loss=loss)

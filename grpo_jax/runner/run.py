@@ -28,7 +28,7 @@ from grpo_jax.runner.build import (CONFIG_FILE, HISTORY_FIELD, build_model, buil
 from grpo_jax.runner.guards import NonFiniteError, Preempted, StopRequest, WorkdirLock
 from grpo_jax.runner.validation import (ConfigError, _axes, check_vocabulary, stage_names,
                                         validate)
-from grpo_jax.training import Policy, all_finite
+from grpo_jax.training import Policy, all_finite, default_batch_streams
 
 _all_finite = jax.jit(all_finite)  # one program per parameter structure
 
@@ -110,7 +110,9 @@ class Run:
     def place_model(self, model) -> tuple[Policy, Any]:
         """(Policy, params) of an NNX model with its parameters sharded on the run's mesh."""
         model = parallel.shard_model_state(model, self.mesh, self.rules)
-        return Policy.from_model(model, logprob_chunk_size=self.config.model.logprob_chunk_size)
+        streams = self.config.model.batch_streams or default_batch_streams()
+        return Policy.from_model(model, logprob_chunk_size=self.config.model.logprob_chunk_size,
+                                 batch_streams=streams)
 
     def replace_model(self, model_name: str, *, seed: int) -> None:
         """Makes a fresh model of another named size the run's model (distillation).

@@ -273,6 +273,7 @@ def validate_model(config, vocab_size: int = 256):
     model.choice("param_dtype", _DTYPES)
     model.integer("max_seq_len", low=2)
     model.integer("logprob_chunk_size", low=0)
+    model.integer("batch_streams", low=0)
     if config.model.init_from:
         checkpoint_model = checkpoint_config(config)
         for field in MODEL_SHAPE_FIELDS:

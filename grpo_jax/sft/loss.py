@@ -32,7 +32,8 @@ def make_supervised_step(policy: Policy, optimizer: optax.GradientTransformation
     def step(params, opt_state, batch):
         num_tokens = jnp.maximum(jnp.sum(batch["loss_mask"].astype(jnp.float32)), 1.0)
         loss_fn = functools.partial(supervised_loss, policy=policy, num_tokens=num_tokens)
-        loss, grads, metrics = accumulate_gradients(loss_fn, params, batch, micro_batches)
+        loss, grads, metrics = accumulate_gradients(loss_fn, params, batch, micro_batches,
+                                                      policy.batch_streams)
         metrics["grad_norm"] = optax.global_norm(grads)
         params, opt_state, flags = apply_if_finite(optimizer, grads, opt_state, params,
                                                    loss=loss)

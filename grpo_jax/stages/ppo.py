@@ -82,7 +82,8 @@ class PPOLearner(Learner):
         total = section.steps * self.updates_per_step
         optimizer, self.schedule = stage_optimizer(run, lr=section.lr, steps=total)
         critic_optimizer, _ = stage_optimizer(run, lr=section.critic_lr, steps=total)
-        critic = scalar_head_policy(run.model_config)
+        critic = scalar_head_policy(run.model_config,
+                                    batch_streams=run.policy.batch_streams)
         critic_params = add_scalar_head(run.params)
         self.use_reference = section.beta > 0
         self.state = {"params": run.params,

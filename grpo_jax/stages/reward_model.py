@@ -79,7 +79,8 @@ def run_reward_model(run, stage) -> None:
         raise ValueError(f"{stage.name}.num_pairs: only {len(train)} preference pairs could be "
                          f"built, fewer than batch_size {section.batch_size}")
     data = _pair_arrays(run, train)
-    policy = rm.scalar_head_policy(run.model_config)
+    policy = rm.scalar_head_policy(run.model_config,
+                                   batch_streams=run.policy.batch_streams)
     if section.init == "policy":
         params = rm.add_scalar_head(run.params)
     else:

@@ -111,8 +111,8 @@ def default_batch_streams() -> int:
     core, while its matmuls use all of them. Two independent row groups in one program give
     the runtime two ops it can run side by side: 0.95x the time of the GRPO update at hidden
     128 and 256 and 0.98x of the main job's pretraining step on a 2-core machine, but no
-    change in the main job's wall time (benchmarks/README.md). On GPU or TPU, and when the rows are sharded over several
-    devices (a slice of the batch would be resharded), it is 1.
+    change in the main job's wall time (benchmarks/README.md). On GPU or TPU, and when the
+    rows are sharded over several devices (a slice of the batch would be resharded), it is 1.
     """
     single_cpu = jax.default_backend() == "cpu" and jax.device_count() == 1
     return 2 if single_cpu and (os.cpu_count() or 1) >= 2 else 1

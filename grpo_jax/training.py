@@ -9,6 +9,7 @@ inside a trace.
 from __future__ import annotations
 
 import dataclasses
+import functools
 import os
 from typing import Any, Callable
 
@@ -118,10 +119,13 @@ def default_batch_streams() -> int:
     return 2 if single_cpu and (os.cpu_count() or 1) >= 2 else 1
 
 
-def _combine_metrics(metric_sum: dict, metrics: dict) -> dict:
-    """`*_max` metrics are maxima, the rest sums."""
-    return {k: jnp.maximum(metric_sum[k], v) if k.endswith("_max") else metric_sum[k] + v
-            for k, v in metrics.items()}
+def _add_parts(total: tuple, part: tuple) -> tuple:
+    """(loss, grads, metrics) of two parts of a batch combined: sums, except that `*_max`
+    metrics take the maximum."""
+    (loss, grads, metrics), (part_loss, part_grads, part_metrics) = total, part
+    return (loss + part_loss, jax.tree.map(jnp.add, grads, part_grads),
+            {k: jnp.maximum(metrics[k], v) if k.endswith("_max") else metrics[k] + v
+             for k, v in part_metrics.items()})
 
 
 def _in_streams(grad_fn: Callable, streams: int) -> Callable:
@@ -131,16 +135,11 @@ def _in_streams(grad_fn: Callable, streams: int) -> Callable:
     def fn(params, batch):
         rows = jax.tree.leaves(batch)[0].shape[0]
         cuts = np.linspace(0, rows, min(streams, rows) + 1).round().astype(int)
-        loss = metrics = grads = None
+        parts = []
         for start, stop in zip(cuts[:-1], cuts[1:]):
-            (part_loss, part_metrics), part_grads = grad_fn(
-                params, jax.tree.map(lambda x: x[start:stop], batch))
-            if grads is None:
-                loss, metrics, grads = part_loss, part_metrics, part_grads
-            else:
-                loss = loss + part_loss
-                metrics = _combine_metrics(metrics, part_metrics)
-                grads = jax.tree.map(jnp.add, grads, part_grads)
+            (loss, metrics), grads = grad_fn(params, jax.tree.map(lambda x: x[start:stop], batch))
+            parts.append((loss, grads, metrics))
+        loss, grads, metrics = functools.reduce(_add_parts, parts)
         return (loss, metrics), grads
 
     return fn
@@ -171,16 +170,10 @@ def accumulate_gradients(
         (loss, metrics), grads = grad_fn(params, batch)
         return loss, grads, metrics
     micro = split_micro_batches(batch, num_micro_batches)
-    combine = _combine_metrics
 
     def body(carry, micro_batch):
-        loss_sum, grad_sum, metric_sum = carry
         (loss, metrics), grads = grad_fn(params, micro_batch)
-        return (
-            loss_sum + loss,
-            jax.tree.map(jnp.add, grad_sum, grads),
-            combine(metric_sum, metrics),
-        ), None
+        return _add_parts(carry, (loss, grads, metrics)), None
 
     first = jax.tree.map(lambda x: x[0], micro)
     (_, metric_shapes), _ = jax.eval_shape(grad_fn, params, first)

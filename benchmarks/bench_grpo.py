@@ -181,14 +181,16 @@ def timed(fn, repeats: int) -> float:
     return statistics.median(times)
 
 
-def phase_split(checkpoint: str, repeats: int) -> dict:
-    """Seconds of each piece of one iteration, called as the rl stage calls them."""
+def sampled_rollout(checkpoint: str):
+    """One rollout as the rl stage samples it at these shapes.
+
+    Returns (policy, params, tokenizer, examples, sample, rollout): `sample()` is the
+    sampler call, `rollout` the fields build_batch reads (plus `lengths`) of one such call.
+    """
     model, _ = from_pretrained(checkpoint)
     policy, params = Policy.from_model(model)
-    ref_params = jax.tree.map(jnp.copy, params)
     tokenizer = HFTokenizer(checkpoint)
-    task = WordsTask()
-    examples = [ex for ex in task.examples("train", PROMPTS, seed=0) for _ in range(GROUP)]
+    examples = [ex for ex in WordsTask().examples("train", PROMPTS, seed=0) for _ in range(GROUP)]
     prompts, prompt_mask = encode_prompts(
         tokenizer, [f"Q: {ex.prompt}\nA: " for ex in examples], prompt_len=PROMPT_LEN)
     sampling = SamplingConfig(max_new_tokens=NEW_TOKENS, eos_ids=tokenizer.eos_ids,
@@ -197,16 +199,23 @@ def phase_split(checkpoint: str, repeats: int) -> dict:
     sample = lambda: generate(policy.graphdef, policy.state(params), prompts, prompt_mask, key,
                               config=sampling)
     out = jax.device_get(sample())
+    rollout = types.SimpleNamespace(
+        prompt_tokens=prompts, prompt_mask=prompt_mask, tokens=out.tokens, mask=out.mask,
+        sample_logp=out.logp, lengths=out.lengths)
+    return policy, params, tokenizer, examples, sample, rollout
+
+
+def phase_split(checkpoint: str, repeats: int) -> dict:
+    """Seconds of each piece of one iteration, called as the rl stage calls them."""
+    policy, params, tokenizer, examples, sample, rollout = sampled_rollout(checkpoint)
+    ref_params = jax.tree.map(jnp.copy, params)
 
     def host():  # what the rollout does on the host after sampling
-        texts = [tokenizer.decode(out.tokens[i, : out.lengths[i]].tolist())
+        texts = [tokenizer.decode(rollout.tokens[i, : rollout.lengths[i]].tolist())
                  for i in range(len(examples))]
         rewards = np.asarray([even_share(t, ex) for t, ex in zip(texts, examples)], np.float32)
         return rewards
 
-    rollout = types.SimpleNamespace(  # the fields build_batch reads
-        prompt_tokens=prompts, prompt_mask=prompt_mask, tokens=out.tokens, mask=out.mask,
-        sample_logp=out.logp)
     batch = jax.device_put(build_batch(rollout, compute_advantages(
         host(), algorithm="grpo", group_size=GROUP)))
     logp_fn = make_logp_fn(policy, prompt_len=PROMPT_LEN)

@@ -23,7 +23,6 @@ import statistics
 import sys
 import tempfile
 import time
-import types
 
 os.environ.setdefault("JAX_PLATFORMS", "cpu")
 HERE = os.path.dirname(os.path.abspath(__file__))
@@ -50,19 +49,7 @@ def grpo_update(hidden: int, tmp: str):
     """(policy, params, optimizer, batch, make_step) of bench_grpo's update at `hidden`."""
     checkpoint = os.path.join(tmp, f"checkpoint{hidden}")
     grpo.write_checkpoint(checkpoint, hidden)
-    model, _ = grpo.from_pretrained(checkpoint)
-    policy, params = Policy.from_model(model)
-    tokenizer = grpo.HFTokenizer(checkpoint)
-    examples = [ex for ex in grpo.WordsTask().examples("train", grpo.PROMPTS, seed=0)
-                for _ in range(grpo.GROUP)]
-    prompts, prompt_mask = grpo.encode_prompts(
-        tokenizer, [f"Q: {ex.prompt}\nA: " for ex in examples], prompt_len=grpo.PROMPT_LEN)
-    sampling = grpo.SamplingConfig(max_new_tokens=grpo.NEW_TOKENS, eos_ids=tokenizer.eos_ids,
-                                   pad_id=tokenizer.pad_id)
-    out = jax.device_get(grpo.generate(policy.graphdef, policy.state(params), prompts,
-                                       prompt_mask, jax.random.key(0), config=sampling))
-    rollout = types.SimpleNamespace(prompt_tokens=prompts, prompt_mask=prompt_mask,
-                                    tokens=out.tokens, mask=out.mask, sample_logp=out.logp)
+    policy, params, _, examples, _, rollout = grpo.sampled_rollout(checkpoint)
     rewards = np.random.default_rng(0).random(len(examples)).astype(np.float32)
     batch = jax.device_put(grpo.build_batch(rollout, grpo.compute_advantages(
         rewards, algorithm="grpo", group_size=grpo.GROUP)))

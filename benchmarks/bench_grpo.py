@@ -218,11 +218,11 @@ def phase_split(checkpoint: str, repeats: int) -> dict:
 
     batch = jax.device_put(build_batch(rollout, compute_advantages(
         host(), algorithm="grpo", group_size=GROUP)))
-    logp_fn = make_logp_fn(policy, prompt_len=PROMPT_LEN)
+    logp_fn = make_logp_fn(policy, prompt_len=PROMPT_LEN, group_size=GROUP)
     batch["ref_logp"] = logp_fn(ref_params, batch["tokens"], batch["attention_mask"])
     optimizer, _ = make_optimizer(lr=1e-5, steps=100, warmup_frac=0.0)
     train_step = make_train_step(policy, optimizer, LossSettings(beta=0.04),
-                                 prompt_len=PROMPT_LEN, micro_batches=1)
+                                 prompt_len=PROMPT_LEN, micro_batches=1, group_size=GROUP)
     state = {"params": jax.tree.map(jnp.copy, params),
              "opt_state": init_opt_state(optimizer, params)}
 

@@ -46,18 +46,21 @@ from grpo_jax.training import Policy, default_batch_streams, init_opt_state, mak
 
 
 def grpo_update(hidden: int, tmp: str):
-    """(policy, params, optimizer, batch, make_step) of bench_grpo's update at `hidden`."""
+    """(policy, params, optimizer, batch, make_step) of bench_grpo's update at `hidden`;
+    make_step(policy, group=8) shares each prompt over its group of 8, as the rl stage does."""
     checkpoint = os.path.join(tmp, f"checkpoint{hidden}")
     grpo.write_checkpoint(checkpoint, hidden)
     policy, params, _, examples, _, rollout = grpo.sampled_rollout(checkpoint)
     rewards = np.random.default_rng(0).random(len(examples)).astype(np.float32)
     batch = jax.device_put(grpo.build_batch(rollout, grpo.compute_advantages(
         rewards, algorithm="grpo", group_size=grpo.GROUP)))
-    batch["ref_logp"] = grpo.make_logp_fn(policy, prompt_len=grpo.PROMPT_LEN)(
+    batch["ref_logp"] = grpo.make_logp_fn(policy, prompt_len=grpo.PROMPT_LEN,
+                                          group_size=grpo.GROUP)(
         params, batch["tokens"], batch["attention_mask"])
     optimizer, _ = make_optimizer(lr=1e-5, steps=100, warmup_frac=0.0)
-    make = lambda p: grpo.make_train_step(p, optimizer, grpo.LossSettings(beta=0.04),  # noqa
-                                          prompt_len=grpo.PROMPT_LEN, micro_batches=1)
+    make = lambda p, group=grpo.GROUP: grpo.make_train_step(  # noqa: E731
+        p, optimizer, grpo.LossSettings(beta=0.04), prompt_len=grpo.PROMPT_LEN,
+        micro_batches=1, group_size=group)
     return policy, params, optimizer, batch, make
 
 

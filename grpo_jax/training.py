@@ -128,13 +128,15 @@ def _add_parts(total: tuple, part: tuple) -> tuple:
              for k, v in part_metrics.items()})
 
 
-def _in_streams(grad_fn: Callable, streams: int) -> Callable:
+def _in_streams(grad_fn: Callable, streams: int, row_unit: int = 1) -> Callable:
     """`grad_fn(params, batch)` as the sum over `streams` contiguous row groups of the batch,
-    computed independently in the same program (groups differ by at most one row)."""
+    computed independently in the same program (cut at multiples of `row_unit` rows; the
+    groups differ by at most one unit)."""
 
     def fn(params, batch):
         rows = jax.tree.leaves(batch)[0].shape[0]
-        cuts = np.linspace(0, rows, min(streams, rows) + 1).round().astype(int)
+        units = rows // row_unit
+        cuts = np.linspace(0, units, min(streams, units) + 1).round().astype(int) * row_unit
         parts = []
         for start, stop in zip(cuts[:-1], cuts[1:]):
             (loss, metrics), grads = grad_fn(params, jax.tree.map(lambda x: x[start:stop], batch))
@@ -151,6 +153,7 @@ def accumulate_gradients(
     batch: Any,
     num_micro_batches: int,
     streams: int = 1,
+    row_unit: int = 1,
 ) -> tuple[jax.Array, Params, dict]:
     """Sum of micro-batch losses, gradients and metrics.
 
@@ -161,11 +164,17 @@ def accumulate_gradients(
     Micro-batches run one after another (a `lax.scan`: memory for one at a time). Each is
     further split into `streams` row groups whose gradients are computed independently in
     the same program, which XLA:CPU can run side by side (`default_batch_streams`); the sum
-    is the same up to float rounding.
+    is the same up to float rounding. Row groups are cut at multiples of `row_unit` rows
+    (which must divide a micro-batch), so units such as the completions of one prompt stay
+    together.
     """
+    rows = jax.tree.leaves(batch)[0].shape[0]
+    if (rows // max(num_micro_batches, 1)) % row_unit:
+        raise ValueError(f"accumulate_gradients: row_unit {row_unit} does not divide a "
+                         f"micro-batch of {rows} / {num_micro_batches} rows")
     grad_fn = jax.value_and_grad(loss_fn, has_aux=True)
     if streams > 1:
-        grad_fn = _in_streams(grad_fn, streams)
+        grad_fn = _in_streams(grad_fn, streams, row_unit)
     if num_micro_batches == 1:
         (loss, metrics), grads = grad_fn(params, batch)
         return loss, grads, metrics

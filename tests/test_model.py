@@ -10,6 +10,7 @@ from grpo_jax.models import (
     ModelConfig,
     Transformer,
     apply_rope,
+    completion_logprobs,
     logprobs,
     named_config,
     rope_inverse_frequencies,
@@ -139,6 +140,59 @@ def test_logprobs_match_independent_log_softmax_and_chunking():
     grads_chunk = grad_fn(model, 4)
     for a, b in zip(jax.tree.leaves(grads_full), jax.tree.leaves(grads_chunk)):
         np.testing.assert_allclose(a, b, atol=1e-5)
+
+
+@pytest.mark.parametrize("remat", [False, True])
+def test_completion_logprobs_with_shared_prompts_match_logprobs(remat):
+    """The completions' log-probs and entropies, their gradients, with each prompt run once
+    per group of G rows (G = 1, 2, 4 of 8 rows) or not: those of `logprobs` sliced at the
+    prompt length. Left-padded prompts, padded completions, temperature and chunking."""
+    model, config = make(tie_embeddings=False, remat=remat)
+    rng = np.random.default_rng(4)
+    groups, g, p, c = 2, 4, 5, 6
+    prompts = np.repeat(rng.integers(1, config.vocab_size, (groups, p)), g, 0)
+    prompt_mask = np.repeat(np.arange(p)[None] >= np.array([[0], [2]]), g, 0)
+    completion_mask = np.arange(c)[None] < rng.integers(0, c + 1, (groups * g, 1))
+    tokens = jnp.asarray(np.concatenate(
+        [prompts, rng.integers(1, config.vocab_size, (groups * g, c))], 1))
+    mask = jnp.asarray(np.concatenate([prompt_mask, completion_mask], 1))
+    weights = jnp.asarray(rng.normal(size=(groups * g, c)), jnp.float32)
+
+    def sliced(model):
+        out = logprobs(model, tokens, mask, return_entropy=True, temperature=0.7)
+        return out["logp"][:, p:], out["entropy"][:, p:]
+
+    def shared(model, group, chunk_size=None):
+        out = completion_logprobs(model, tokens, mask, p, group_size=group, chunk_size=chunk_size,
+                                  return_entropy=True, temperature=0.7)
+        return out["logp"], out["entropy"]
+
+    def loss(model, fn):
+        logp, entropy = fn(model)
+        return jnp.sum(logp * weights) + jnp.sum(entropy)
+
+    expected = nnx.jit(sliced)(model)
+    assert np.any(expected[0] != 0) and np.any(expected[0] == 0)  # padded completions
+    grad = nnx.jit(nnx.grad(loss), static_argnums=1)
+    expected_grads = jax.tree.leaves(grad(model, sliced))
+    for group, chunk_size in ((1, None), (2, None), (4, None), (4, 4)):
+        fn = lambda m, group=group, chunk_size=chunk_size: shared(m, group, chunk_size)  # noqa
+        got = nnx.jit(fn)(model)
+        np.testing.assert_allclose(got[0], expected[0], atol=2e-6, err_msg=f"G={group}")
+        np.testing.assert_allclose(got[1], expected[1], atol=2e-6, err_msg=f"G={group}")
+        for a, b in zip(expected_grads, jax.tree.leaves(grad(model, fn))):
+            np.testing.assert_allclose(b, a, rtol=1e-4, atol=1e-6, err_msg=f"G={group}")
+
+
+def test_completion_logprobs_errors():
+    model, _ = make()
+    tokens, mask = jnp.ones((6, 8), jnp.int32), jnp.ones((6, 8), bool)
+    with pytest.raises(ValueError, match="group_size 4 does not divide the batch of 6 rows"):
+        completion_logprobs(model, tokens, mask, 3, group_size=4)
+    with pytest.raises(ValueError, match=r"prefix_len must be in \(0, 8\), got 8"):
+        completion_logprobs(model, tokens, mask, 8)
+    with pytest.raises(ValueError, match="equal shape"):
+        completion_logprobs(model, tokens, mask[:, :5], 3)
 
 
 def test_remat_same_gradients_and_value_head():

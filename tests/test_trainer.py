@@ -83,10 +83,11 @@ def test_same_seed_same_metrics(tmp_path):
 
 
 def test_micro_batches_and_streams_give_the_same_update():
-    """1, 2 or 4 micro-batches, each in 1 or 3 row groups (3 of 4 rows: uneven): the same
-    update, loss and metrics (`*_max` combined by maximum) up to float rounding. (Plain SGD,
-    so the parameters move by the gradient itself: Adam's first step, g / |g|, would turn
-    rounding in a near-zero gradient into a visible difference.)"""
+    """1, 2 or 4 micro-batches, each in 1 or 3 row groups (3 of 4 rows: uneven), with each
+    prompt run once per group of 2 or 4 rows sharing it or not: the same update, loss and
+    metrics (`*_max` combined by maximum) up to float rounding. (Plain SGD, so the
+    parameters move by the gradient itself: Adam's first step, g / |g|, would turn rounding
+    in a near-zero gradient into a visible difference.)"""
     import dataclasses
 
     from grpo_jax.models import Transformer, named_config
@@ -102,8 +103,10 @@ def test_micro_batches_and_streams_give_the_same_update():
     rng = np.random.default_rng(0)
     rows, prompt_len, new = 8, 4, 6
     tokens = rng.integers(0, 16, (rows, prompt_len + new)).astype(np.int32)
+    tokens[:, :prompt_len] = np.repeat(tokens[::2, :prompt_len], 2, 0)  # pairs share a prompt
+    tokens[4:8, :prompt_len] = tokens[4, :prompt_len]  # and rows 4-7 all four
     prompt_mask = np.ones((rows, prompt_len), bool)
-    prompt_mask[::2, 0] = False  # some left padding
+    prompt_mask[4:, 0] = False  # some left padding
     lengths = rng.integers(0, new + 1, rows)
     completion_mask = np.arange(new)[None] < lengths[:, None]
     batch = {
@@ -120,12 +123,14 @@ def test_micro_batches_and_streams_give_the_same_update():
                 "seq-mean-token-sum-norm"):
         settings = LossSettings(beta=0.1, loss_agg=agg, on_policy=False)
         results = []
-        # (micro-batches, streams); the row groups on two of the aggregations
-        layouts = ((1, 1), (4, 1)) + (((2, 3),) if agg.endswith("mean") else ())
-        for micro, streams in layouts:
+        # (micro-batches, streams, prompt groups); row groups on two of the aggregations;
+        # (4, 1, 2): one shared pair per micro-batch; (2, 3, 2): 2 row groups of one pair
+        layouts = ((1, 1, 1), (4, 1, 1), (4, 1, 2)) + (
+            ((2, 3, 1), (2, 3, 2)) if agg.endswith("mean") else ())
+        for micro, streams, group in layouts:
             step = make_train_step(dataclasses.replace(policy, batch_streams=streams),
                                    optimizer, settings, prompt_len=prompt_len,
-                                   micro_batches=micro)
+                                   micro_batches=micro, group_size=group)
             p = jax.tree.map(jnp.copy, params)
             p, _, metrics = step(p, optimizer.init(p), batch)
             results.append((p, metrics))
@@ -149,6 +154,26 @@ def test_micro_batches_and_streams_give_the_same_update():
     jax.tree.map(lambda x, y: np.testing.assert_allclose(x, y, rtol=2e-5, atol=1e-6),
                  outs[0][0], outs[1][0])
     np.testing.assert_allclose(outs[0][2]["loss"], outs[1][2]["loss"], rtol=1e-6)
+
+
+def test_prompt_groups_checked_and_sized():
+    from grpo_jax.rl.update import check_prompt_groups, prompt_group_for
+
+    prompts = np.repeat(np.arange(12).reshape(3, 4), 2, 0)
+    mask = np.ones_like(prompts, bool)
+    check_prompt_groups(prompts, mask, 2)
+    check_prompt_groups(prompts, mask, 1)
+    with pytest.raises(ValueError, match=r"rows 0\.\.2 should share one prompt but their "
+                                         r"prompt tokens differ"):
+        check_prompt_groups(prompts, mask, 3)
+    mask[3, 0] = False
+    with pytest.raises(ValueError, match=r"rows 2\.\.3 .* prompt mask differ"):
+        check_prompt_groups(prompts, mask, 2)
+    with pytest.raises(ValueError, match="6 rows are not whole groups of 4"):
+        check_prompt_groups(prompts, mask, 4)
+    # A micro-batch of whole groups shares its prompts; otherwise nothing is shared.
+    assert prompt_group_for(64, 8) == 8 and prompt_group_for(64, 8, micro_batches=8) == 8
+    assert prompt_group_for(64, 8, micro_batches=16) == 1 and prompt_group_for(64, 1) == 1
 
 
 def test_batch_streams_default_and_bounds():

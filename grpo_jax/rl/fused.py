@@ -22,7 +22,8 @@ import jax.numpy as jnp
 import optax
 
 from grpo_jax.rl.algorithms import compute_advantages
-from grpo_jax.rl.update import LossSettings, make_train_step, sequence_logp
+from grpo_jax.rl.update import (LossSettings, make_train_step, prompt_group_for,
+                                 sequence_logp)
 from grpo_jax.sampling import SamplingConfig, generate
 from grpo_jax.training import Policy, jit_update
 
@@ -44,7 +45,9 @@ def make_fused_iterations(policy: Policy, optimizer: optax.GradientTransformatio
     """jit(state, prompts [K, B, P], prompt_mask [K, B, P], answers [K, B], keys [K])
     -> (state, metrics: name -> [K]).
 
-    `state` holds "params", "opt_state" and, when loss.beta != 0, "ref_params" (donated:
+    Rows come in contiguous groups of `fused.group_size` sharing one prompt (each prompt is
+    run once per group in the reference and policy forward). `state` holds "params",
+    "opt_state" and, when loss.beta != 0, "ref_params" (donated:
     pass the returned state on). `rewards` maps names to device rewards
     fn(tokens, mask, answers) -> [B]; `weights` their weights (the total is summed in the
     weights' order, as on the host). Metrics per iteration: the train step's (loss,
@@ -52,10 +55,10 @@ def make_fused_iterations(policy: Policy, optimizer: optax.GradientTransformatio
     (accuracy >= 1, or reward >= 1 without an accuracy reward), completion_length,
     truncated_frac and zero_std_groups.
     """
-    train = make_train_step(policy, optimizer, loss, prompt_len=prompt_len,
-                            micro_batches=micro_batches).fn
-    eos_ids = jnp.asarray(sampling.eos_ids or (-1,), jnp.int32)
     g = fused.group_size
+    train = make_train_step(policy, optimizer, loss, prompt_len=prompt_len,
+                            micro_batches=micro_batches, group_size=g).fn
+    eos_ids = jnp.asarray(sampling.eos_ids or (-1,), jnp.int32)
 
     def iteration(state, inputs):
         prompts, prompt_mask, answers, key = inputs
@@ -79,7 +82,8 @@ def make_fused_iterations(policy: Policy, optimizer: optax.GradientTransformatio
         if "ref_params" in state:
             batch["ref_logp"], _ = sequence_logp(policy, state["ref_params"], batch["tokens"],
                                                  batch["attention_mask"], prompt_len,
-                                                 loss.temperature)
+                                                 loss.temperature,
+                                                 prompt_group=prompt_group_for(len(total), g))
         params, opt_state, metrics = train(state["params"], state["opt_state"], batch)
         groups = total.reshape(-1, g)
         metrics.update({

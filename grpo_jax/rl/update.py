@@ -17,7 +17,7 @@ import numpy as np
 import optax
 
 from grpo_jax import losses
-from grpo_jax.models import logprobs
+from grpo_jax.models import completion_logprobs
 from grpo_jax.training import (Params, Policy, accumulate_gradients, apply_if_finite,
                                jit_update)
 
@@ -38,22 +38,47 @@ class LossSettings:
 
 
 def sequence_logp(policy: Policy, params: Params, tokens, attention_mask, prompt_len: int,
-                  temperature: float = 1.0, return_entropy: bool = False):
-    """Teacher-forced log-probs of the completion part [B, N] (and entropies)."""
-    model = policy.bind(params)
-    out = logprobs(model, tokens, attention_mask, return_entropy=return_entropy,
-                   temperature=temperature, chunk_size=policy.logprob_chunk_size)
-    logp = out["logp"][:, prompt_len:]
-    entropy = out["entropy"][:, prompt_len:] if return_entropy else None
-    return logp, entropy
+                  temperature: float = 1.0, return_entropy: bool = False,
+                  prompt_group: int = 1):
+    """Teacher-forced log-probs of the completion part [B, N] (and entropies).
+
+    `prompt_group` G > 1: rows come in contiguous groups of G sharing one prompt (the G
+    completions of GRPO), whose prompt is then run once (`models.completion_logprobs`).
+    """
+    out = completion_logprobs(policy.bind(params), tokens, attention_mask, prompt_len,
+                              group_size=prompt_group, return_entropy=return_entropy,
+                              temperature=temperature, chunk_size=policy.logprob_chunk_size)
+    return out["logp"], out.get("entropy")
+
+
+def prompt_group_for(rows: int, group_size: int, micro_batches: int = 1) -> int:
+    """The prompt group an update over `rows` rows in `micro_batches` can share: G when a
+    micro-batch holds whole groups, else 1 (nothing shared)."""
+    return group_size if group_size > 1 and (rows // micro_batches) % group_size == 0 else 1
+
+
+def check_prompt_groups(prompt_tokens, prompt_mask, group_size: int) -> None:
+    """Raises ValueError unless rows g*G .. g*G + G - 1 share their prompt tokens and mask."""
+    tokens, mask = np.asarray(prompt_tokens), np.asarray(prompt_mask, bool)
+    rows = tokens.shape[0]
+    if group_size < 1 or rows % group_size:
+        raise ValueError(f"prompt groups: {rows} rows are not whole groups of {group_size}")
+    for name, x in (("tokens", tokens), ("mask", mask)):
+        grouped = x.reshape(rows // group_size, group_size, -1)
+        bad = np.flatnonzero(np.any(grouped != grouped[:, :1], axis=(1, 2)))
+        if len(bad):
+            g = int(bad[0])
+            raise ValueError(f"prompt groups: rows {g * group_size}..{(g + 1) * group_size - 1}"
+                             f" should share one prompt but their prompt {name} differ")
 
 
 def policy_loss(params: Params, batch: dict, *, policy: Policy, settings: LossSettings,
-                prompt_len: int, num_tokens, num_sequences):
+                prompt_len: int, num_tokens, num_sequences, prompt_group: int = 1):
     """Scalar loss of one micro-batch (normalised by global counts) and additive metrics."""
     mask = batch["completion_mask"]
     logp, entropy = sequence_logp(policy, params, batch["tokens"], batch["attention_mask"],
-                                  prompt_len, settings.temperature, return_entropy=True)
+                                  prompt_len, settings.temperature, return_entropy=True,
+                                  prompt_group=prompt_group)
     old_logp = jax.lax.stop_gradient(logp) if settings.on_policy else batch["old_logp"]
     advantages = jnp.broadcast_to(batch["advantages"][:, None], logp.shape)
     per_token, clipped = losses.clipped_surrogate(
@@ -89,21 +114,25 @@ def policy_loss(params: Params, batch: dict, *, policy: Policy, settings: LossSe
 
 
 def make_train_step(policy: Policy, optimizer: optax.GradientTransformation,
-                    settings: LossSettings, *, prompt_len: int, micro_batches: int):
+                    settings: LossSettings, *, prompt_len: int, micro_batches: int,
+                    group_size: int = 1):
     """jit(params, opt_state, batch) -> (params, opt_state, metrics).
 
-    A non-finite loss, gradient or update is not applied (`training.apply_if_finite`; the
-    metrics' "skipped" flag says so)."""
+    `group_size` G > 1 promises that the batch's rows come in contiguous groups of G sharing
+    one prompt (`check_prompt_groups`); each micro-batch and row group then runs each prompt
+    once, when it holds whole groups (`prompt_group_for`). A non-finite loss, gradient or
+    update is not applied (`training.apply_if_finite`; the metrics' "skipped" flag says so)."""
 
     def train_step(params, opt_state, batch):
         mask = batch["completion_mask"]
         num_tokens = jnp.maximum(jnp.sum(mask.astype(jnp.float32)), 1.0)
         num_sequences = jnp.asarray(mask.shape[0], jnp.float32)
+        group = prompt_group_for(mask.shape[0], group_size, micro_batches)
         loss_fn = functools.partial(policy_loss, policy=policy, settings=settings,
                                     prompt_len=prompt_len, num_tokens=num_tokens,
-                                    num_sequences=num_sequences)
+                                    num_sequences=num_sequences, prompt_group=group)
         loss, grads, metrics = accumulate_gradients(loss_fn, params, batch, micro_batches,
-                                                      policy.batch_streams)
+                                                      policy.batch_streams, row_unit=group)
         metrics["grad_norm"] = optax.global_norm(grads)
         params, opt_state, flags = apply_if_finite(optimizer, grads, opt_state, params,
                                                    loss=loss)
@@ -112,12 +141,16 @@ def make_train_step(policy: Policy, optimizer: optax.GradientTransformation,
     return jit_update(train_step)
 
 
-def make_logp_fn(policy: Policy, *, prompt_len: int, temperature: float = 1.0):
-    """jit(params, tokens, attention_mask) -> completion log-probs [B, N] (no gradient)."""
+def make_logp_fn(policy: Policy, *, prompt_len: int, temperature: float = 1.0,
+                 group_size: int = 1):
+    """jit(params, tokens, attention_mask) -> completion log-probs [B, N] (no gradient);
+    `group_size` as in `make_train_step`."""
 
     @jax.jit
     def fn(params, tokens, attention_mask):
-        logp, _ = sequence_logp(policy, params, tokens, attention_mask, prompt_len, temperature)
+        group = prompt_group_for(tokens.shape[0], group_size)
+        logp, _ = sequence_logp(policy, params, tokens, attention_mask, prompt_len, temperature,
+                                prompt_group=group)
         return logp
 
     return fn

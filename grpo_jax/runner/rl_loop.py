@@ -20,7 +20,7 @@ import numpy as np
 
 from grpo_jax.rewards.accuracy import math_verify_timeouts
 from grpo_jax.rl.rollout import encode_prompts
-from grpo_jax.rl.update import build_batch
+from grpo_jax.rl.update import build_batch, check_prompt_groups
 from grpo_jax.runner.guards import SkipCounter
 from grpo_jax.runner.rewards import resolve_reward_fns
 from grpo_jax.runner.rollouts import collect_rollout
@@ -188,6 +188,7 @@ def fused_rl_loop(run, stage, learner: Learner, *, program, chunk: int, answers_
             prompt, mask = encode_prompts(run.tokenizer, [prompt_text(run, ex) for ex in examples],
                                           prompt_len=cfg.task.prompt_len,
                                           ids=[ex.id for ex in examples])
+            check_prompt_groups(prompt, mask, g)  # the program runs each prompt once
             tokens.append(prompt), masks.append(mask), answers.append(answers_fn(examples))
         keys = jnp.stack([jax.random.fold_in(run.stage_key(stage.index, step), 0)
                           for step in range(first, first + chunk)])

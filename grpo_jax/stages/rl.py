@@ -14,7 +14,8 @@ import ml_collections
 from grpo_jax.rewards.device import device_reward_names, integer_answers, make_device_reward
 from grpo_jax.rl.algorithms import ALGORITHMS, compute_advantages, get_algorithm
 from grpo_jax.rl.fused import FusedSettings, make_fused_iterations
-from grpo_jax.rl.update import LossSettings, logp_mismatch, make_logp_fn, make_train_step
+from grpo_jax.rl.update import (LossSettings, check_prompt_groups, logp_mismatch, make_logp_fn,
+                                 make_train_step)
 from grpo_jax.runner import ConfigError, Learner, StageKind, rl_loop
 from grpo_jax.runner.rl_loop import fused_rl_loop, minibatches, reduce_update_metrics
 from grpo_jax.runner.toolkit import section_sampling, stage_optimizer
@@ -170,16 +171,23 @@ class GRPOLearner(Learner):
             self.state["ref_params"] = jax.tree.map(jnp.copy, run.params)
         self.on_policy = self.updates_per_step == 1
         prompt_len = run.config.task.prompt_len
+        # A batch's rows are num_prompts groups of group_size completions of one prompt, so
+        # the forward passes run each prompt once per group; random minibatches (more than
+        # one) break the groups, so their updates do not share.
+        whole_groups = section.group_size if section.num_minibatches == 1 else 1
         self.train_step = make_train_step(run.policy, self.optimizer,
                                           loss_settings(section, on_policy=self.on_policy),
                                           prompt_len=prompt_len,
-                                          micro_batches=section.micro_batches)
+                                          micro_batches=section.micro_batches,
+                                          group_size=whole_groups)
         self.logp_fn = make_logp_fn(run.policy, prompt_len=prompt_len,
-                                    temperature=section.temperature)
+                                    temperature=section.temperature,
+                                    group_size=section.group_size)
         self.overlong_filter = _dapo_default(section, "overlong_filter")
 
     def iterate(self, batch, rollout, step):
         section, state, run = self.section, self.state, self.run
+        check_prompt_groups(rollout.prompt_tokens, rollout.prompt_mask, section.group_size)
         if "ref_params" in state and section.ref_reset_every and step > 0 \
                 and step % section.ref_reset_every == 0:
             state["ref_params"] = jax.tree.map(jnp.copy, state["params"])  # DeepSeek-R1

@@ -1,0 +1,87 @@
+"""Each prompt run once per group of completions, or once per row: A/B in one process.
+
+The rl stage's batch is num_prompts groups of group_size completions of one prompt.
+`models.completion_logprobs` (through `make_logp_fn` / `make_train_step` with
+`group_size`) runs each group's prompt once and lets its completions attend to the shared
+keys and values; without it (group_size 1) every row runs its own copy of the prompt. Both
+also run the output head on the completion positions only. This times, alternately in one
+process (the machine's drift hits both alike), bench_grpo's reference forward and GRPO
+update (8 prompts of 16 tokens x 8 completions of 64 new tokens, beta 0.04, AdamW, row
+groups as the stage has them) with group_size 1 and 8, at each hidden size:
+
+    JAX_PLATFORMS=cpu python benchmarks/bench_prompt_groups.py [--hidden 128,256] [--rounds 10]
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import statistics
+import sys
+import tempfile
+import time
+
+os.environ.setdefault("JAX_PLATFORMS", "cpu")
+HERE = os.path.dirname(os.path.abspath(__file__))
+sys.path.insert(0, os.path.dirname(HERE))
+sys.path.insert(0, HERE)
+
+import jax  # noqa: E402
+import jax.numpy as jnp  # noqa: E402
+import numpy as np  # noqa: E402
+
+import bench_grpo as grpo  # noqa: E402
+from bench_streams import grpo_update  # noqa: E402
+from grpo_jax import host_memory  # noqa: E402
+from grpo_jax.training import init_opt_state  # noqa: E402
+
+GROUPS = (1, grpo.GROUP)
+
+
+def main():
+    parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    parser.add_argument("--hidden", default="128,256")
+    parser.add_argument("--rounds", type=int, default=10)
+    args = parser.parse_args()
+    host_memory.reuse_freed_memory()  # as the main job runs
+    print(f"jax {jax.__version__}, cpu_count {os.cpu_count()}")
+    calls = []  # (hidden, phase, group, call, times)
+    with tempfile.TemporaryDirectory() as tmp:
+        for hidden in [int(h) for h in args.hidden.split(",")]:
+            policy, params, optimizer, batch, make = grpo_update(hidden, tmp)
+            tokens, mask = batch["tokens"], batch["attention_mask"]
+            ref = {}
+            for group in GROUPS:
+                logp_fn = grpo.make_logp_fn(policy, prompt_len=grpo.PROMPT_LEN, group_size=group)
+                ref[group] = np.asarray(logp_fn(params, tokens, mask))
+                calls.append((hidden, "reference", group,
+                              lambda f=logp_fn: f(params, tokens, mask), []))
+                fn = make(policy, group).fn
+                state = [jax.tree.map(jnp.copy, params), init_opt_state(optimizer, params)]
+                step = jax.jit(fn, donate_argnums=(0, 1)).lower(*state, batch).compile()
+
+                def call(step=step, state=state):
+                    state[0], state[1], metrics = step(state[0], state[1], batch)
+                    return metrics
+
+                loss = float(call()["loss"])
+                print(f"hidden {hidden}, group {group}: first-step loss {loss:.7g}")
+                calls.append((hidden, "update", group, call, []))
+            diff = np.max(np.abs(ref[GROUPS[0]] - ref[GROUPS[1]]))
+            print(f"hidden {hidden}: max |reference log-prob difference| {diff:.2e}")
+    for *_, call, _ in calls:  # warm
+        jax.block_until_ready(call())
+    for _ in range(args.rounds):
+        for *_, call, times in calls:
+            start = time.perf_counter()
+            jax.block_until_ready(call())
+            times.append(time.perf_counter() - start)
+    calls.sort(key=lambda c: (c[0], c[1], c[2]))  # (hidden, phase): group 1, then 8
+    for one, shared in zip(calls[::2], calls[1::2]):
+        a, b = statistics.median(one[4]), statistics.median(shared[4])
+        print(f"hidden {one[0]} {one[1]:>9}: per row {a * 1e3:7.1f} ms, per group of "
+              f"{shared[2]} {b * 1e3:7.1f} ms, ratio {b / a:.3f}")
+
+
+if __name__ == "__main__":
+    main()

@@ -258,6 +258,10 @@ def main():
     parser.add_argument("--iterations", type=int, default=6)
     parser.add_argument("--fused_steps", type=int, default=2)
     parser.add_argument("--repeats", type=int, default=5, help="timed calls per phase")
+    parser.add_argument("--rounds", type=int, default=1,
+                        help="rounds of every system in turn, the order rotated each round "
+                             "(and the matmul throughput measured each round); the summary "
+                             "gives medians over rounds and each ratio's range")
     parser.add_argument("--trl_python", default="")
     parser.add_argument("--tunix_python", default="")
     parser.add_argument("--json", default="", help="also write the figures here")
@@ -269,63 +273,94 @@ def main():
     if args.malloc == "reuse":
         host_memory.reuse_freed_memory()  # before the backend starts its threads
     print(f"jax {jax.__version__}, devices {jax.devices()}, cpu_count {os.cpu_count()}, "
-          f"malloc {args.malloc}")
+          f"malloc {args.malloc}, rounds {args.rounds}")
+    hiddens = [int(h) for h in args.hidden.split(",")]
     results = {}
-    for hidden in [int(h) for h in args.hidden.split(",")]:
-        config = model_config(hidden)
-        rows, length = PROMPTS * GROUP, PROMPT_LEN + NEW_TOKENS
-        work = {"sample": flops.generate_flops(config, rows, PROMPT_LEN, NEW_TOKENS),
-                "reference": flops.forward_flops(config, rows, length),
-                "update": flops.train_flops(config, rows, length)}
-        figures = {"hidden": hidden, "flops": work}
-        with tempfile.TemporaryDirectory() as tmp:
-            checkpoint = os.path.join(tmp, "checkpoint")
+    with tempfile.TemporaryDirectory() as tmp:
+        for hidden in hiddens:
+            config = model_config(hidden)
+            rows, length = PROMPTS * GROUP, PROMPT_LEN + NEW_TOKENS
+            checkpoint = os.path.join(tmp, f"checkpoint{hidden}")
             write_checkpoint(checkpoint, hidden)
-            reuse = args.malloc == "reuse"
-            figures["host"] = run_stage(checkpoint, os.path.join(tmp, "host"),
-                                        warmup=args.warmup, iterations=args.iterations,
-                                        reuse_host_memory=reuse)
-            figures["fused"] = run_stage(checkpoint, os.path.join(tmp, "fused"),
-                                         warmup=args.warmup, iterations=args.iterations,
-                                         fused_steps=args.fused_steps, reuse_host_memory=reuse)
-            figures["phases"] = phase_split(checkpoint, args.repeats)
-        peak = {"sample": flops.matmul_flops_per_s(config, rows),
-                "reference": flops.matmul_flops_per_s(config, rows * length),
-                "update": flops.matmul_flops_per_s(config, rows * length, backward=True)}
-        figures["matmul_flops_per_s"] = peak
-        figures["floor_s"] = sum(work[k] / peak[k] for k in work)
-        for name, python, script in (("trl", args.trl_python, "trl_grpo.py"),
-                                     ("tunix", args.tunix_python, "tunix_grpo.py")):
-            if python:
-                figures[name] = run_peer(python, script, hidden, args.warmup, args.iterations,
-                                         args.malloc)
-        results[hidden] = figures
-        report(figures)
+            results[hidden] = {
+                "hidden": hidden, "checkpoint": checkpoint, "rounds": [],
+                "flops": {"sample": flops.generate_flops(config, rows, PROMPT_LEN, NEW_TOKENS),
+                          "reference": flops.forward_flops(config, rows, length),
+                          "update": flops.train_flops(config, rows, length)}}
+        for r in range(args.rounds):
+            for hidden in hiddens:
+                figures = results[hidden]
+                figures["rounds"].append(one_round(args, figures, r, tmp))
+                if r == 0:
+                    figures["phases"] = phase_split(figures["checkpoint"], args.repeats)
+                report_round(figures, r)
+        for hidden in hiddens:
+            summary(results[hidden])
     if args.json:
         with open(args.json, "w") as f:
             json.dump(results, f, indent=2)
 
 
-def report(f: dict) -> None:
-    ours = statistics.median(f["host"]["iteration_s"])
-    fused = statistics.median(f["fused"]["iteration_s"])
-    floor = f["floor_s"]
-    print(f"\n## hidden {f['hidden']}: seconds per GRPO iteration (median)")
+def one_round(args, figures: dict, index: int, tmp: str) -> dict:
+    """Every system once at this hidden size, in an order rotated by the round's index, and
+    the matmul throughput at the phases' shapes; seconds per iteration are medians."""
+    hidden, checkpoint = figures["hidden"], figures["checkpoint"]
+    config, rows, length = model_config(hidden), PROMPTS * GROUP, PROMPT_LEN + NEW_TOKENS
+    reuse = args.malloc == "reuse"
+    systems = [
+        ("host", lambda: run_stage(checkpoint, os.path.join(tmp, f"host{hidden}_{index}"),
+                                   warmup=args.warmup, iterations=args.iterations,
+                                   reuse_host_memory=reuse)),
+        ("fused", lambda: run_stage(checkpoint, os.path.join(tmp, f"fused{hidden}_{index}"),
+                                    warmup=args.warmup, iterations=args.iterations,
+                                    fused_steps=args.fused_steps, reuse_host_memory=reuse)),
+    ]
+    for name, python, script in (("trl", args.trl_python, "trl_grpo.py"),
+                                 ("tunix", args.tunix_python, "tunix_grpo.py")):
+        if python:
+            systems.append((name, lambda python=python, script=script: run_peer(
+                python, script, hidden, args.warmup, args.iterations, args.malloc)))
+    shift = index % len(systems)
+    out = {"order": [name for name, _ in systems[shift:] + systems[:shift]]}
+    for name, run in systems[shift:] + systems[:shift]:
+        out[name] = run()
+    peak = {"sample": flops.matmul_flops_per_s(config, rows),
+            "reference": flops.matmul_flops_per_s(config, rows * length),
+            "update": flops.matmul_flops_per_s(config, rows * length, backward=True)}
+    out["matmul_flops_per_s"] = peak
+    out["floor_s"] = sum(figures["flops"][k] / peak[k] for k in peak)
+    return out
+
+
+def seconds(round_figures: dict) -> dict:
+    """System -> median seconds per iteration in one round."""
+    return {name: statistics.median(round_figures[name]["iteration_s"])
+            for name in ("host", "fused", "trl", "tunix") if name in round_figures}
+
+
+def report_round(f: dict, index: int) -> None:
+    rnd = f["rounds"][index]
+    t, floor = seconds(rnd), rnd["floor_s"]
+    ours, fused = t["host"], t["fused"]
+    print(f"\n## hidden {f['hidden']}, round {index + 1} (order {', '.join(rnd['order'])}): "
+          f"seconds per GRPO iteration (median)")
     print("| | s / iteration | FLOP-floor fraction | its time / grpo_jax host | "
           "its time / grpo_jax fused | first-iteration compile s |")
     print("|---|---|---|---|---|---|")
     print(f"| grpo_jax rl stage (host rewards) | {ours:.3f} | {floor / ours:.2f} | 1.00x | "
-          f"{ours / fused:.2f}x | {f['host']['compile_s']:.1f} |")
+          f"{ours / fused:.2f}x | {rnd['host']['compile_s']:.1f} |")
     print(f"| grpo_jax rl stage (fused_steps) | {fused:.3f} | {floor / fused:.2f} | "
-          f"{fused / ours:.2f}x | 1.00x | {f['fused']['compile_s']:.1f} |")
+          f"{fused / ours:.2f}x | 1.00x | {rnd['fused']['compile_s']:.1f} |")
     for name in ("trl", "tunix"):
-        if name in f:
-            peer = statistics.median(f[name]["iteration_s"])
-            print(f"| {name} {f[name].get('version', '')} | {peer:.3f} | {floor / peer:.2f} | "
+        if name in rnd:
+            peer = t[name]
+            print(f"| {name} {rnd[name].get('version', '')} | {peer:.3f} | {floor / peer:.2f} | "
                   f"{peer / ours:.2f}x | {peer / fused:.2f}x | "
-                  f"{f[name].get('first_iteration_s', float('nan')):.1f} (whole iteration) |")
+                  f"{rnd[name].get('first_iteration_s', float('nan')):.1f} (whole iteration) |")
     print(f"| FLOP floor at the measured matmul throughput | {floor:.3f} | 1.00 | | | |")
-    p, work, peak = f["phases"], f["flops"], f["matmul_flops_per_s"]
+    if index:
+        return
+    p, work, peak = f["phases"], f["flops"], rnd["matmul_flops_per_s"]
     print("\nphases of one iteration (s; model GFLOP/s; fraction of the matmul GFLOP/s at "
           "the phase's shapes):")
     for name in ("sample", "reference", "update"):
@@ -334,7 +369,25 @@ def report(f: dict) -> None:
               f"of {peak[name] / 1e9:6.1f}: {rate / peak[name]:.2f}")
     print(f"  host      {p['host_s']:.3f} s  (decode 64 completions + Python reward)")
     print(f"  sum {sum(p.values()):.3f} s; the host stage logged sample "
-          f"{f['host']['sample_s']:.3f} s + update {f['host']['update_s']:.3f} s")
+          f"{rnd['host']['sample_s']:.3f} s + update {rnd['host']['update_s']:.3f} s")
+
+
+def summary(f: dict) -> None:
+    """Medians over rounds; each ratio's median and range over the rounds."""
+    rounds = [seconds(r) for r in f["rounds"]]
+    floors = [r["floor_s"] for r in f["rounds"]]
+    print(f"\n## hidden {f['hidden']}: summary over {len(rounds)} round(s)")
+    for name in rounds[0]:
+        values = [r[name] for r in rounds]
+        fractions = [fl / v for fl, v in zip(floors, values)]
+        print(f"  {name:6s} {statistics.median(values):.3f} s (rounds "
+              f"{', '.join(f'{v:.3f}' for v in values)}); floor fraction "
+              f"{statistics.median(fractions):.2f} ({min(fractions):.2f}-{max(fractions):.2f})")
+    for name in ("trl", "tunix"):
+        if name in rounds[0]:
+            ratios = [r[name] / min(r["host"], r["fused"]) for r in rounds]
+            print(f"  {name} / best of ours: median {statistics.median(ratios):.2f}x, range "
+                  f"{min(ratios):.2f}x-{max(ratios):.2f}x")
 
 
 if __name__ == "__main__":

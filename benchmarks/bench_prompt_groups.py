@@ -55,12 +55,12 @@ def main():
                 logp_fn = grpo.make_logp_fn(policy, prompt_len=grpo.PROMPT_LEN, group_size=group)
                 ref[group] = np.asarray(logp_fn(params, tokens, mask))
                 calls.append((hidden, "reference", group,
-                              lambda f=logp_fn: f(params, tokens, mask), []))
+                              lambda f=logp_fn, a=(params, tokens, mask): f(*a), []))
                 fn = make(policy, group).fn
                 state = [jax.tree.map(jnp.copy, params), init_opt_state(optimizer, params)]
                 step = jax.jit(fn, donate_argnums=(0, 1)).lower(*state, batch).compile()
 
-                def call(step=step, state=state):
+                def call(step=step, state=state, batch=batch):
                     state[0], state[1], metrics = step(state[0], state[1], batch)
                     return metrics
 

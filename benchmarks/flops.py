@@ -38,6 +38,19 @@ def forward_flops(config, rows: int, length: int) -> int:
     return rows * (2 * weights_per_token(config) * length + attention_flops(config, length))
 
 
+def shared_prompt_forward_flops(config, rows: int, prompt_len: int, length: int,
+                                group: int) -> int:
+    """The forward as `models.completion_logprobs` computes it: the prompt once per group of
+    `group` rows (no output head there), the completions on every row attending over their
+    causal context, the head on the C = length - prompt_len positions that predict them."""
+    head = config.hidden_size * config.vocab_size
+    layers = weights_per_token(config) - head
+    new = length - prompt_len
+    prompt = rows // group * (2 * layers * prompt_len + attention_flops(config, prompt_len))
+    return prompt + rows * (2 * (layers + head) * new
+                            + attention_flops(config, length, start=prompt_len))
+
+
 def train_flops(config, rows: int, length: int) -> int:
     """Forward + backward of [rows, length] tokens (3x the forward)."""
     return 3 * forward_flops(config, rows, length)

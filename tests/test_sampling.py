@@ -284,3 +284,28 @@ def test_sharded_state_samples_like_unsharded(setup):
         np.testing.assert_array_equal(np.asarray(spread.mask), np.asarray(local.mask))
         np.testing.assert_allclose(np.asarray(spread.logp), np.asarray(local.logp),
                                    rtol=1e-4, atol=1e-5)
+
+
+def test_prompt_group_prefills_once_and_samples_the_same(setup):
+    """Rows in groups of 4 sharing a prompt: prefilling once per group and broadcasting the
+    cache gives the same tokens (same key) and log-probs as prefilling every row; with more
+    than one cache phase, so the broadcast cache also grows."""
+    graphdef, state, prompts, mask, _ = setup
+    rows, grouped = jnp.repeat(prompts, 4, 0), jnp.repeat(mask, 4, 0)
+    outs = [generate(graphdef, state, rows, grouped, jax.random.key(3),
+                     config=SamplingConfig(max_new_tokens=20, cache_phases=2, prompt_group=g))
+            for g in (1, 4)]
+    np.testing.assert_array_equal(outs[1].tokens, outs[0].tokens)
+    np.testing.assert_array_equal(outs[1].mask, outs[0].mask)
+    np.testing.assert_allclose(outs[1].logp, outs[0].logp, atol=1e-5)
+    # the rows of a group sample different completions from the one prefill
+    assert len({tuple(r) for r in np.asarray(outs[1].tokens[:4])}) > 1
+    config = SamplingConfig(max_new_tokens=2, prompt_group=4)
+    with pytest.raises(ValueError, match="prompt_group 4 does not divide the batch of 3"):
+        generate(graphdef, state, prompts, mask, jax.random.key(0), config=config)
+    with pytest.raises(ValueError, match=r"rows 4\.\.7 should share one prompt but their "
+                                         r"prompt tokens differ"):
+        generate(graphdef, state, rows.at[5, 4].set(0), grouped, jax.random.key(0),
+                 config=config)
+    with pytest.raises(ValueError, match="prompt_group must be an int >= 1"):
+        SamplingConfig(max_new_tokens=2, prompt_group=0)

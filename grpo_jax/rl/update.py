@@ -18,6 +18,7 @@ import optax
 
 from grpo_jax import losses
 from grpo_jax.models import completion_logprobs
+from grpo_jax.sampling import check_prompt_groups  # noqa: F401  (re-exported)
 from grpo_jax.training import (Params, Policy, accumulate_gradients, apply_if_finite,
                                jit_update)
 
@@ -55,21 +56,6 @@ def prompt_group_for(rows: int, group_size: int, micro_batches: int = 1) -> int:
     """The prompt group an update over `rows` rows in `micro_batches` can share: G when a
     micro-batch holds whole groups, else 1 (nothing shared)."""
     return group_size if group_size > 1 and (rows // micro_batches) % group_size == 0 else 1
-
-
-def check_prompt_groups(prompt_tokens, prompt_mask, group_size: int) -> None:
-    """Raises ValueError unless rows g*G .. g*G + G - 1 share their prompt tokens and mask."""
-    tokens, mask = np.asarray(prompt_tokens), np.asarray(prompt_mask, bool)
-    rows = tokens.shape[0]
-    if group_size < 1 or rows % group_size:
-        raise ValueError(f"prompt groups: {rows} rows are not whole groups of {group_size}")
-    for name, x in (("tokens", tokens), ("mask", mask)):
-        grouped = x.reshape(rows // group_size, group_size, -1)
-        bad = np.flatnonzero(np.any(grouped != grouped[:, :1], axis=(1, 2)))
-        if len(bad):
-            g = int(bad[0])
-            raise ValueError(f"prompt groups: rows {g * group_size}..{(g + 1) * group_size - 1}"
-                             f" should share one prompt but their prompt {name} differ")
 
 
 def policy_loss(params: Params, batch: dict, *, policy: Policy, settings: LossSettings,

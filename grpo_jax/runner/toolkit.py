@@ -3,6 +3,7 @@ device batches on the data mesh, and step logging."""
 
 from __future__ import annotations
 
+import dataclasses
 import time
 
 import jax
@@ -47,9 +48,11 @@ def sampling_config(run, *, max_new_tokens: int, temperature: float, top_k: int 
 
 
 def section_sampling(run, section, *, temperature: float = 1.0) -> SamplingConfig:
-    """The sampling settings of an RL section (max_new_tokens, top_k, top_p)."""
-    return sampling_config(run, max_new_tokens=section.max_new_tokens, temperature=temperature,
-                           top_k=section.top_k, top_p=section.top_p)
+    """The sampling settings of an RL section (max_new_tokens, top_k, top_p); its rollouts
+    hold group_size completions of each prompt, so the prefill runs once per group."""
+    config = sampling_config(run, max_new_tokens=section.max_new_tokens,
+                             temperature=temperature, top_k=section.top_k, top_p=section.top_p)
+    return dataclasses.replace(config, prompt_group=section.get("group_size", 1))
 
 
 def device_batch(run, batch):

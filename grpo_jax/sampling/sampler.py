@@ -42,6 +42,9 @@ class SamplingConfig:
         (one decode loop per step), so early tokens attend over a short buffer instead of the
         whole prompt + max_new_tokens one; 1 allocates it all at once. Each phase compiles its
         own copy of the decode step. Samples do not depend on it beyond float rounding.
+      prompt_group: rows come in contiguous groups of this many sharing one prompt (the G
+        completions per prompt of an RL batch): the prefill runs once per group and its
+        KV cache is broadcast to the group's rows. 1 prefills every row.
     """
 
     max_new_tokens: int
@@ -56,6 +59,7 @@ class SamplingConfig:
     end_thinking_ids: tuple[int, ...] = ()
     continuation_ids: tuple[int, ...] = ()
     cache_phases: int = 4
+    prompt_group: int = 1
 
     def __post_init__(self):
         for name in ("eos_ids", "end_thinking_ids", "continuation_ids"):
@@ -72,6 +76,10 @@ class SamplingConfig:
         if not isinstance(self.cache_phases, int) or self.cache_phases < 1:
             raise ValueError(
                 f"SamplingConfig.cache_phases must be an int >= 1, got {self.cache_phases!r}"
+            )
+        if not isinstance(self.prompt_group, int) or self.prompt_group < 1:
+            raise ValueError(
+                f"SamplingConfig.prompt_group must be an int >= 1, got {self.prompt_group!r}"
             )
         if self.top_k < 0:
             raise ValueError(f"SamplingConfig.top_k must be >= 0, got {self.top_k!r}")
@@ -318,9 +326,24 @@ def _generate_core(graphdef, state, prompts, prompt_mask, key, config: SamplingC
 
     phase_ends = config.phase_ends
     # Step k (completion column k) writes the keys of token k - 1 at slot prompt_len + k - 1.
-    cache = model.init_cache(batch, prompt_len + phase_ends[0])
-    hidden, cache = model.decode(prompts, default_positions(prompt_mask), prompt_mask, cache)
+    g = config.prompt_group
+    first = lambda x: x.reshape(batch // g, g, *x.shape[1:])[:, 0]  # noqa: E731
+    cache = model.init_cache(batch // g, prompt_len + phase_ends[0])
+    hidden, cache = model.decode(first(prompts), default_positions(first(prompt_mask)),
+                                 first(prompt_mask), cache)
     logits = model.logits(hidden[:, -1])
+    if g > 1:  # each group's prefill, broadcast to its rows (cache rows are b * K + k)
+        kv_heads = model.config.num_kv_heads
+
+        def spread(x, per_row=1):  # [U * per_row, ...] -> [U * g * per_row, ...]
+            u = x.shape[0] // per_row
+            x = x.reshape(u, 1, per_row, *x.shape[1:])
+            return jnp.broadcast_to(x, (u, g, per_row, *x.shape[3:])).reshape(-1, *x.shape[3:])
+
+        cache = cache.replace(keys=tuple(spread(k, kv_heads) for k in cache.keys),
+                              values=tuple(spread(v, kv_heads) for v in cache.values),
+                              key_valid=spread(cache.key_valid))
+        logits = spread(logits)
 
     delimiter = max(len(config.end_thinking_ids), 1)
     queue_size = max(len(config.end_thinking_ids), len(config.continuation_ids), 1)
@@ -404,7 +427,13 @@ def generate(graphdef, state, prompts, prompt_mask, key, *, config: SamplingConf
         )
     if not jnp.issubdtype(prompts.dtype, jnp.integer):
         raise ValueError(f"generate: prompts must be integer token ids, got {prompts.dtype}")
+    g = config.prompt_group
+    if prompts.shape[0] % g:
+        raise ValueError(f"generate: config.prompt_group {g} does not divide the batch of "
+                         f"{prompts.shape[0]} prompts")
     # (a global array of a multi-controller run is checked by each process on its rows)
+    if g > 1 and _is_concrete(prompts) and getattr(prompts, "is_fully_addressable", True):
+        check_prompt_groups(prompts, prompt_mask, g)
     if _is_concrete(prompt_mask) and getattr(prompt_mask, "is_fully_addressable", True):
         mask = np.asarray(prompt_mask).astype(bool)
         empty = np.flatnonzero(~mask.any(-1))
@@ -421,6 +450,21 @@ def generate(graphdef, state, prompts, prompt_mask, key, *, config: SamplingConf
     return _generate_jit(
         graphdef, state, prompts.astype(jnp.int32), prompt_mask.astype(bool), key, config=config
     )
+
+
+def check_prompt_groups(prompt_tokens, prompt_mask, group_size: int) -> None:
+    """Raises ValueError unless rows g*G .. g*G + G - 1 share their prompt tokens and mask."""
+    tokens, mask = np.asarray(prompt_tokens), np.asarray(prompt_mask, bool)
+    rows = tokens.shape[0]
+    if group_size < 1 or rows % group_size:
+        raise ValueError(f"prompt groups: {rows} rows are not whole groups of {group_size}")
+    for name, x in (("tokens", tokens), ("mask", mask)):
+        grouped = x.reshape(rows // group_size, group_size, -1)
+        bad = np.flatnonzero(np.any(grouped != grouped[:, :1], axis=(1, 2)))
+        if len(bad):
+            g = int(bad[0])
+            raise ValueError(f"prompt groups: rows {g * group_size}..{(g + 1) * group_size - 1}"
+                             f" should share one prompt but their prompt {name} differ")
 
 
 def pad_prompts(prompts: Sequence[Sequence[int]], bucket: int, *, pad_id: int = 0):

@@ -16,9 +16,10 @@ throughput this script measures at that phase's shapes (`flops.matmul_flops_per_
 for sampling, [B*T] rows forward for the reference, forward + backward for the update), and the
 FLOP floor is the sum of the phases' FLOPs at those throughputs. The floor is the workload's:
 every row's prompt counted, as the peers compute it. grpo_jax runs each prompt once per group
-of 8 in the reference forward and the update (`models.completion_logprobs`), 17.5% fewer
-FLOPs there; the floor of what it computes (`flops.shared_prompt_forward_flops`) is printed
-beside it, and a fraction above 1 of the workload's floor is that saving.
+of 8 in the sampler's prefill, the reference forward and the update
+(`models.completion_logprobs`), 17% fewer FLOPs at these shapes; the floor of what it
+computes (`flops.shared_prompt_forward_flops`) is printed beside it, and a fraction above 1
+of the workload's floor is that saving.
 
 The peers run in their own virtual environments (`benchmarks/peers/*.py`, one process each),
 so nothing of theirs is a dependency of this project. With `--rounds R` every system runs R
@@ -292,9 +293,10 @@ def main():
                 "flops": {"sample": flops.generate_flops(config, rows, PROMPT_LEN, NEW_TOKENS),
                           "reference": flops.forward_flops(config, rows, length),
                           "update": flops.train_flops(config, rows, length)}}
-            # What grpo_jax computes: each prompt once per group in the reference and update.
+            # What grpo_jax computes: each prompt once per group (the sampler's prefill, the
+            # reference forward and the update).
             shared = flops.shared_prompt_forward_flops(config, rows, PROMPT_LEN, length, GROUP)
-            results[hidden]["flops_done"] = {**results[hidden]["flops"], "reference": shared,
+            results[hidden]["flops_done"] = {"sample": shared, "reference": shared,
                                              "update": 3 * shared}
         for r in range(args.rounds):
             for hidden in hiddens:

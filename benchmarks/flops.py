@@ -42,7 +42,9 @@ def shared_prompt_forward_flops(config, rows: int, prompt_len: int, length: int,
                                 group: int) -> int:
     """The forward as `models.completion_logprobs` computes it: the prompt once per group of
     `group` rows (no output head there), the completions on every row attending over their
-    causal context, the head on the C = length - prompt_len positions that predict them."""
+    causal context, the head on the C = length - prompt_len positions that predict them.
+    The sampler with `SamplingConfig.prompt_group` does the same work (a prefill per group,
+    the head once after it, then one per decode step but the last; one position apart)."""
     head = config.hidden_size * config.vocab_size
     layers = weights_per_token(config) - head
     new = length - prompt_len

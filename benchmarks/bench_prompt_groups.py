@@ -22,7 +22,6 @@ import os
 import statistics
 import sys
 import tempfile
-import time
 
 os.environ.setdefault("JAX_PLATFORMS", "cpu")
 HERE = os.path.dirname(os.path.abspath(__file__))
@@ -30,14 +29,12 @@ sys.path.insert(0, os.path.dirname(HERE))
 sys.path.insert(0, HERE)
 
 import jax  # noqa: E402
-import jax.numpy as jnp  # noqa: E402
 import numpy as np  # noqa: E402
 
 import bench_grpo as grpo  # noqa: E402
-from bench_streams import grpo_update  # noqa: E402
+from bench_streams import alternate, compiled_step, grpo_update  # noqa: E402
 from grpo_jax import host_memory  # noqa: E402
 from grpo_jax.sampling import SamplingConfig, generate  # noqa: E402
-from grpo_jax.training import init_opt_state  # noqa: E402
 
 GROUPS = (1, grpo.GROUP)
 
@@ -68,14 +65,7 @@ def main():
                 ref[group] = np.asarray(logp_fn(params, tokens, mask))
                 calls.append((hidden, "reference", group,
                               lambda f=logp_fn, a=(params, tokens, mask): f(*a), []))
-                fn = make(policy, group).fn
-                state = [jax.tree.map(jnp.copy, params), init_opt_state(optimizer, params)]
-                step = jax.jit(fn, donate_argnums=(0, 1)).lower(*state, batch).compile()
-
-                def call(step=step, state=state, batch=batch):
-                    state[0], state[1], metrics = step(state[0], state[1], batch)
-                    return metrics
-
+                call = compiled_step(make(policy, group).fn, params, optimizer, batch)
                 loss = float(call()["loss"])
                 print(f"hidden {hidden}, group {group}: first-step loss {loss:.7g}")
                 calls.append((hidden, "update", group, call, []))
@@ -85,11 +75,7 @@ def main():
                   f"the same sampled tokens: {same}")
     for *_, call, _ in calls:  # warm
         jax.block_until_ready(call())
-    for _ in range(args.rounds):
-        for *_, call, times in calls:
-            start = time.perf_counter()
-            jax.block_until_ready(call())
-            times.append(time.perf_counter() - start)
+    alternate(calls, args.rounds)
     calls.sort(key=lambda c: (c[0], c[1], c[2]))  # (hidden, phase): group 1, then 8
     for one, shared in zip(calls[::2], calls[1::2]):
         a, b = statistics.median(one[4]), statistics.median(shared[4])

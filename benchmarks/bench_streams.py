@@ -81,6 +81,29 @@ def pretraining_step():
     return policy, params, optimizer, jax.device_put(packed), make
 
 
+def compiled_step(fn, params, optimizer, batch):
+    """A call of the jitted update `fn(params, opt_state, batch)` on its own copy of the
+    state (donated and carried from call to call); returns the step's metrics."""
+    state = [jax.tree.map(jnp.copy, params), init_opt_state(optimizer, params)]
+    step = jax.jit(fn, donate_argnums=(0, 1)).lower(*state, batch).compile()
+
+    def call():
+        state[0], state[1], metrics = step(state[0], state[1], batch)
+        return metrics
+
+    return call
+
+
+def alternate(calls, rounds: int) -> None:
+    """Times each call (blocked on its result) once per round, in turn: every entry is a
+    tuple (..., call, times) whose list `times` gets the seconds."""
+    for _ in range(rounds):
+        for *_, call, times in calls:
+            start = time.perf_counter()
+            jax.block_until_ready(call())
+            times.append(time.perf_counter() - start)
+
+
 def main():
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("--steps", default="128,256,pre")
@@ -95,23 +118,13 @@ def main():
             policy, params, optimizer, batch, make = (
                 pretraining_step() if name == "pre" else grpo_update(int(name), tmp))
             for streams in (1, 2):
-                fn = make(dataclasses.replace(policy, batch_streams=streams)).fn
-                state = [jax.tree.map(jnp.copy, params), init_opt_state(optimizer, params)]
-                step = jax.jit(fn, donate_argnums=(0, 1)).lower(*state, batch).compile()
-
-                def call(step=step, state=state, batch=batch):
-                    state[0], state[1], metrics = step(state[0], state[1], batch)
-                    return metrics
-
+                call = compiled_step(make(dataclasses.replace(policy, batch_streams=streams)).fn,
+                                     params, optimizer, batch)
                 loss = float(call()["loss"])
                 for _ in range(2):
                     jax.block_until_ready(call())
                 calls.append((name, streams, loss, call, []))
-    for _ in range(args.rounds):
-        for *_, call, times in calls:
-            start = time.perf_counter()
-            jax.block_until_ready(call())
-            times.append(time.perf_counter() - start)
+    alternate(calls, args.rounds)
     for one, two in zip(calls[::2], calls[1::2]):
         a, b = statistics.median(one[4]), statistics.median(two[4])
         print(f"{one[0]:>4}: 1 group {a * 1e3:7.1f} ms, 2 groups {b * 1e3:7.1f} ms, "

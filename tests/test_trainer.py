@@ -158,7 +158,8 @@ def test_micro_batches_and_streams_give_the_same_update():
 
 
 def test_prompt_groups_checked_and_sized():
-    from grpo_jax.rl.update import check_prompt_groups, prompt_group_for
+    from grpo_jax.rl.update import prompt_group_for
+    from grpo_jax.sampling import check_prompt_groups
 
     prompts = np.repeat(np.arange(12).reshape(3, 4), 2, 0)
     mask = np.ones_like(prompts, bool)

@@ -18,7 +18,6 @@ import optax
 
 from grpo_jax import losses
 from grpo_jax.models import completion_logprobs
-from grpo_jax.sampling import check_prompt_groups  # noqa: F401  (re-exported)
 from grpo_jax.training import (Params, Policy, accumulate_gradients, apply_if_finite,
                                jit_update)
 
@@ -105,9 +104,10 @@ def make_train_step(policy: Policy, optimizer: optax.GradientTransformation,
     """jit(params, opt_state, batch) -> (params, opt_state, metrics).
 
     `group_size` G > 1 promises that the batch's rows come in contiguous groups of G sharing
-    one prompt (`check_prompt_groups`); each micro-batch and row group then runs each prompt
-    once, when it holds whole groups (`prompt_group_for`). A non-finite loss, gradient or
-    update is not applied (`training.apply_if_finite`; the metrics' "skipped" flag says so)."""
+    one prompt (`sampling.check_prompt_groups`); each micro-batch and row group then runs
+    each prompt once, when it holds whole groups (`prompt_group_for`). A non-finite loss,
+    gradient or update is not applied (`training.apply_if_finite`; the metrics' "skipped"
+    flag says so)."""
 
     def train_step(params, opt_state, batch):
         mask = batch["completion_mask"]

@@ -20,11 +20,12 @@ import numpy as np
 
 from grpo_jax.rewards.accuracy import math_verify_timeouts
 from grpo_jax.rl.rollout import encode_prompts
-from grpo_jax.rl.update import build_batch, check_prompt_groups
+from grpo_jax.rl.update import build_batch
 from grpo_jax.runner.guards import SkipCounter
 from grpo_jax.runner.rewards import resolve_reward_fns
 from grpo_jax.runner.rollouts import collect_rollout
 from grpo_jax.runner.toolkit import StepTimer, device_batch, log_step, progress, prompt_text
+from grpo_jax.sampling import check_prompt_groups
 from grpo_jax.tasks.data import prompt_iterator
 
 # Every RL stage's metrics line has these (besides reward/<name> per reward component).

@@ -14,11 +14,11 @@ import ml_collections
 from grpo_jax.rewards.device import device_reward_names, integer_answers, make_device_reward
 from grpo_jax.rl.algorithms import ALGORITHMS, compute_advantages, get_algorithm
 from grpo_jax.rl.fused import FusedSettings, make_fused_iterations
-from grpo_jax.rl.update import (LossSettings, check_prompt_groups, logp_mismatch, make_logp_fn,
-                                 make_train_step)
+from grpo_jax.rl.update import LossSettings, logp_mismatch, make_logp_fn, make_train_step
 from grpo_jax.runner import ConfigError, Learner, StageKind, rl_loop
 from grpo_jax.runner.rl_loop import fused_rl_loop, minibatches, reduce_update_metrics
 from grpo_jax.runner.toolkit import section_sampling, stage_optimizer
+from grpo_jax.sampling import check_prompt_groups
 from grpo_jax.training import init_opt_state
 
 LOSS_AGGREGATIONS = ("auto", "token-mean", "seq-mean-token-mean", "seq-mean-token-sum",

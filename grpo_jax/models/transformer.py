@@ -393,6 +393,19 @@ class Block(nnx.Module):
         return x + self.mlp.fused(self.mlp_norm(x)), cache_k, cache_v
 
 
+def first_of_groups(x: jax.Array, group: int) -> jax.Array:
+    """Row 0 of each contiguous group of `group` rows: [U * group, ...] -> [U, ...]."""
+    return x.reshape(x.shape[0] // group, group, *x.shape[1:])[:, 0]
+
+
+def spread_to_groups(x: jax.Array, group: int, per_row: int = 1) -> jax.Array:
+    """Each block of `per_row` rows repeated for the `group` rows of its group:
+    [U * per_row, ...] -> [U * group * per_row, ...] (inverse layout of `first_of_groups`)."""
+    u = x.shape[0] // per_row
+    x = x.reshape(u, 1, per_row, *x.shape[1:])
+    return jnp.broadcast_to(x, (u, group, per_row, *x.shape[3:])).reshape(-1, *x.shape[3:])
+
+
 def default_positions(attention_mask: jax.Array) -> jax.Array:
     """positions = cumsum(mask) - 1, clipped at 0, so left padding does not shift positions."""
     return jnp.maximum(jnp.cumsum(attention_mask.astype(jnp.int32), axis=-1) - 1, 0)
@@ -498,9 +511,8 @@ class Transformer(nnx.Module):
         mask = attention_mask.astype(bool)
         if g == 1:
             return self.hidden_states(tokens, attention_mask=mask)[:, p - 1:]
-        first = lambda a: a.reshape(b // g, g, *a.shape[1:])[:, 0]  # noqa: E731
-        spread = lambda a: jnp.broadcast_to(  # noqa: E731
-            a[:, None], (b // g, g, *a.shape[1:])).reshape(b, *a.shape[1:])
+        first = lambda a: first_of_groups(a, g)  # noqa: E731
+        spread = lambda a: spread_to_groups(a, g)  # noqa: E731
         rope = gather_rope(rope_table(t, self.inv_freq), default_positions(mask))
         prefix_rope = tuple(first(r[:, :p]) for r in rope)
         suffix_rope = tuple(r[:, p:] for r in rope)

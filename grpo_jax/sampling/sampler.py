@@ -11,7 +11,8 @@ import jax.numpy as jnp
 import numpy as np
 from flax import nnx
 
-from grpo_jax.models.transformer import KVCache, default_positions
+from grpo_jax.models.transformer import (KVCache, default_positions, first_of_groups,
+                                         spread_to_groups)
 
 
 _MIN_PHASE = 16  # new tokens per cache phase at least (each phase is one more compiled loop)
@@ -327,23 +328,17 @@ def _generate_core(graphdef, state, prompts, prompt_mask, key, config: SamplingC
     phase_ends = config.phase_ends
     # Step k (completion column k) writes the keys of token k - 1 at slot prompt_len + k - 1.
     g = config.prompt_group
-    first = lambda x: x.reshape(batch // g, g, *x.shape[1:])[:, 0]  # noqa: E731
+    group_prompts, group_mask = first_of_groups(prompts, g), first_of_groups(prompt_mask, g)
     cache = model.init_cache(batch // g, prompt_len + phase_ends[0])
-    hidden, cache = model.decode(first(prompts), default_positions(first(prompt_mask)),
-                                 first(prompt_mask), cache)
+    hidden, cache = model.decode(group_prompts, default_positions(group_mask), group_mask, cache)
     logits = model.logits(hidden[:, -1])
     if g > 1:  # each group's prefill, broadcast to its rows (cache rows are b * K + k)
         kv_heads = model.config.num_kv_heads
-
-        def spread(x, per_row=1):  # [U * per_row, ...] -> [U * g * per_row, ...]
-            u = x.shape[0] // per_row
-            x = x.reshape(u, 1, per_row, *x.shape[1:])
-            return jnp.broadcast_to(x, (u, g, per_row, *x.shape[3:])).reshape(-1, *x.shape[3:])
-
-        cache = cache.replace(keys=tuple(spread(k, kv_heads) for k in cache.keys),
-                              values=tuple(spread(v, kv_heads) for v in cache.values),
-                              key_valid=spread(cache.key_valid))
-        logits = spread(logits)
+        cache = cache.replace(
+            keys=tuple(spread_to_groups(k, g, kv_heads) for k in cache.keys),
+            values=tuple(spread_to_groups(v, g, kv_heads) for v in cache.values),
+            key_valid=spread_to_groups(cache.key_valid, g))
+        logits = spread_to_groups(logits, g)
 
     delimiter = max(len(config.end_thinking_ids), 1)
     queue_size = max(len(config.end_thinking_ids), len(config.continuation_ids), 1)

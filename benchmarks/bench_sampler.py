@@ -4,10 +4,12 @@ A Qwen2-shaped model of about 3M parameters (hidden 256, 4 layers, 4 heads, 2 KV
 MLP 688, vocab 512) is created at random with transformers, saved as safetensors to a
 temporary directory and loaded through grpo_jax's importer, so both samplers run the same
 weights. 16-token prompts, 64 new tokens (no EOS), plain sampling at temperature 1, batch 1
-and 64, on CPU; timed calls of the two samplers alternate in rounds. Reports generated
-tokens/s, the ratio, the model FLOP/s reached as a fraction of the matmul throughput measured
-by this script at the decode step's shapes, and the matmul-bound ratio: the ratio to the peer
-that a sampler doing nothing but the model's matmuls at that throughput would reach.
+and 64, on CPU; timed calls of the two samplers and of the model's matmul chain at the
+decode step's shapes (`flops.matmul_chain`, weights as arguments as the sampler's are)
+alternate in rounds. Reports generated tokens/s, the ratio, the model FLOP/s reached
+(`flops.generate_flops`) as a fraction of the chain's throughput, and the matmul-bound ratio:
+the ratio to the peer that a sampler doing nothing but the model's matmuls at that throughput
+would reach.
 
     JAX_PLATFORMS=cpu python benchmarks/bench_sampler.py [--repeats 5] [--batches 1,64]
 """
@@ -29,6 +31,7 @@ import torch
 import transformers
 from flax import nnx
 
+import flops
 from grpo_jax import host_memory
 from grpo_jax.models import from_pretrained
 from grpo_jax.sampling import SamplingConfig, generate
@@ -45,85 +48,22 @@ SHAPE = dict(
 PROMPT_LEN, NEW_TOKENS = 16, 64
 
 
-def decode_matmul_flops(config, batch: int) -> int:
-    """2 * B * (weights touched by one decode step's matmuls), output head included."""
-    d, n, k, h, f = (
-        config.hidden_size,
-        config.num_heads,
-        config.num_kv_heads,
-        config.head_dim,
-        config.mlp_size,
-    )
-    per_layer = d * n * h + 2 * d * k * h + n * h * d + 3 * d * f
-    return 2 * batch * (config.num_layers * per_layer + d * config.vocab_size)
+def timed_rounds(calls, repeats: int) -> list[float]:
+    """Median seconds of each call over `repeats` rounds; each round runs them in turn.
 
-
-def generate_flops(config, batch: int) -> int:
-    """Model FLOPs of one generate call: prefill + decode matmuls + attention scores/values."""
-    matmul = decode_matmul_flops(config, 1) // 2  # weights per token
-    tokens = PROMPT_LEN + NEW_TOKENS
-    flops = 2 * matmul * batch * tokens  # every prompt and generated position
-    attention = 0
-    for position in range(tokens):  # q.k and p.v over the causal context
-        attention += 4 * config.num_layers * config.num_heads * config.head_dim * (position + 1)
-    return flops + batch * attention
-
-
-def measured_matmul_flops_per_s(config, batch: int, iters: int = 200) -> float:
-    """FLOP/s of a chain of matmuls with exactly the decode step's shapes, in one XLA loop."""
-    d, n, k, h, f = (
-        config.hidden_size,
-        config.num_heads,
-        config.num_kv_heads,
-        config.head_dim,
-        config.mlp_size,
-    )
-    key = jax.random.key(0)
-    ks = jax.random.split(key, 5)
-    w_qkv = jax.random.normal(ks[0], (config.num_layers, d, (n + 2 * k) * h)) * 0.05
-    w_o = jax.random.normal(ks[1], (config.num_layers, n * h, d)) * 0.05
-    w_gu = jax.random.normal(ks[2], (config.num_layers, d, 2 * f)) * 0.05
-    w_down = jax.random.normal(ks[3], (config.num_layers, f, d)) * 0.05
-    w_head = jax.random.normal(ks[4], (d, config.vocab_size)) * 0.05
-    x0 = jnp.ones((batch, d))
-
-    @jax.jit
-    def chain(x):
-        def one_step(_, x):
-            for layer in range(config.num_layers):
-                qkv = x @ w_qkv[layer]
-                x = qkv[:, : n * h] @ w_o[layer]
-                gu = x @ w_gu[layer]
-                x = gu[:, :f] @ w_down[layer]
-            logits = x @ w_head
-            return x + 1e-3 * logits[:, :1]
-
-        return jax.lax.fori_loop(0, iters, one_step, x)
-
-    chain(x0).block_until_ready()
-    times = []
-    for _ in range(5):
-        start = time.perf_counter()
-        chain(x0).block_until_ready()
-        times.append(time.perf_counter() - start)
-    return decode_matmul_flops(config, batch) * iters / min(times)
-
-
-def timed_pair(ours, theirs, repeats: int) -> tuple[float, float]:
-    """Median seconds of each over `repeats` rounds; each round runs ours then theirs.
-
-    Rounds interleave the two, so a change in machine load hits both. Within a round each
-    sampler first runs once untimed: that call absorbs what the other library left behind
-    (its data in the caches, torch's OpenMP workers still spinning) and the second is timed.
+    Rounds interleave the calls, so a change in machine load hits all of them. Within a round
+    each first runs once untimed: that call absorbs what the one before left behind (the
+    other library's data in the caches, torch's OpenMP workers still spinning) and the second
+    is timed.
     """
-    ours_s, theirs_s = [], []
+    times = [[] for _ in calls]
     for _ in range(repeats):
-        for fn, times in ((ours, ours_s), (theirs, theirs_s)):
+        for fn, fn_times in zip(calls, times):
             fn()  # settle (and, in the first round, compile)
             start = time.perf_counter()
             fn()
-            times.append(time.perf_counter() - start)
-    return statistics.median(ours_s), statistics.median(theirs_s)
+            fn_times.append(time.perf_counter() - start)
+    return [statistics.median(t) for t in times]
 
 
 def main():
@@ -190,9 +130,10 @@ def main():
                 )
             assert out.shape == (batch, PROMPT_LEN + NEW_TOKENS)
 
-        ours_s, theirs_s = timed_pair(ours, theirs, args.repeats)
-        peak = measured_matmul_flops_per_s(config, batch)
-        flops = generate_flops(config, batch)
+        chain, chain_flops = flops.matmul_chain(config, batch)
+        ours_s, theirs_s, chain_s = timed_rounds((ours, theirs, chain), args.repeats)
+        peak = chain_flops / chain_s
+        work = flops.generate_flops(config, batch, PROMPT_LEN, NEW_TOKENS)
         tokens = batch * NEW_TOKENS
         row = dict(
             batch=batch,
@@ -200,10 +141,10 @@ def main():
             hf_tok_s=tokens / theirs_s,
             ratio=theirs_s / ours_s,
             matmul_gflops=peak / 1e9,
-            ours_fraction=flops / ours_s / peak,
-            hf_fraction=flops / theirs_s / peak,
+            ours_fraction=work / ours_s / peak,
+            hf_fraction=work / theirs_s / peak,
             # the ratio a sampler doing nothing but the model's matmuls at `peak` would reach
-            bound=theirs_s / (flops / peak),
+            bound=theirs_s / (work / peak),
         )
         rows.append(row)
         print(

@@ -81,9 +81,10 @@ def pretraining_step():
     return policy, params, optimizer, jax.device_put(packed), make
 
 
-def compiled_step(fn, params, optimizer, batch):
+def compiled_step(fn, params, optimizer, batch, *, with_text: bool = False):
     """A call of the jitted update `fn(params, opt_state, batch)` on its own copy of the
-    state (donated and carried from call to call); returns the step's metrics."""
+    state (donated and carried from call to call); returns the step's metrics. With
+    `with_text`, (the call, the optimized HLO's text)."""
     state = [jax.tree.map(jnp.copy, params), init_opt_state(optimizer, params)]
     step = jax.jit(fn, donate_argnums=(0, 1)).lower(*state, batch).compile()
 
@@ -91,7 +92,7 @@ def compiled_step(fn, params, optimizer, batch):
         state[0], state[1], metrics = step(state[0], state[1], batch)
         return metrics
 
-    return call
+    return (call, step.as_text()) if with_text else call
 
 
 def alternate(calls, rounds: int) -> None:

@@ -4,11 +4,14 @@ Counts are model FLOPs: 2 per multiply-add of the model's matmuls (the output he
 included) and of attention's q.k and p.v over the causal context; nothing recomputed is
 counted twice. A backward pass is 2x its forward (gradients of activations and weights).
 
-`matmul_flops_per_s(config, rows, backward=...)` times a chain of matmuls with exactly the
-model's weight shapes at `rows` rows ([rows, D] x [D, (N+2K)H], [rows, NH] x [NH, D],
-[rows, D] x [D, 2F], [rows, F] x [F, D] per layer, then the head [rows, D] x [D, V]) inside
-one XLA program, optionally with its backward: the throughput this machine gives the model's
-matmuls at the phase's shapes, measured in the same run as the phase it is compared with.
+`matmul_flops_per_s(config, rows, backward=...)` times a chain of matmuls (`matmul_chain`)
+with exactly the model's weight shapes at `rows` rows ([rows, D] x [D, (N+2K)H], [rows, NH] x
+[NH, D], [rows, D] x [D, 2F], [rows, F] x [F, D] per layer, then the head [rows, D] x [D, V])
+inside one XLA program, optionally with its backward: the throughput this machine gives the
+model's matmuls at the phase's shapes, measured in the same run as the phase it is compared
+with. Timed apart from the phase, its best of a few calls moves by tens of percent from
+minute to minute here; `matmul_chain` gives the call itself, so that a benchmark can time it
+in the same alternating rounds as the phase (bench_ablation, bench_sampler).
 """
 
 from __future__ import annotations
@@ -63,22 +66,21 @@ def generate_flops(config, rows: int, prompt_len: int, new_tokens: int) -> int:
     return forward_flops(config, rows, prompt_len + new_tokens)
 
 
-def matmul_flops_per_s(config, rows: int, *, backward: bool = False, iters: int = 0,
-                       repeats: int = 5) -> float:
-    """Best FLOP/s over `repeats` timed calls of the model's matmul chain at `rows` rows
-    (with its backward when `backward`); `iters` chain passes per call (0: about 2 GFLOP
-    per call, so that dispatch does not count)."""
+def matmul_chain(config, rows: int, *, backward: bool = False, iters: int = 0):
+    """(call, FLOPs per call): a compiled call of the model's matmul chain at `rows` rows
+    (with its backward when `backward`), `iters` chain passes per call (0: about 2 GFLOP per
+    call, so that dispatch does not count), blocked on its result."""
     d, n, k, h, f, v = (config.hidden_size, config.num_heads, config.num_kv_heads,
                         config.head_dim, config.mlp_size, config.vocab_size)
     layers = config.num_layers
     ks = jax.random.split(jax.random.key(0), 5)
-    weights = {
-        "qkv": jax.random.normal(ks[0], (layers, d, (n + 2 * k) * h)) * 0.05,
-        "o": jax.random.normal(ks[1], (layers, n * h, d)) * 0.05,
-        "gu": jax.random.normal(ks[2], (layers, d, 2 * f)) * 0.05,
-        "down": jax.random.normal(ks[3], (layers, f, d)) * 0.05,
-        "head": jax.random.normal(ks[4], (d, v)) * 0.05,
-    }
+    # one array per layer and matrix, as the model holds them (slices of stacked arrays
+    # are copied inside the loop, which at a few rows costs more than the matmul itself)
+    shapes = {"qkv": (d, (n + 2 * k) * h), "o": (n * h, d), "gu": (d, 2 * f), "down": (f, d)}
+    weights = {name: [jax.random.normal(jax.random.fold_in(ks[i], layer), shape) * 0.05
+                      for layer in range(layers)]
+               for i, (name, shape) in enumerate(shapes.items())}
+    weights["head"] = jax.random.normal(ks[4], (d, v)) * 0.05
     flops_once = 2 * rows * weights_per_token(config) * (3 if backward else 1)
     iters = iters or max(1, int(2e9 // flops_once))
     x0 = jnp.ones((rows, d))
@@ -101,16 +103,21 @@ def matmul_flops_per_s(config, rows: int, *, backward: bool = False, iters: int 
             w, x = carry
             g = grad(w, x)
             return jax.tree.map(lambda a, b: a - 1e-6 * b, w, g), x
-    else:
-        def step(_, carry):
-            w, x = carry
-            return w, chain(w, x)
 
-    run = jax.jit(lambda w, x: jax.lax.fori_loop(0, iters, step, (w, x)))
+        run = jax.jit(lambda w, x: jax.lax.fori_loop(0, iters, step, (w, x)))
+    else:  # the weights are loop invariants, as the sampler's are in its decode loop
+        run = jax.jit(lambda w, x: jax.lax.fori_loop(0, iters, lambda _, x: chain(w, x), x))
     jax.block_until_ready(run(weights, x0))
+    return (lambda: jax.block_until_ready(run(weights, x0))), flops_once * iters
+
+
+def matmul_flops_per_s(config, rows: int, *, backward: bool = False, iters: int = 0,
+                       repeats: int = 5) -> float:
+    """Best FLOP/s over `repeats` timed calls of `matmul_chain` (arguments as there)."""
+    call, flops_per_call = matmul_chain(config, rows, backward=backward, iters=iters)
     best = float("inf")
     for _ in range(repeats):
         start = time.perf_counter()
-        jax.block_until_ready(run(weights, x0))
+        call()
         best = min(best, time.perf_counter() - start)
-    return flops_once * iters / best
+    return flops_per_call / best

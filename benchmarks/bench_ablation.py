@@ -65,7 +65,7 @@ import bench_grpo as grpo  # noqa: E402
 import flops  # noqa: E402
 from bench_streams import alternate, compiled_step, pretraining_step  # noqa: E402
 from grpo_jax import host_memory  # noqa: E402
-from grpo_jax.models import transformer  # noqa: E402
+from grpo_jax.models import from_pretrained, transformer  # noqa: E402
 from grpo_jax.sampling import SamplingConfig, sampler  # noqa: E402
 from grpo_jax.training import default_batch_streams  # noqa: E402
 
@@ -135,7 +135,7 @@ def sampler_workload(hidden: int, tmp: str):
     """The same for one generate call of bench_grpo's model at `hidden`."""
     checkpoint = os.path.join(tmp, f"checkpoint{hidden}")
     grpo.write_checkpoint(checkpoint, hidden)
-    model, config = grpo.from_pretrained(checkpoint, dtype="float32")
+    model, config = from_pretrained(checkpoint, dtype="float32")
     graphdef, state = nnx.split(model)
     rng = np.random.default_rng(0)
     prompts = jnp.asarray(rng.integers(0, config.vocab_size, (PROMPTS, PROMPT_LEN)), jnp.int32)

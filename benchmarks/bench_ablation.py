@@ -26,10 +26,11 @@ The variants:
 
 Fractions are model FLOPs per second (`flops.py`: train_flops / generate_flops) over the
 throughput of the matmul chain at the same shapes (`flops.matmul_chain`), which is timed in
-the same rounds as the programs (its median against theirs); the variants' fractions count the full model's FLOPs, so they read as "the
-fraction the step would reach if that part were free". With --profile, a `jax.profiler`
-trace of the full programs is summarised too: op time by kind of HLO op (joined with the
-optimized HLO), and how long 0, 1 or 2 ops ran at once.
+the same rounds as the programs (its median against theirs). The variants' fractions count
+the full model's FLOPs, so they read as "the fraction the step would reach if that part were
+free". With --profile, a `jax.profiler` trace of the full programs is summarised too: op
+time by kind of HLO op (joined with the optimized HLO), and how long 0, 1 or 2 traced ops
+ran at once.
 
     JAX_PLATFORMS=cpu python benchmarks/bench_ablation.py [--workloads pre,sample128,sample256]
         [--rounds 20] [--profile]

@@ -2,7 +2,9 @@
 without LLVM optimisation (the tests are compile-bound)."""
 
 import os
+import shutil
 import sys
+import tempfile
 
 # The repository root, so tests import `configs.*` under plain `pytest` as well as under
 # `python -m pytest` (which adds the working directory; plain `pytest` does not, and then
@@ -20,14 +22,30 @@ if "xla_backend_optimization_level" not in _flags:
     _flags += " --xla_backend_optimization_level=0"
 os.environ["XLA_FLAGS"] = _flags.strip()
 
-# No persistent compilation cache in the tests (also for the runs they start as
-# subprocesses): their programs are mostly distinct, and writing each one costs more than
-# the few repeats save. tests/test_compilation.py turns it on where it is the subject.
-os.environ.setdefault("GRPO_JAX_COMPILATION_CACHE_DIR", "")
+# One persistent compilation cache for the whole test session, shared by the xdist workers
+# and the runs the tests start as subprocesses (both inherit the variable, which the
+# controller sets before it starts the workers): many tests build the same programs (the
+# tiny-1m train step, the sampler, the log-prob pass), and a later one loads them instead of
+# compiling again. A fresh temporary directory per session, so every run starts cold as CI
+# does; the process that made it removes it at the end. GRPO_JAX_COMPILATION_CACHE_DIR=""
+# runs without it. tests/test_compilation.py points it elsewhere where it is the subject.
+_OWN_CACHE = "GRPO_JAX_COMPILATION_CACHE_DIR" not in os.environ
+if _OWN_CACHE:
+    os.environ["GRPO_JAX_COMPILATION_CACHE_DIR"] = tempfile.mkdtemp(prefix="grpo_jax_tests_xla_")
+SESSION_CACHE = os.environ["GRPO_JAX_COMPILATION_CACHE_DIR"]
 
 import jax  # noqa: E402
 
 jax.config.update("jax_enable_x64", False)
+
+from grpo_jax import compilation  # noqa: E402
+
+compilation.use_cache(SESSION_CACHE)  # for every jitted program, not only the pipeline's
+
+
+def pytest_sessionfinish(session, exitstatus):
+    if _OWN_CACHE:
+        shutil.rmtree(SESSION_CACHE, ignore_errors=True)
 
 
 import pytest  # noqa: E402
@@ -52,7 +70,6 @@ def crash_and_resume(tmp_path, monkeypatch):
     """
     import numpy as np
 
-    from grpo_jax import compilation
     from grpo_jax.checkpoint import Checkpointer
     from grpo_jax.metrics import MetricWriter, read_metrics
     from grpo_jax.pipeline import train_and_evaluate
@@ -65,16 +82,8 @@ def crash_and_resume(tmp_path, monkeypatch):
         return state["params"]
 
     def run(config, crash_stage):
-        # The three runs build the same programs: a cache of this test's own lets the second
-        # and third load them (what a real resume does with the default cache).
-        monkeypatch.setenv(compilation.ENV_VAR, str(tmp_path / "xla"))
-        try:
-            return _run(config, crash_stage)
-        finally:  # later tests run without it again
-            monkeypatch.setenv(compilation.ENV_VAR, "")
-            compilation.use_cache("")
-
-    def _run(config, crash_stage):
+        # The three runs build the same programs: the session's compilation cache lets the
+        # second and third load them (what a real resume does with the default cache).
         straight, resumed = tmp_path / "straight", tmp_path / "resumed"
         train_and_evaluate(config, str(straight))
         original = MetricWriter.write

@@ -1,5 +1,6 @@
 """The persistent compilation cache and compile time logged apart from step time."""
 
+import contextlib
 import os
 
 import jax
@@ -17,14 +18,25 @@ def pretrain_config(cache_dir):
     return config
 
 
+@contextlib.contextmanager
+def back_to_the_session_cache(monkeypatch):
+    """Afterwards the variable and jax's cache are the test session's again (conftest)."""
+    session = os.environ.get(compilation.ENV_VAR, "")
+    try:
+        yield
+    finally:
+        monkeypatch.setenv(compilation.ENV_VAR, session)
+        compilation.use_cache(session)
+        assert jax.config.jax_compilation_cache_dir == (os.path.abspath(session) if session
+                                                         else None)
+
+
 def test_a_rerun_loads_every_program_from_the_cache_and_logs_compile_time_apart(
         tmp_path, monkeypatch):
     cache = tmp_path / "xla"
-    monkeypatch.setenv(compilation.ENV_VAR, str(cache))  # over the config's directory
-    try:
+    with back_to_the_session_cache(monkeypatch):
+        monkeypatch.setenv(compilation.ENV_VAR, str(cache))  # over the config's directory
         check_rerun(tmp_path, cache)
-    finally:
-        compilation.use_cache("")  # later tests run without a cache, as conftest sets
 
 
 def check_rerun(tmp_path, cache):
@@ -50,8 +62,7 @@ def check_rerun(tmp_path, cache):
 
 def test_the_config_names_the_directory_and_the_environment_overrides_it(tmp_path,
                                                                          monkeypatch):
-    session = os.environ.get(compilation.ENV_VAR, "")
-    try:
+    with back_to_the_session_cache(monkeypatch):
         monkeypatch.delenv(compilation.ENV_VAR)
         assert compilation.use_cache("") is None  # off
         assert jax.config.jax_compilation_cache_dir is None
@@ -59,5 +70,3 @@ def test_the_config_names_the_directory_and_the_environment_overrides_it(tmp_pat
         assert (tmp_path / "c").is_dir()
         monkeypatch.setenv(compilation.ENV_VAR, str(tmp_path / "env"))
         assert compilation.use_cache(str(tmp_path / "c")) == str(tmp_path / "env")
-    finally:
-        compilation.use_cache(session)

@@ -1,5 +1,6 @@
-"""Test set-up: CPU with 8 virtual devices so sharding tests run on any machine, and XLA
-without LLVM optimisation (the tests are compile-bound)."""
+"""Test set-up: CPU with 8 virtual devices so sharding tests run on any machine, XLA
+without LLVM optimisation and one compilation cache for the session (the tests are
+compile-bound)."""
 
 import os
 import shutil
@@ -43,12 +44,12 @@ from grpo_jax import compilation  # noqa: E402
 compilation.use_cache(SESSION_CACHE)  # for every jitted program, not only the pipeline's
 
 
+import pytest  # noqa: E402
+
+
 def pytest_sessionfinish(session, exitstatus):
     if _OWN_CACHE:
         shutil.rmtree(SESSION_CACHE, ignore_errors=True)
-
-
-import pytest  # noqa: E402
 
 
 @pytest.fixture

@@ -23,6 +23,12 @@ if "xla_backend_optimization_level" not in _flags:
     _flags += " --xla_backend_optimization_level=0"
 os.environ["XLA_FLAGS"] = _flags.strip()
 
+import jax  # noqa: E402
+
+jax.config.update("jax_enable_x64", False)
+
+from grpo_jax import compilation  # noqa: E402
+
 # One persistent compilation cache for the whole test session, shared by the xdist workers
 # and the runs the tests start as subprocesses (both inherit the variable, which the
 # controller sets before it starts the workers): many tests build the same programs (the
@@ -30,17 +36,10 @@ os.environ["XLA_FLAGS"] = _flags.strip()
 # compiling again. A fresh temporary directory per session, so every run starts cold as CI
 # does; the process that made it removes it at the end. GRPO_JAX_COMPILATION_CACHE_DIR=""
 # runs without it. tests/test_compilation.py points it elsewhere where it is the subject.
-_OWN_CACHE = "GRPO_JAX_COMPILATION_CACHE_DIR" not in os.environ
+_OWN_CACHE = compilation.ENV_VAR not in os.environ
 if _OWN_CACHE:
-    os.environ["GRPO_JAX_COMPILATION_CACHE_DIR"] = tempfile.mkdtemp(prefix="grpo_jax_tests_xla_")
-SESSION_CACHE = os.environ["GRPO_JAX_COMPILATION_CACHE_DIR"]
-
-import jax  # noqa: E402
-
-jax.config.update("jax_enable_x64", False)
-
-from grpo_jax import compilation  # noqa: E402
-
+    os.environ[compilation.ENV_VAR] = tempfile.mkdtemp(prefix="grpo_jax_tests_xla_")
+SESSION_CACHE = os.environ[compilation.ENV_VAR]
 compilation.use_cache(SESSION_CACHE)  # for every jitted program, not only the pipeline's
 
 

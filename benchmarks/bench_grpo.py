@@ -64,9 +64,10 @@ from grpo_jax.models import ModelConfig, Transformer, from_pretrained  # noqa: E
 from grpo_jax.models.hf import save_pretrained  # noqa: E402
 from grpo_jax.pipeline import train_and_evaluate  # noqa: E402
 from grpo_jax.rewards.device import register_device_reward  # noqa: E402
-from grpo_jax.rl.algorithms import compute_advantages  # noqa: E402
+from grpo_jax.rl.algorithms import EstimatorInputs, compute_advantages  # noqa: E402
+from grpo_jax.rl.batch import rollout_batch  # noqa: E402
 from grpo_jax.rl.rollout import encode_prompts  # noqa: E402
-from grpo_jax.rl.update import LossSettings, build_batch, make_logp_fn, make_train_step  # noqa
+from grpo_jax.rl.update import LossSettings, make_logp_fn, make_train_step  # noqa: E402
 from grpo_jax.runner.rewards import register_reward_source  # noqa: E402
 from grpo_jax.sampling import SamplingConfig, generate  # noqa: E402
 from grpo_jax.tasks.base import Example, Task  # noqa: E402
@@ -191,7 +192,8 @@ def sampled_rollout(checkpoint: str):
     """One rollout as the rl stage samples it at these shapes.
 
     Returns (policy, params, tokenizer, examples, sample, rollout): `sample()` is the
-    sampler call, `rollout` the fields build_batch reads (plus `lengths`) of one such call.
+    sampler call, `rollout` the fields rollout_batch reads (plus `lengths`) of one such
+    call.
     """
     model, _ = from_pretrained(checkpoint)
     policy, params = Policy.from_model(model)
@@ -211,6 +213,20 @@ def sampled_rollout(checkpoint: str):
     return policy, params, tokenizer, examples, sample, rollout
 
 
+def grpo_batch(policy, ref_params, rollout, rewards):
+    """(the device RolloutBatch of `rollout` with GRPO advantages and reference log-probs,
+    the reference log-prob function), as the rl stage builds them."""
+    batch = jax.device_put(rollout_batch(rollout.prompt_tokens, rollout.prompt_mask,
+                                         rollout.tokens, rollout.mask, rollout.sample_logp,
+                                         rewards, version=0))
+    advantages = compute_advantages("grpo", EstimatorInputs(
+        rewards=batch.rewards, correct=batch.rewards >= 1, mask=batch.loss_mask,
+        group_size=GROUP))
+    logp_fn = make_logp_fn(policy, prompt_len=PROMPT_LEN, group_size=GROUP)
+    return batch.replace(advantages=advantages, ref_logp=logp_fn(
+        ref_params, batch.tokens, batch.attention_mask)), logp_fn
+
+
 def phase_split(checkpoint: str, repeats: int) -> dict:
     """Seconds of each piece of one iteration, called as the rl stage calls them."""
     policy, params, tokenizer, examples, sample, rollout = sampled_rollout(checkpoint)
@@ -222,10 +238,7 @@ def phase_split(checkpoint: str, repeats: int) -> dict:
         rewards = np.asarray([even_share(t, ex) for t, ex in zip(texts, examples)], np.float32)
         return rewards
 
-    batch = jax.device_put(build_batch(rollout, compute_advantages(
-        host(), algorithm="grpo", group_size=GROUP)))
-    logp_fn = make_logp_fn(policy, prompt_len=PROMPT_LEN, group_size=GROUP)
-    batch["ref_logp"] = logp_fn(ref_params, batch["tokens"], batch["attention_mask"])
+    batch, logp_fn = grpo_batch(policy, ref_params, rollout, host())
     optimizer, _ = make_optimizer(lr=1e-5, steps=100, warmup_frac=0.0)
     train_step = make_train_step(policy, optimizer, LossSettings(beta=0.04),
                                  prompt_len=PROMPT_LEN, micro_batches=1, group_size=GROUP)
@@ -238,8 +251,8 @@ def phase_split(checkpoint: str, repeats: int) -> dict:
         return metrics
 
     return {"sample_s": timed(sample, repeats), "host_s": timed(host, repeats),
-            "reference_s": timed(lambda: logp_fn(ref_params, batch["tokens"],
-                                                 batch["attention_mask"]), repeats),
+            "reference_s": timed(lambda: logp_fn(ref_params, batch.tokens,
+                                                 batch.attention_mask), repeats),
             "update_s": timed(update, repeats)}
 
 

@@ -50,7 +50,7 @@ def main():
     with tempfile.TemporaryDirectory() as tmp:
         for hidden in [int(h) for h in args.hidden.split(",")]:
             policy, params, optimizer, batch, make = grpo_update(hidden, tmp)
-            tokens, mask = batch["tokens"], batch["attention_mask"]
+            tokens, mask = batch.tokens, batch.attention_mask
             prompts = (tokens[:, :grpo.PROMPT_LEN], mask[:, :grpo.PROMPT_LEN])
             ref, samples = {}, {}
             for group in GROUPS:

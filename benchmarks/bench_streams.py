@@ -52,11 +52,7 @@ def grpo_update(hidden: int, tmp: str):
     grpo.write_checkpoint(checkpoint, hidden)
     policy, params, _, examples, _, rollout = grpo.sampled_rollout(checkpoint)
     rewards = np.random.default_rng(0).random(len(examples)).astype(np.float32)
-    batch = jax.device_put(grpo.build_batch(rollout, grpo.compute_advantages(
-        rewards, algorithm="grpo", group_size=grpo.GROUP)))
-    batch["ref_logp"] = grpo.make_logp_fn(policy, prompt_len=grpo.PROMPT_LEN,
-                                          group_size=grpo.GROUP)(
-        params, batch["tokens"], batch["attention_mask"])
+    batch, _ = grpo.grpo_batch(policy, params, rollout, rewards)
     optimizer, _ = make_optimizer(lr=1e-5, steps=100, warmup_frac=0.0)
     make = lambda p, group=grpo.GROUP: grpo.make_train_step(  # noqa: E731
         p, optimizer, grpo.LossSettings(beta=0.04), prompt_len=grpo.PROMPT_LEN,

@@ -132,8 +132,7 @@ def main() -> None:
     with open(os.path.join(ckpt, "config.json")) as f:
         shape = config_from_hf(json.load(f))
     params = shape.num_params()
-    from grpo_jax.runner.build import build_tokenizer
-    from grpo_jax.runner.validation import prompt_bucket
+    from grpo_jax.runner.build import build_tokenizer, prompt_bucket
     from grpo_jax.tasks import get_task
 
     task = get_task("gsm8k", data_dir=data)

@@ -56,6 +56,7 @@ def measure(size: str, fsdp: int, rows: int, seq: int, compile_step: bool = True
 
     from grpo_jax import parallel
     from grpo_jax.models import Transformer, named_config
+    from grpo_jax.rl.batch import RolloutBatch
     from grpo_jax.rl.update import LossSettings, make_train_step
     from grpo_jax.training import Policy, make_optimizer
 
@@ -74,15 +75,13 @@ def measure(size: str, fsdp: int, rows: int, seq: int, compile_step: bool = True
     opt_state = _mirror(opt_abstract, params, replicated)
     data = parallel.data_sharding(mesh)
     prompt = seq // 2
-    batch = {
-        "tokens": jax.ShapeDtypeStruct((rows, seq), jnp.int32, sharding=data),
-        "attention_mask": jax.ShapeDtypeStruct((rows, seq), jnp.bool_, sharding=data),
-        "completion_mask": jax.ShapeDtypeStruct((rows, seq - prompt), jnp.bool_,
-                                                sharding=data),
-        "sample_logp": jax.ShapeDtypeStruct((rows, seq - prompt), jnp.float32, sharding=data),
-        "advantages": jax.ShapeDtypeStruct((rows,), jnp.float32, sharding=data),
-        "ref_logp": jax.ShapeDtypeStruct((rows, seq - prompt), jnp.float32, sharding=data),
-    }
+    new = seq - prompt
+    spec = lambda shape, dtype: jax.ShapeDtypeStruct(shape, dtype, sharding=data)  # noqa: E731
+    batch = RolloutBatch(
+        tokens=spec((rows, seq), jnp.int32), attention_mask=spec((rows, seq), jnp.bool_),
+        loss_mask=spec((rows, new), jnp.bool_), behaviour_logp=spec((rows, new), jnp.float32),
+        rewards=spec((rows,), jnp.float32), version=spec((rows,), jnp.int32),
+        advantages=spec((rows, new), jnp.float32), ref_logp=spec((rows, new), jnp.float32))
     state_bytes = _bytes(params) + _bytes(opt_state)
     figures = {"fsdp": fsdp, "params_total": _bytes(params), "state_total": state_bytes,
                "ideal": state_bytes / fsdp,

@@ -7,6 +7,8 @@ accuracy and format rewards, evaluate again, and write report.md / report.json /
     python -m grpo_jax.main                                   # this config
     python -m grpo_jax.main --config=configs/default.py:smoke # a seconds-long smoke run
     python -m grpo_jax.main --config.rl.algorithm=dr_grpo --config.rl.beta=0.0
+    python -m grpo_jax.main --config.rl.algorithm=dapo --config.rl.fused_steps=0
+    (DAPO's dynamic sampling resamples on the host, so it runs the host loop)
 
 Presets (after the colon): "smoke" (tiny sizes for tests), "cpu" (the default).
 configs/ppo.py and configs/trpo.py run the same job with the PPO or TRPO stage instead.
@@ -121,12 +123,14 @@ def get_config(preset: str | None = None) -> ml_collections.ConfigDict:
 
     # ---- stage: reinforcement learning (GRPO family) ------------------------------------------
     config.rl = default_section("rl")
-    config.rl.algorithm = "grpo"  # grpo | dr_grpo | dapo | rloo | reinforce | expert_iteration
+    # grpo_jax/rl/algorithms.py: grpo | dr_grpo | dapo | gspo | cispo | rloo | reinforce |
+    # reinforce_pp | expert_iteration. beta, epsilon, loss_agg, ... left unset take the
+    # algorithm's defaults (GRPO's: beta 0.01, epsilon 0.2, seq-mean-token-mean).
+    config.rl.algorithm = "grpo"
     config.rl.steps = 80  # RL iterations (sample -> score -> update)
     config.rl.num_prompts = 32  # N prompts per iteration
     config.rl.group_size = 8  # G completions per prompt
     config.rl.lr = 2e-4
-    config.rl.beta = 0.01  # KL-to-reference coefficient (reference log-probs skipped if 0)
     config.rl.max_new_tokens = 40
     # Reward name -> weight. Names: the task's (accuracy, format, format_soft, ...), built-ins
     # (language, overlong) and stage-kind sources (reward_model, with rl.reward_model set).

@@ -59,10 +59,11 @@ def _restore_non_finite(record: dict) -> dict:
 
 
 def read_metrics(path: str | os.PathLike) -> list[dict]:
-    """Reads a metrics.jsonl file (or the one in a workdir) into a list of dicts.
+    """Reads a metrics.jsonl file (or the one in a workdir) into a list of dicts: the one
+    reader of the file (reports, sweeps, benchmarks, tests).
 
     A truncated last line (a run killed mid-write) is skipped; any other malformed line
-    raises ValueError naming the line number.
+    raises ValueError naming the line number. No file reads as no rows.
     """
     path = os.fspath(path)
     if os.path.isdir(path):
@@ -71,17 +72,25 @@ def read_metrics(path: str | os.PathLike) -> list[dict]:
         return []
     with open(path, encoding="utf-8") as f:
         lines = f.read().split("\n")
+    return [_restore_non_finite(record) for _, record in _parse_lines(lines, path)]
+
+
+def _parse_lines(lines: list[str], path: str) -> list[tuple[int, dict]]:
+    """(index in `lines`, record) of every non-blank line; a malformed line is a ValueError
+    naming it, unless it is the last non-blank one (a write cut short)."""
     records = []
-    for number, line in enumerate(lines, start=1):
+    for index, line in enumerate(lines):
         if not line.strip():
             continue
         try:
-            records.append(_restore_non_finite(json.loads(line)))
+            record = json.loads(line)
         except json.JSONDecodeError:
-            is_last = all(not rest.strip() for rest in lines[number:])
-            if is_last:
+            if all(not rest.strip() for rest in lines[index + 1:]):
                 continue
-            raise ValueError(f"{path}:{number}: expected one JSON object per line") from None
+            raise ValueError(f"{path}:{index + 1}: expected one JSON object per line") from None
+        if not isinstance(record, dict):
+            raise ValueError(f"{path}:{index + 1}: expected one JSON object per line")
+        records.append((index, record))
     return records
 
 
@@ -175,24 +184,17 @@ class MetricWriter:
         self._file.flush()
         with open(self.path, encoding="utf-8") as f:
             lines = f.readlines()
-        records = []
-        for number, line in enumerate(lines, start=1):
-            try:
-                records.append(json.loads(line))
-            except json.JSONDecodeError:
-                raise ValueError(
-                    f"{self.path}:{number}: expected one JSON object per line"
-                ) from None
+        records = _parse_lines(lines, self.path)  # (line index, record)
         if stage is None:
-            later = [i for i, r in enumerate(records) if r.get("step", -1) > step]
+            later = [i for i, r in records if r.get("step", -1) > step]
             cut = later[0] if later else len(lines)
         else:
-            in_stage = [i for i, r in enumerate(records) if r.get("stage") == stage]
-            kept = [i for i in in_stage if records[i].get("step", -1) <= step]
+            in_stage = [(i, r) for i, r in records if r.get("stage") == stage]
+            kept = [i for i, r in in_stage if r.get("step", -1) <= step]
             if kept:
                 cut = kept[-1] + 1
             else:
-                later = [i for i in in_stage if records[i].get("step", -1) > step]
+                later = [i for i, r in in_stage if r.get("step", -1) > step]
                 cut = later[0] if later else len(lines)
         dropped = len(lines) - cut
         if dropped:

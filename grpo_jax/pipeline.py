@@ -1,11 +1,12 @@
 """A run: the stages of `config.stages` (pretrain, sft, rl, ppo, eval, ...) in one workdir.
 
 `train_and_evaluate(config, workdir)`: distributed start -> validation (every field of
-every stage, before anything is written) -> the `Run` (task, tokenizer, mesh, policy) ->
-resume -> each stage -> report. Checkpoints carry the stage index and step, so running the
-same command again resumes where the last one stopped: finished stages are skipped and a
-stage in progress resumes from its latest checkpoint with its optimizer and data-iterator
-state. This is the only module that imports grpo_jax.stages.
+every stage, before anything is written; it builds the task, tokenizer and prompt bucket
+once) -> the `Run` (those inputs, mesh, policy) -> resume -> each stage -> report.
+Checkpoints carry the stage index and step, so running the same command again resumes
+where the last one stopped: finished stages are skipped and a stage in progress resumes
+from its latest checkpoint with its optimizer and data-iterator state. This is the only
+module that imports grpo_jax.stages.
 """
 
 from __future__ import annotations
@@ -17,13 +18,12 @@ import jax
 import ml_collections
 
 from grpo_jax import compilation, host_memory, parallel
-from grpo_jax import tasks as tasks_lib
 from grpo_jax.runner import Run, StageSpec, validate
+from grpo_jax.runner.build import model_config_for
+from grpo_jax.runner.checks import mesh_size, stage_names
 from grpo_jax.runner.guards import Preempted, StopRequest
-from grpo_jax.runner.run import CorruptCheckpointError
-from grpo_jax.runner.build import build_tokenizer, model_config_for
 from grpo_jax.runner.report import write_run_report
-from grpo_jax.runner.validation import checkpoint_config, mesh_size, stage_names
+from grpo_jax.runner.resume import CorruptCheckpointError
 from grpo_jax.stages import KINDS
 
 
@@ -34,13 +34,14 @@ def train_and_evaluate(config: ml_collections.ConfigDict, workdir: str) -> dict:
     SIGINT: a checkpoint was written), NonFiniteError and WorkdirBusyError.
     """
     parallel.initialize_distributed()  # before anything touches devices; no-op on one host
-    prompt_len = validate(config, KINDS)  # None: the tokenizer is trained in the workdir
+    inputs = validate(config, KINDS)  # task, tokenizer, prompt bucket: built once, here
     if config.get("reuse_host_memory", True):
         host_memory.reuse_freed_memory()  # a no-op when main (or a benchmark) already did
     compilation.use_cache(config.get("compilation_cache_dir", compilation.DEFAULT_CACHE_DIR))
     with StopRequest() as stop:
         while True:
-            run = Run(config, workdir, KINDS, stop=stop, prompt_len=prompt_len)
+            run = Run(config, workdir, KINDS, inputs, stop=stop)
+            inputs = run.inputs  # with a tokenizer trained in the workdir, once trained
             try:
                 return _run_stages(run)
             except CorruptCheckpointError as err:
@@ -75,7 +76,7 @@ def run_stage(config: ml_collections.ConfigDict, name: str, workdir: str) -> Run
     returns the closed Run (its params, task, tokenizer stay readable)."""
     config = copy.deepcopy(config)
     config.stages = name
-    run = Run(config, str(workdir), KINDS, prompt_len=validate(config, KINDS))
+    run = Run(config, str(workdir), KINDS, validate(config, KINDS))
     try:
         KINDS[config[name].kind].run(run, StageSpec(0, name, config[name], None))
     finally:
@@ -84,14 +85,19 @@ def run_stage(config: ml_collections.ConfigDict, name: str, workdir: str) -> Run
 
 
 def describe(config: ml_collections.ConfigDict) -> str:
-    """What `--print_config` prints: the resolved config, the stages, the model with its
-    parameter count, the devices and the mesh. Validates first; writes nothing."""
-    prompt_len = validate(config, KINDS)
-    task = tasks_lib.get_task(config.task.name, **config.task.kwargs.to_dict())
+    """What `--print_config` prints: the resolved config, the stages (with each kind's
+    summary line), the model with its parameter count, the devices and the mesh. Validates
+    first; writes nothing."""
+    inputs = validate(config, KINDS)
+    prompt_len = inputs.prompt_len
     mesh, data_parallel = mesh_size(config)
     lines = ["# resolved config", str(config).rstrip(), "", "# run"]
     lines.append("stages: " + " -> ".join(f"{n} ({config[n].kind})"
                                           for n in stage_names(config)))
+    for name in stage_names(config):
+        summary = KINDS[config[name].kind].summary
+        if summary is not None:
+            lines.append(f"{name}: {summary(config[name])}")
     if prompt_len is None:
         lines.append(f"prompt bucket: measured when the {config.tokenizer} tokenizer is "
                      "trained in the workdir")
@@ -99,12 +105,12 @@ def describe(config: ml_collections.ConfigDict) -> str:
         how = "measured: the longest prompt rounded up to 8" if not config.task.prompt_len \
             else "task.prompt_len; every prompt fits"
         lines.append(f"prompt bucket: {prompt_len} tokens ({how})")
-    if config.model.init_from:
-        model_config = checkpoint_config(config)
+    if inputs.checkpoint_model is not None:
+        model_config = inputs.checkpoint_model
         source = config.model.init_from
     else:
-        tokenizer = build_tokenizer(config, task, None)
-        vocab = tokenizer.vocab_size if tokenizer is not None else config.tokenizer_vocab_size
+        vocab = inputs.tokenizer.vocab_size if inputs.tokenizer is not None \
+            else config.tokenizer_vocab_size
         model_config = model_config_for(config, vocab)
         source = config.model.name
     lines.append(

@@ -31,6 +31,10 @@ import sys
 import time
 from collections.abc import Sequence
 
+# The metrics reader only (json and numpy): the runs themselves are subprocesses, and the
+# sweep process never imports jax.
+from grpo_jax.metrics import read_metrics
+
 __all__ = ["Run", "expand", "interval", "main", "summarize", "t_quantile"]
 
 # Student's t 0.975 quantiles for 1..30 degrees of freedom (standard tables).
@@ -121,17 +125,9 @@ def _final_figures(run: Run) -> dict:
 
 
 def _training_rows(run: Run) -> list[dict]:
-    path = os.path.join(run.workdir, "metrics.jsonl")
-    if not os.path.isfile(path):
-        return []
-    rows = []
-    with open(path, encoding="utf-8") as f:
-        for line in f:
-            if line.strip():
-                row = json.loads(line)
-                if "reward_mean" in row and "stage_step" in row:
-                    rows.append(row)
-    return rows
+    """The RL steps of a run's metrics.jsonl, in run order."""
+    return [row for row in read_metrics(run.workdir)
+            if "reward_mean" in row and "stage_step" in row]
 
 
 def summarize(runs: Sequence[Run], root: str) -> dict:

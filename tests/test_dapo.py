@@ -1,4 +1,4 @@
-"""DAPO's dynamic sampling, overlong handling and one-step smoke runs of DAPO and GSPO."""
+"""DAPO's dynamic sampling, overlong handling and short runs of the GRPO family's variants."""
 
 from __future__ import annotations
 
@@ -106,8 +106,11 @@ def test_soft_overlong_punishment_is_added_per_length(monkeypatch):
 
 @pytest.mark.parametrize("overrides", [
     {"algorithm": "dapo"},
-    {"algorithm": "grpo", "ratio_level": "sequence", "num_iterations": 2},  # GSPO
+    {"algorithm": "gspo", "num_iterations": 2},
     {"algorithm": "grpo", "ref_reset_every": 1, "beta": 0.04},
+    {"algorithm": "reinforce_pp"},
+    {"algorithm": "cispo", "num_iterations": 2},  # a second pass: ratios leave 1
+    {"algorithm": "grpo", "entropy_coef": 0.01},
 ])
 def test_one_step_smoke(tmp_path, overrides):
     config = default_config.get_config("smoke")
@@ -115,13 +118,21 @@ def test_one_step_smoke(tmp_path, overrides):
     config.model.num_layers = 1
     config.stages = "rl"
     config.rl.steps = 2
+    # The soft overlong punishment makes rewards differ within groups: real gradients.
+    config.rl.max_new_tokens, config.rl.overlong_cache = 12, 8
     for key, value in overrides.items():
         config.rl[key] = value
     train_and_evaluate(config, str(tmp_path))
     lines = [r for r in read_metrics(tmp_path / "metrics.jsonl") if r["stage"] == "rl"]
     assert len(lines) == 2
-    for line in lines:
-        assert np.isfinite(line["loss"]) and np.isfinite(line["grad_norm"])
+    for line in lines:  # real gradients: some group's rewards differ
+        assert np.isfinite(line["loss"]) and line["grad_norm"] > 0
+        assert line.get("zero_std_groups", 0.0) < 1.0
+    if overrides["algorithm"] == "reinforce_pp":
+        # The KL is in the reward, measured at the rollout's parameters (the reference's at
+        # step 1; the first step's learning rate is 0 in the warm-up).
+        assert all(line["kl_ref"] == pytest.approx(0.0, abs=1e-6) for line in lines)
+        assert lines[0]["logp_diff_max"] < 1e-4  # the recomputed log-probs are the sampler's
     if overrides["algorithm"] == "dapo":
         assert all(line["sampling_rounds"] >= 1 for line in lines)
     if "ref_reset_every" in overrides:

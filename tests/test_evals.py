@@ -237,10 +237,17 @@ def test_write_report_without_history_and_bad_summary(tmp_path):
         evals.write_report(tmp_path, title="t", summary={"eval": 0.5})
 
 
-def test_load_history(tmp_path):
-    path = tmp_path / "metrics.jsonl"
-    path.write_text('{"step": 1, "loss": 2.0}\n\n{"step": 2, "loss": 1.5}\n')
-    assert evals.load_history(path) == [{"step": 1, "loss": 2.0}, {"step": 2, "loss": 1.5}]
-    path.write_text('{"step": 1}\n{oops\n')
-    with pytest.raises(ValueError, match=r"metrics\.jsonl:2: invalid JSON"):
-        evals.load_history(path)
+def test_write_report_draws_one_line_per_group_and_records_its_steps(tmp_path):
+    history = ([{"step": s, "stage": "first", "reward_mean": 0.1 * s} for s in (1, 2, 3)]
+               + [{"step": s, "stage": "second", "reward_mean": 0.2} for s in (6, 7)]
+               + [{"step": 8, "stage": "second", "reward_mean": float("nan")}])
+    assert evals.series_points(history, "reward_mean", group_key="stage") == {
+        "first": ([1, 2, 3], [0.1, 0.2, pytest.approx(0.3)]), "second": ([6, 7], [0.2, 0.2])}
+    evals.write_report(tmp_path, title="t", summary={"eval": {"pass@1": 0.5}},
+                       history=history, plots=("reward_mean",), group_key="stage")
+    report = json.loads((tmp_path / "report.json").read_text())
+    assert report["plot_steps"] == {"reward_mean": {"first": [1, 3], "second": [6, 7]}}
+    evals.write_report(tmp_path, title="t", summary={"eval": {"pass@1": 0.5}},
+                       history=history, plots=("reward_mean",))
+    report = json.loads((tmp_path / "report.json").read_text())
+    assert report["plot_steps"] == {"reward_mean": {"all": [1, 7]}}

@@ -10,6 +10,7 @@ from flax import nnx
 
 from grpo_jax.models import Transformer, logprobs, named_config
 from grpo_jax.rl import ppo
+from grpo_jax.rl.batch import rollout_batch
 from grpo_jax.runner import ConfigError, validate
 from grpo_jax.stages import KINDS, default_section
 from grpo_jax.rl.reward_model import add_scalar_head, scalar_head_policy
@@ -51,6 +52,15 @@ def test_adaptive_kl_controller_literals():
         pytest.approx(0.1)
 
 
+def _rollout(tokens, prompt_len, completion_mask, scores):
+    """A RolloutBatch of the given sequences (sampler log-probs 0: unused here)."""
+    rows = tokens.shape[0]
+    return rollout_batch(tokens[:, :prompt_len], jnp.ones((rows, prompt_len), bool),
+                         tokens[:, prompt_len:], completion_mask,
+                         jnp.zeros(completion_mask.shape, jnp.float32),
+                         jnp.asarray(scores, jnp.float32), version=0)
+
+
 def _tiny():
     config = named_config("tiny-1m", vocab_size=12, hidden_size=32, num_layers=1, num_heads=2,
                           num_kv_heads=1, head_dim=16, mlp_size=64, max_seq_len=16)
@@ -81,25 +91,23 @@ def test_prepare_gives_reward_to_go_with_zero_critic():
     prompt_len, new = 3, 5
     tokens = jnp.asarray(rng.integers(1, 12, (3, prompt_len + new)), jnp.int32)
     completion_mask = jnp.asarray(np.arange(new)[None] < np.array([[5], [2], [4]]))
-    batch = {"tokens": tokens,
-             "attention_mask": jnp.concatenate([jnp.ones((3, prompt_len), bool),
-                                                completion_mask], 1),
-             "completion_mask": completion_mask,
-             "scores": jnp.asarray([1.0, -2.0, 0.5])}
+    batch = _rollout(tokens, prompt_len, completion_mask, [1.0, -2.0, 0.5])
     ref_params = jax.tree.map(lambda x: x * 0.9, params)
     prepare = ppo.make_prepare_fn(policy, critic, prompt_len=prompt_len, gamma=1.0,
                                   lambda_=1.0, whiten_advantages=False)
-    out = jax.device_get(prepare(params, ref_params, critic_params, batch, jnp.float32(0.2)))
-    r = out["token_rewards"]
+    out, _ = jax.device_get(prepare(params, ref_params, critic_params, batch,
+                                    jnp.float32(0.2)))
     m = np.asarray(completion_mask)
+    r = np.asarray(ppo.ppo_token_rewards(batch.rewards, out.old_logp, out.ref_logp, m,
+                                         beta=0.2))
     reward_to_go = np.where(m, np.cumsum(r[:, ::-1], axis=1)[:, ::-1], 0.0)
-    np.testing.assert_allclose(out["advantages"], reward_to_go, rtol=1e-5, atol=1e-6)
-    np.testing.assert_allclose(out["returns"], reward_to_go, rtol=1e-5, atol=1e-6)
+    np.testing.assert_allclose(out.advantages, reward_to_go, rtol=1e-5, atol=1e-6)
+    np.testing.assert_allclose(out.returns, reward_to_go, rtol=1e-5, atol=1e-6)
     # Sum of per-token rewards = score - beta * sum of log-ratios.
-    log_ratio = np.where(m, out["old_logp"] - out["ref_logp"], 0.0).sum(1)
+    log_ratio = np.where(m, out.old_logp - out.ref_logp, 0.0).sum(1)
     np.testing.assert_allclose(r.sum(1), [1.0, -2.0, 0.5] - 0.2 * log_ratio, rtol=1e-5)
     whitened = ppo.make_prepare_fn(policy, critic, prompt_len=prompt_len, gamma=1.0, lambda_=1.0)
-    adv = np.asarray(whitened(params, ref_params, critic_params, batch, 0.2)["advantages"])[m]
+    adv = np.asarray(whitened(params, ref_params, critic_params, batch, 0.2)[0].advantages)[m]
     assert abs(adv.mean()) < 1e-5 and abs(adv.std() - 1.0) < 1e-3
 
 
@@ -126,29 +134,24 @@ def test_ppo_update_fits_the_critic_and_moves_the_policy():
     prompt_len, new, rows = 3, 5, 4
     tokens = jnp.asarray(rng.integers(1, 12, (rows, prompt_len + new)), jnp.int32)
     completion_mask = jnp.asarray(np.arange(new)[None] < np.array([[5], [3], [4], [1]]))
-    batch = {"tokens": tokens,
-             "attention_mask": jnp.concatenate([jnp.ones((rows, prompt_len), bool),
-                                                completion_mask], 1),
-             "completion_mask": completion_mask,
-             "scores": jnp.asarray([1.0, 0.0, 1.0, 0.0])}
+    batch = _rollout(tokens, prompt_len, completion_mask, [1.0, 0.0, 1.0, 0.0])
     prepare = ppo.make_prepare_fn(policy, critic, prompt_len=prompt_len, gamma=1.0, lambda_=0.95)
-    batch.update(prepare(params, params, critic_params, batch, jnp.float32(0.0)))
-    batch.pop("kl_ref")
+    batch, _ = prepare(params, params, critic_params, batch, jnp.float32(0.0))
     opt, _ = make_optimizer(lr=3e-3, steps=100, warmup_frac=0.0, clip_norm=0.0)
     update = ppo.make_ppo_update(policy, critic, opt, opt, prompt_len=prompt_len, epsilon=0.2,
                                  value_clip=None)
     p, c = jax.tree.map(jnp.copy, params), critic_params
     state = (p, opt.init(p), c, opt.init(c))
-    first_logp = np.asarray(batch["old_logp"])
+    first_logp = np.asarray(batch.old_logp)
     losses_seen = []
     for _ in range(8):
         *state, metrics = update(*state, batch)
         losses_seen.append(float(metrics["value_loss"]))
     assert losses_seen[-1] < 0.5 * losses_seen[0]  # the critic regresses onto the returns
-    new_logp = np.asarray(ppo.completion_logp(policy, state[0], batch["tokens"],
-                                              batch["attention_mask"], prompt_len))
+    new_logp = np.asarray(ppo.completion_logp(policy, state[0], batch.tokens,
+                                              batch.attention_mask, prompt_len))
     m = np.asarray(completion_mask)
-    adv = np.asarray(batch["advantages"])
+    adv = np.asarray(batch.advantages)
     # The policy raised the log-prob of positive-advantage tokens on balance.
     assert np.sum(((new_logp - first_logp) * adv)[m]) > 0
 

@@ -76,7 +76,7 @@ def test_rejection_sft_trains_only_on_verified_completions(tmp_path, monkeypatch
     rows = [json.loads(line) for line in lines[1:]]
     assert info["sampled"] == 64 and 0 < info["kept"] == len(rows) < 64
     by_prompt = {prompt_text(run, ex): ex for ex in
-                 run.task.examples("train", 16, seed=config.seed)}
+                 run.task.examples("train", 16, seed=run.stage_seed(0, "problems"))}
     for row in rows:
         ex = by_prompt[row["prompt"]]
         assert run.task.is_correct(row["completion"], ex)
@@ -122,3 +122,8 @@ def test_r1_pipeline_smoke_runs_end_to_end(tmp_path):
     assert {"cold_start", "reasoning_rl", "rejection_sft", "final_rl"} <= seen
     rl = [r for r in read_metrics(tmp_path / "metrics.jsonl") if r["stage"] == "reasoning_rl"]
     assert "reward/language" in rl[0] and np.isfinite(rl[0]["loss"])
+    # The two RL stages' curves are drawn against the global step: the second follows the
+    # first (both start at their stage step 1).
+    spans = json.loads((tmp_path / "report.json").read_text())["plot_steps"]["reward_mean"]
+    assert set(spans) == {"reasoning_rl", "final_rl"}
+    assert spans["reasoning_rl"][1] < spans["final_rl"][0]

@@ -97,7 +97,7 @@ def _sharded_vs_single(tmp_path, config, name, monkeypatch, learner_cls):
     original = learner_cls.iterate
 
     def spy(self, batch, rollout, step):
-        seen.append({k: batch[k].sharding for k in ("tokens", "completion_mask")})
+        seen.append({k: getattr(batch, k).sharding for k in ("tokens", "loss_mask")})
         return original(self, batch, rollout, step)
 
     monkeypatch.setattr(learner_cls, "iterate", spy)

@@ -91,6 +91,7 @@ def test_micro_batches_and_streams_give_the_same_update():
     import dataclasses
 
     from grpo_jax.models import Transformer, named_config
+    from grpo_jax.rl.batch import rollout_batch
     from grpo_jax.rl.update import LossSettings, make_train_step
     from grpo_jax.sft.loss import make_supervised_step
     from grpo_jax.training import Policy
@@ -109,15 +110,14 @@ def test_micro_batches_and_streams_give_the_same_update():
     prompt_mask[4:, 0] = False  # some left padding
     lengths = rng.integers(0, new + 1, rows)
     completion_mask = np.arange(new)[None] < lengths[:, None]
-    batch = {
-        "tokens": jnp.asarray(tokens),
-        "attention_mask": jnp.asarray(np.concatenate([prompt_mask, completion_mask], 1)),
-        "completion_mask": jnp.asarray(completion_mask),
-        "advantages": jnp.asarray(rng.normal(size=rows), jnp.float32),
-        "ref_logp": jnp.asarray(-rng.uniform(0.5, 3.0, (rows, new)), jnp.float32),
-        "old_logp": jnp.asarray(-rng.uniform(0.5, 3.0, (rows, new)), jnp.float32),
-        "sample_logp": jnp.asarray(-rng.uniform(0.5, 3.0, (rows, new)), jnp.float32),
-    }
+    batch = rollout_batch(
+        jnp.asarray(tokens[:, :prompt_len]), jnp.asarray(prompt_mask),
+        jnp.asarray(tokens[:, prompt_len:]), jnp.asarray(completion_mask),
+        jnp.asarray(-rng.uniform(0.5, 3.0, (rows, new)), jnp.float32),
+        jnp.asarray(rng.normal(size=rows), jnp.float32), version=0)
+    batch = batch.with_advantages(batch.rewards).replace(
+        ref_logp=jnp.asarray(-rng.uniform(0.5, 3.0, (rows, new)), jnp.float32),
+        old_logp=jnp.asarray(-rng.uniform(0.5, 3.0, (rows, new)), jnp.float32))
     optimizer = optax.sgd(0.5)
     for agg in ("token-mean", "seq-mean-token-mean", "seq-mean-token-sum",
                 "seq-mean-token-sum-norm"):
@@ -144,8 +144,8 @@ def test_micro_batches_and_streams_give_the_same_update():
                                            err_msg=f"{agg} {layout} {key}")
             np.testing.assert_allclose(m1["grad_norm"], m2["grad_norm"], rtol=1e-4)
     # The supervised step splits the same way (next-token loss over a loss mask).
-    sft = {"tokens": batch["tokens"], "attention_mask": batch["attention_mask"],
-           "loss_mask": batch["attention_mask"]}
+    sft = {"tokens": batch.tokens, "attention_mask": batch.attention_mask,
+           "loss_mask": batch.attention_mask}
     outs = []
     for streams in (1, 3):
         step = make_supervised_step(dataclasses.replace(policy, batch_streams=streams),

@@ -11,6 +11,7 @@ from flax import nnx
 from grpo_jax import losses
 from grpo_jax.models import Transformer, named_config
 from grpo_jax.rl import trpo
+from grpo_jax.rl.batch import rollout_batch
 from grpo_jax.runner import ConfigError, validate
 from grpo_jax.stages import KINDS, default_section
 from grpo_jax.training import Policy
@@ -24,24 +25,23 @@ def _batch(rows=8, prompt_len=3, new=5, vocab=12, seed=0):
     lengths = rng.integers(1, new + 1, rows)
     completion_mask = jnp.asarray(np.arange(new)[None] < lengths[:, None])
     rewards = jnp.asarray(rng.integers(0, 2, rows), jnp.float32)
-    return {"tokens": tokens,
-            "attention_mask": jnp.concatenate([jnp.ones((rows, prompt_len), bool),
-                                               completion_mask], 1),
-            "completion_mask": completion_mask,
-            "advantages": losses.group_advantages(rewards, group_size=4)}
+    batch = rollout_batch(tokens[:, :prompt_len], jnp.ones((rows, prompt_len), bool),
+                          tokens[:, prompt_len:], completion_mask,
+                          jnp.zeros((rows, new), jnp.float32), rewards, version=0)
+    return batch.with_advantages(losses.group_advantages(rewards, group_size=4))
 
 
 def _exact_mean_kl(policy, old, new, batch, prompt_len):
     """Independent KL(pi_old || pi_new) per valid completion token, in float64 numpy."""
     def log_softmax(params):
-        logits = np.asarray(trpo.completion_logits(policy, params, batch["tokens"],
-                                                   batch["attention_mask"], prompt_len),
+        logits = np.asarray(trpo.completion_logits(policy, params, batch.tokens,
+                                                   batch.attention_mask, prompt_len),
                             np.float64)
         logits = logits - logits.max(-1, keepdims=True)
         return logits - np.log(np.exp(logits).sum(-1, keepdims=True))
     lp_old, lp_new = log_softmax(old), log_softmax(new)
     kl = (np.exp(lp_old) * (lp_old - lp_new)).sum(-1)
-    m = np.asarray(batch["completion_mask"])
+    m = np.asarray(batch.loss_mask)
     return kl[m].mean()
 
 

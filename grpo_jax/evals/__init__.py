@@ -1,15 +1,15 @@
 """Evaluation: unbiased pass@k, maj@k, format rate, lengths, by-difficulty reports."""
 
 from grpo_jax.evals.metrics import evaluate_samples, maj_at_k, majority_vote, pass_at_k
-from grpo_jax.evals.report import flatten_metrics, format_value, load_history, write_report
+from grpo_jax.evals.report import flatten_metrics, format_value, series_points, write_report
 
 __all__ = [
     "evaluate_samples",
     "flatten_metrics",
     "format_value",
-    "load_history",
     "maj_at_k",
     "majority_vote",
     "pass_at_k",
+    "series_points",
     "write_report",
 ]

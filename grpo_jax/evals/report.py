@@ -10,7 +10,7 @@ import re
 from collections.abc import Mapping, Sequence
 from typing import Any
 
-__all__ = ["flatten_metrics", "format_value", "load_history", "write_report"]
+__all__ = ["flatten_metrics", "format_value", "series_points", "write_report"]
 
 
 def flatten_metrics(metrics: Mapping[str, Any], prefix: str = "") -> dict[str, Any]:
@@ -61,27 +61,25 @@ def _json_value(value: Any) -> Any:
     return str(value)
 
 
-def load_history(path: str | os.PathLike) -> list[dict[str, Any]]:
-    """Reads a metrics.jsonl written by the metric writer: one {"step": ..., ...} per line.
-
-    Args:
-      path: the metrics.jsonl file.
-
-    Returns:
-      list of per-step dicts.
-    """
-    rows = []
-    with open(path, encoding="utf-8") as f:
-        for line_number, line in enumerate(f, start=1):
-            if line.strip():
-                try:
-                    rows.append(json.loads(line))
-                except json.JSONDecodeError as e:
-                    raise ValueError(f"{path}:{line_number}: invalid JSON ({e.msg})") from None
-    return rows
+def series_points(history: Sequence[Mapping[str, Any]], series: str, *,
+                  step_key: str = "step", group_key: str | None = None
+                  ) -> dict[Any, tuple[list, list[float]]]:
+    """The finite points of `series` in `history`: {group: (steps, values)}, one group per
+    value of `group_key` in order of appearance (one group, None, without it)."""
+    groups: dict[Any, tuple[list, list[float]]] = {}
+    for row in history:
+        value = row.get(series)
+        if step_key not in row or not isinstance(value, numbers.Real) \
+                or isinstance(value, bool) or not math.isfinite(float(value)):
+            continue
+        steps, values = groups.setdefault(row.get(group_key) if group_key else None, ([], []))
+        steps.append(row[step_key])
+        values.append(float(value))
+    return groups
 
 
-def _plot_series(path: str, name: str, steps: list, values: list, title: str) -> None:
+def _plot_series(path: str, name: str, groups: Mapping[Any, tuple[list, list[float]]],
+                 title: str, xlabel: str) -> None:
     # Figure + FigureCanvasAgg directly: no global matplotlib backend switch.
     from matplotlib.backends.backend_agg import FigureCanvasAgg
     from matplotlib.figure import Figure
@@ -89,8 +87,12 @@ def _plot_series(path: str, name: str, steps: list, values: list, title: str) ->
     figure = Figure(figsize=(5.0, 3.2), dpi=100)
     FigureCanvasAgg(figure)
     axes = figure.add_subplot()
-    axes.plot(steps, values, marker="." if len(steps) < 50 else None)
-    axes.set_xlabel("step")
+    for label, (steps, values) in groups.items():  # one line per group (stage)
+        axes.plot(steps, values, marker="." if len(steps) < 50 else None,
+                  label=None if label is None else str(label))
+    if len(groups) > 1 or None not in groups:
+        axes.legend(fontsize=7)
+    axes.set_xlabel(xlabel)
     axes.set_ylabel(name)
     axes.set_title(title)
     axes.grid(alpha=0.3)
@@ -110,6 +112,7 @@ def write_report(
     history: Sequence[Mapping[str, Any]] = (),
     plots: Sequence[str] = ("reward_mean", "pass@1"),
     step_key: str = "step",
+    group_key: str | None = None,
 ) -> dict[str, str]:
     """Writes report.md, report.json and one PNG per plotted series into `workdir`.
 
@@ -121,13 +124,16 @@ def write_report(
       workdir: output directory (created).
       title: report heading.
       summary: column name -> metrics dict (nested dicts are flattened with "/").
-      history: per-step metric dicts (e.g. `load_history(workdir/metrics.jsonl)`), each
-        with `step_key`.
-      plots: series of `history` to plot against step; absent series are skipped.
-      step_key: the step field of history rows.
+      history: per-step metric dicts (e.g. `grpo_jax.metrics.read_metrics(workdir)`),
+        each with `step_key`.
+      plots: series of `history` to plot against `step_key`; absent series are skipped.
+      step_key: the step field of history rows (the x axis).
+      group_key: a field of history rows (e.g. "stage") that splits each series into one
+        labelled line per value; None draws one line.
 
     Returns:
-      {"markdown": path, "json": path, "plot:<series>": path, ...}.
+      {"markdown": path, "json": path, "plot:<series>": path, ...}. report.json also has
+      "plot_steps": {series: {group ("all" without group_key): [first, last step]}}.
     """
     if not isinstance(summary, Mapping) or not summary:
         raise ValueError("summary: expected a non-empty dict of column name -> metrics dict")
@@ -146,26 +152,16 @@ def write_report(
 
     paths: dict[str, str] = {}
     plotted: dict[str, str] = {}
+    spans: dict[str, dict[str, list]] = {}  # series -> group -> [first, last] x value
     for series in plots:
-        points = [
-            (row[step_key], row[series])
-            for row in history
-            if step_key in row
-            and isinstance(row.get(series), numbers.Real)
-            and not isinstance(row.get(series), bool)
-            and math.isfinite(float(row[series]))
-        ]
-        if not points:
+        groups = series_points(history, series, step_key=step_key, group_key=group_key)
+        if not groups:
             continue
         file_name = _file_name(series)
-        _plot_series(
-            os.path.join(workdir, file_name),
-            series,
-            [p[0] for p in points],
-            [float(p[1]) for p in points],
-            title,
-        )
+        _plot_series(os.path.join(workdir, file_name), series, groups, title, step_key)
         plotted[series] = file_name
+        spans[series] = {"all" if group is None else str(group): [min(steps), max(steps)]
+                         for group, (steps, _) in groups.items()}
         paths[f"plot:{series}"] = os.path.join(workdir, file_name)
 
     lines = [f"# {title}", "", "| metric | " + " | ".join(columns) + " |"]
@@ -188,6 +184,7 @@ def write_report(
         "summary": _json_value(summary),
         "num_history_steps": len(history),
         "plots": plotted,
+        "plot_steps": spans,
     }
     json_path = os.path.join(workdir, "report.json")
     with open(json_path, "w", encoding="utf-8") as f:

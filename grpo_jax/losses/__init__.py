@@ -6,6 +6,7 @@ Each kernel returns per-token / per-example values; reductions live in `aggregat
 from grpo_jax.losses.advantages import (
     group_advantages,
     optimal_baseline,
+    reinforce_pp_advantages,
     rloo_advantages,
     whiten,
 )
@@ -20,7 +21,7 @@ from grpo_jax.losses.gae import (
 )
 from grpo_jax.losses.kl import full_kl, kl_penalty
 from grpo_jax.losses.policy_gradient import policy_gradient
-from grpo_jax.losses.surrogate import clipped_surrogate, value_loss
+from grpo_jax.losses.surrogate import cispo_surrogate, clipped_surrogate, value_loss
 from grpo_jax.losses.trpo import (
     LineSearchResult,
     backtracking_line_search,
@@ -34,6 +35,7 @@ __all__ = [
     "LineSearchResult",
     "aggregate",
     "backtracking_line_search",
+    "cispo_surrogate",
     "clipped_surrogate",
     "conjugate_gradient",
     "discounted_returns",
@@ -46,6 +48,7 @@ __all__ = [
     "natural_gradient_step",
     "optimal_baseline",
     "policy_gradient",
+    "reinforce_pp_advantages",
     "rloo_advantages",
     "td_residuals",
     "token_gae",

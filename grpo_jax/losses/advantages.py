@@ -112,19 +112,21 @@ def optimal_baseline(rewards, grad_sq_norms):
     return jnp.where(total > 0, jnp.sum(weights * rewards) / safe_total, jnp.mean(rewards))
 
 
-def whiten(x, mask=None, *, shift_mean: bool = True, eps: float = 1e-8):
+def whiten(x, mask=None, *, shift_mean: bool = True, eps: float = 1e-8, ddof: int = 0):
     """Normalise to zero mean and unit variance over the valid entries.
 
-    y = (x - mean) / sqrt(var + eps), mean and (biased) var over entries where `mask` is
-    true; with `shift_mean=False` the mean is added back, y = (x - mean)/sqrt(var + eps) +
-    mean (advantage whitening as in PPO implementations: Engstrom et al. 2020,
-    https://arxiv.org/abs/2005.12729). Masked entries are returned as 0.
+    y = (x - mean) / sqrt(var + eps), mean and var over entries where `mask` is true (var
+    divides by count - ddof: 0 biased, 1 unbiased); with `shift_mean=False` the mean is
+    added back, y = (x - mean)/sqrt(var + eps) + mean (advantage whitening as in PPO
+    implementations: Engstrom et al. 2020, https://arxiv.org/abs/2005.12729). Masked entries
+    are returned as 0.
 
     Args:
       x: array of any shape, e.g. [B, T].
       mask: optional bool array of the shape of `x`; None means every entry is valid.
       shift_mean: whether the output keeps zero mean (True) or the original mean (False).
       eps: added to the variance.
+      ddof: delta degrees of freedom of the variance (0 or 1).
 
     Returns:
       Array of the shape of `x`.
@@ -135,8 +137,46 @@ def whiten(x, mask=None, *, shift_mean: bool = True, eps: float = 1e-8):
     count = jnp.maximum(jnp.sum(mask), 1)
     x_valid = jnp.where(mask, x, 0.0)
     mean = jnp.sum(x_valid) / count
-    var = jnp.sum(jnp.where(mask, (x - mean) ** 2, 0.0)) / count
+    var = jnp.sum(jnp.where(mask, (x - mean) ** 2, 0.0)) / jnp.maximum(count - ddof, 1)
     y = (x_valid - mean) * jax.lax.rsqrt(var + eps)
     if not shift_mean:
         y = y + mean
     return jnp.where(mask, y, 0.0)
+
+
+def reinforce_pp_advantages(scores, mask, *, token_penalty=None, eps: float = 1e-8):
+    """REINFORCE++ advantages: per-token returns whitened over the valid tokens of the batch.
+
+    r_t = -p_t on every valid token, plus the outcome score s on the last one;
+    G_t = sum_{t' >= t} r_t' = s - sum_{t' >= t} p_t' (return-to-go, no discount);
+    A_t = (G_t - mean) / sqrt(var + eps), mean and unbiased var over every valid token of
+    the batch (global batch normalisation, no critic and no per-prompt baseline: Hu 2025,
+    https://arxiv.org/abs/2501.03262; the normalisation of verl's
+    `compute_reinforce_plus_plus_outcome_advantage`). The penalty p_t is beta times a
+    per-token KL estimate to the reference (the KL is in the reward, not in the loss).
+
+    Args:
+      scores: [B] outcome rewards.
+      mask: [B, T] bool, valid completion tokens (a prefix of each row).
+      token_penalty: [B, T] per-token penalty p_t, or None for none.
+      eps: added to the variance.
+
+    Returns:
+      [B, T] advantages, 0 on invalid tokens.
+    """
+    fn = "reinforce_pp_advantages"
+    _checks.check_rank(fn, 1, scores=scores)
+    scores = _checks.as_float(scores)
+    mask = jnp.asarray(mask).astype(bool)
+    _checks.check_rank(fn, 2, mask=mask)
+    if mask.shape[0] != scores.shape[0]:
+        raise ValueError(f"{fn}: `mask` has {mask.shape[0]} rows but `scores` has "
+                         f"{scores.shape[0]}")
+    penalty = jnp.zeros(mask.shape, jnp.float32) if token_penalty is None else \
+        _checks.as_float(token_penalty)
+    _checks.check_same_shape(fn, mask=mask, token_penalty=penalty)
+    penalty = jnp.where(mask, penalty, 0.0)
+    # sum over t' >= t of the penalty: a reverse cumulative sum along the completion.
+    to_go = jnp.flip(jnp.cumsum(jnp.flip(penalty, -1), -1), -1)
+    returns = jnp.where(mask, scores[:, None] - to_go, 0.0)
+    return whiten(returns, mask, eps=eps, ddof=1)

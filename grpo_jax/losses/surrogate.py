@@ -91,6 +91,44 @@ def clipped_surrogate(
     return loss, clipped
 
 
+def cispo_surrogate(logp, old_logp, advantages, *, epsilon: float, epsilon_high: float,
+                    mask=None):
+    """Per-token CISPO loss: the clipped importance weight as a constant factor.
+
+    loss_t = -sg(clip(r_t, 1 - eps, 1 + eps_high)) A_t log pi_theta(y_t), r_t = pi_theta /
+    pi_old (CISPO, MiniMax 2025, https://arxiv.org/abs/2506.13585, eqs. 4-5). Unlike the
+    clipped surrogate, a token whose ratio leaves the range keeps its gradient
+    -w A grad log pi; only its weight w is bounded. At r = 1 the gradient equals the
+    clipped surrogate's (-A grad log pi).
+
+    Args:
+      logp: [B, T] log pi_theta of the sampled tokens.
+      old_logp: [B, T] log pi_old of the same tokens.
+      advantages: [B, T] advantages.
+      epsilon: lower range, w >= 1 - epsilon (1 or more: no lower bound).
+      epsilon_high: upper range, w <= 1 + epsilon_high.
+      mask: [B, T] bool, valid tokens; `clipped` is False elsewhere.
+
+    Returns:
+      (loss [B, T], clipped [B, T] bool: where the weight was bounded).
+    """
+    fn = "cispo_surrogate"
+    _checks.check_same_shape(fn, logp=logp, old_logp=old_logp, advantages=advantages)
+    if not epsilon >= 0 or not epsilon_high >= 0:
+        raise ValueError(
+            f"{fn}: `epsilon`/`epsilon_high` must be >= 0, got {epsilon}, {epsilon_high}"
+        )
+    logp = _checks.as_float(logp)
+    old_logp = jax.lax.stop_gradient(_checks.as_float(old_logp))
+    advantages = jax.lax.stop_gradient(_checks.as_float(advantages))
+    ratio = jnp.exp(jax.lax.stop_gradient(logp) - old_logp)
+    weight = jnp.clip(ratio, 1.0 - epsilon, 1.0 + epsilon_high)
+    clipped = weight != ratio
+    if mask is not None:
+        clipped = clipped & _checks.check_mask(fn, mask, logp, "logp")
+    return -weight * advantages * logp, clipped
+
+
 def value_loss(values, old_values, returns, *, clip: float | None):
     """Clipped squared-error value loss.
 

@@ -25,10 +25,10 @@ import optax
 
 from grpo_jax import losses
 from grpo_jax.models import logprobs
+from grpo_jax.rl.batch import RolloutBatch
 from grpo_jax.rl.update import logp_mismatch
 from grpo_jax.training import (Params, Policy, accumulate_gradients, apply_if_finite,
                                jit_update, keep_if)
-
 
 # ---------------------------------------------------------------------------------------
 # Pure pieces
@@ -114,34 +114,32 @@ def completion_values(critic: Policy, critic_params: Params, tokens, attention_m
 
 def make_prepare_fn(policy: Policy, critic: Policy, *, prompt_len: int, gamma: float,
                     lambda_: float, whiten_advantages: bool = True, use_reference: bool = True):
-    """jit(params, ref_params, critic_params, batch, beta) -> rollout-time quantities.
+    """jit(params, ref_params, critic_params, batch, beta) -> (batch, metrics).
 
-    Returns dict: old_logp, ref_logp, old_values, token_rewards, advantages, returns [B, N],
-    kl_ref (scalar token-mean of log pi - log pi_ref) and, when the batch has the sampler's
-    `sample_logp`, logp_diff_max / logp_diff_mean (`grpo_jax.rl.update.logp_mismatch`).
+    The returned `RolloutBatch` carries old_logp, ref_logp, old_values, advantages and
+    returns [B, N], computed from the per-token rewards (`ppo_token_rewards` of the batch's
+    rewards); metrics: kl_ref (token mean of log pi - log pi_ref) and logp_diff_max /
+    logp_diff_mean (`grpo_jax.rl.update.logp_mismatch` against the sampler's log-probs).
     """
 
     @jax.jit
-    def prepare(params, ref_params, critic_params, batch, beta):
-        tokens, attn, mask = batch["tokens"], batch["attention_mask"], batch["completion_mask"]
+    def prepare(params, ref_params, critic_params, batch: RolloutBatch, beta):
+        tokens, attn, mask = batch.tokens, batch.attention_mask, batch.loss_mask
         old_logp = completion_logp(policy, params, tokens, attn, prompt_len)
         ref_logp = (completion_logp(policy, ref_params, tokens, attn, prompt_len)
                     if use_reference else old_logp)
         old_values = jnp.where(mask, completion_values(critic, critic_params, tokens, attn,
                                                        prompt_len), 0.0)
-        rewards = ppo_token_rewards(batch["scores"], old_logp, ref_logp, mask, beta=beta)
+        rewards = ppo_token_rewards(batch.rewards, old_logp, ref_logp, mask, beta=beta)
         advantages, returns = losses.token_gae(rewards, old_values, mask, gamma=gamma,
                                                lambda_=lambda_)
         if whiten_advantages:
             advantages = losses.whiten(advantages, mask)
         num_tokens = jnp.maximum(jnp.sum(mask), 1)
         kl = jnp.sum(jnp.where(mask, old_logp - ref_logp, 0.0)) / num_tokens
-        out = {"old_logp": old_logp, "ref_logp": ref_logp, "old_values": old_values,
-               "token_rewards": rewards, "advantages": advantages, "returns": returns,
-               "kl_ref": kl}
-        if "sample_logp" in batch:
-            out.update(logp_mismatch(old_logp, batch["sample_logp"], mask))
-        return out
+        batch = batch.replace(old_logp=old_logp, ref_logp=ref_logp, old_values=old_values,
+                              advantages=advantages, returns=returns)
+        return batch, {"kl_ref": kl, **logp_mismatch(old_logp, batch.behaviour_logp, mask)}
 
     return prepare
 
@@ -155,31 +153,29 @@ def make_ppo_update(policy: Policy, critic: Policy, policy_optimizer, critic_opt
     value loss; both normalised by the minibatch's global token count.
     """
 
-    def policy_loss(params, batch, num_tokens):
-        mask = batch["completion_mask"]
-        logp, entropy = completion_logp(policy, params, batch["tokens"], batch["attention_mask"],
+    def policy_loss(params, batch: RolloutBatch, num_tokens):
+        mask = batch.loss_mask
+        logp, entropy = completion_logp(policy, params, batch.tokens, batch.attention_mask,
                                         prompt_len, return_entropy=True)
-        per_token, clipped = losses.clipped_surrogate(logp, batch["old_logp"],
-                                                      batch["advantages"], epsilon=epsilon,
-                                                      mask=mask)
+        per_token, clipped = losses.clipped_surrogate(logp, batch.old_logp, batch.advantages,
+                                                      epsilon=epsilon, mask=mask)
         mean = functools.partial(losses.aggregate, mask=mask, mode="token-mean",
                                  num_tokens=num_tokens)
         loss = mean(per_token)
-        kl_step = mean(jax.lax.stop_gradient(batch["old_logp"] - logp))  # k1, old -> current
+        kl_step = mean(jax.lax.stop_gradient(batch.old_logp - logp))  # k1, old -> current
         return loss, {"pg_loss": loss, "clip_frac": mean(clipped.astype(jnp.float32)),
                       "entropy": mean(jax.lax.stop_gradient(entropy)), "kl_step": kl_step}
 
-    def critic_loss(critic_params, batch, num_tokens):
-        mask = batch["completion_mask"]
-        values = completion_values(critic, critic_params, batch["tokens"],
-                                   batch["attention_mask"], prompt_len)
-        per_token = losses.value_loss(values, batch["old_values"], batch["returns"],
-                                      clip=value_clip)
+    def critic_loss(critic_params, batch: RolloutBatch, num_tokens):
+        mask = batch.loss_mask
+        values = completion_values(critic, critic_params, batch.tokens, batch.attention_mask,
+                                   prompt_len)
+        per_token = losses.value_loss(values, batch.old_values, batch.returns, clip=value_clip)
         loss = losses.aggregate(per_token, mask, mode="token-mean", num_tokens=num_tokens)
         return loss, {"value_loss": loss}
 
     def update(params, opt_state, critic_params, critic_opt_state, batch):
-        num_tokens = jnp.maximum(jnp.sum(batch["completion_mask"].astype(jnp.float32)), 1.0)
+        num_tokens = jnp.maximum(jnp.sum(batch.loss_mask.astype(jnp.float32)), 1.0)
         _, grads, metrics = accumulate_gradients(
             functools.partial(policy_loss, num_tokens=num_tokens), params, batch, micro_batches,
             policy.batch_streams)

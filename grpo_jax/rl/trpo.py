@@ -19,6 +19,7 @@ import jax.numpy as jnp
 import optax.tree_utils as otu
 
 from grpo_jax import losses
+from grpo_jax.rl.batch import RolloutBatch
 from grpo_jax.rl.update import logp_mismatch
 from grpo_jax.training import Params, Policy, all_finite, keep_if
 
@@ -30,20 +31,20 @@ def completion_logits(policy: Policy, params: Params, tokens, attention_mask, pr
     return logits[:, prompt_len - 1:-1]
 
 
-def trpo_objectives(policy: Policy, old_params: Params, batch: dict, *, prompt_len: int):
+def trpo_objectives(policy: Policy, old_params: Params, batch: RolloutBatch, *,
+                    prompt_len: int):
     """(surrogate(params), mean_kl(params)) closures at fixed old params and batch.
 
     surrogate = sum_t m_t exp(logp_t - old_logp_t) A_t / sum_t m_t;
     mean_kl = sum_t m_t KL(pi_old(.|t) || pi(.|t)) / sum_t m_t (exact over the vocabulary).
     """
-    tokens, attn = batch["tokens"], batch["attention_mask"]
-    mask = batch["completion_mask"]
+    tokens, attn, mask = batch.tokens, batch.attention_mask, batch.loss_mask
     targets = tokens[:, prompt_len:]
     num_tokens = jnp.maximum(jnp.sum(mask.astype(jnp.float32)), 1.0)
     old_logits = jax.lax.stop_gradient(
         completion_logits(policy, old_params, tokens, attn, prompt_len))
     old_logp = jnp.take_along_axis(jax.nn.log_softmax(old_logits), targets[..., None], -1)[..., 0]
-    advantages = jnp.broadcast_to(batch["advantages"][:, None], mask.shape)
+    advantages = batch.advantages
 
     def surrogate(params):
         logits = completion_logits(policy, params, tokens, attn, prompt_len)
@@ -64,8 +65,8 @@ def make_trpo_step(policy: Policy, *, prompt_len: int, max_kl: float, damping: f
                    accept_ratio: float = 0.1):
     """jit(params, batch) -> (params, metrics): one TRPO step on a rollout batch.
 
-    batch: tokens / attention_mask [B, P+N], completion_mask [B, N], advantages [B]; with
-    the sampler's sample_logp [B, N] the metrics include logp_diff_max / logp_diff_mean.
+    batch: a `RolloutBatch` with per-token advantages [B, N]; the metrics include
+    logp_diff_max / logp_diff_mean against its behaviour (sampler) log-probs.
     metrics: surrogate_gain, expected_gain, kl_step (the accepted step's true mean
     KL(pi_old || pi_new)), accepted, step_fraction, grad_norm, entropy (of pi_old, token
     mean), learning_rate (step_fraction * sqrt(2 delta / x^T F x): the accepted step size
@@ -85,11 +86,10 @@ def make_trpo_step(policy: Policy, *, prompt_len: int, max_kl: float, damping: f
             surrogate, mean_kl, params, full_step, max_kl=max_kl,
             expected_improvement=expected, backtrack_ratio=backtrack_ratio,
             max_backtracks=max_backtracks, accept_ratio=accept_ratio)
-        mask = batch["completion_mask"]
+        mask = batch.loss_mask
         num_tokens = jnp.maximum(jnp.sum(mask.astype(jnp.float32)), 1.0)
         old_logp_all = jax.nn.log_softmax(
-            completion_logits(policy, params, batch["tokens"], batch["attention_mask"],
-                              prompt_len))
+            completion_logits(policy, params, batch.tokens, batch.attention_mask, prompt_len))
         entropy = -jnp.sum(jnp.exp(old_logp_all) * old_logp_all, axis=-1)
         metrics = {"surrogate_gain": result.improvement, "expected_gain": expected,
                    "kl_step": result.constraint,
@@ -98,10 +98,9 @@ def make_trpo_step(policy: Policy, *, prompt_len: int, max_kl: float, damping: f
                    "grad_norm": jnp.sqrt(otu.tree_vdot(grad, grad)),
                    "entropy": jnp.sum(jnp.where(mask, entropy, 0.0)) / num_tokens,
                    "learning_rate": result.step_fraction * scale}
-        if "sample_logp" in batch:
-            targets = batch["tokens"][:, prompt_len:]
-            old_logp = jnp.take_along_axis(old_logp_all, targets[..., None], -1)[..., 0]
-            metrics.update(logp_mismatch(old_logp, batch["sample_logp"], mask))
+        targets = batch.tokens[:, prompt_len:]
+        old_logp = jnp.take_along_axis(old_logp_all, targets[..., None], -1)[..., 0]
+        metrics.update(logp_mismatch(old_logp, batch.behaviour_logp, mask))
         ok = all_finite(result.params) & jnp.isfinite(result.improvement) & all_finite(grad)
         metrics.update({"skipped": (~ok).astype(jnp.float32),
                         "nonfinite_grad": (~all_finite(grad)).astype(jnp.float32),

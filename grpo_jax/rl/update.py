@@ -9,15 +9,15 @@ from __future__ import annotations
 
 import dataclasses
 import functools
-from typing import Any
 
 import jax
 import jax.numpy as jnp
-import numpy as np
 import optax
 
 from grpo_jax import losses
 from grpo_jax.models import completion_logprobs
+from grpo_jax.rl.algorithms import Algorithm, EstimatorInputs, Settings, compute_advantages
+from grpo_jax.rl.batch import RolloutBatch
 from grpo_jax.training import (Params, Policy, accumulate_gradients, apply_if_finite,
                                jit_update)
 
@@ -30,11 +30,24 @@ class LossSettings:
     epsilon_high: float | None = None
     dual_clip: float | None = None
     ratio_level: str = "token"  # token | sequence (GSPO)
-    beta: float = 0.0
+    beta: float = 0.0  # coefficient of the KL term in the loss (0: none)
     kl_kind: str = "k3"
     loss_agg: str = "seq-mean-token-mean"
     on_policy: bool = True  # old_logp == stop_gradient(logp): a single pass per rollout
     temperature: float = 1.0  # logits / temperature, as in the sampling distribution
+    objective: str = "clip"  # clip (PPO's clipped surrogate) | cispo (clipped IS weight)
+    entropy_coef: float = 0.0  # entropy bonus: the loss subtracts entropy_coef * entropy
+
+    @classmethod
+    def for_algorithm(cls, algorithm, settings, *, on_policy: bool, temperature: float = 1.0,
+                      dual_clip: float | None = None, entropy_coef: float = 0.0):
+        """The loss of an `rl.algorithms.Algorithm` with its resolved `Settings`."""
+        return cls(epsilon=settings.epsilon, epsilon_high=settings.epsilon_high,
+                   dual_clip=dual_clip, ratio_level=settings.ratio_level,
+                   beta=settings.beta if algorithm.kl_placement == "loss" else 0.0,
+                   kl_kind=settings.kl_kind, loss_agg=settings.loss_agg, on_policy=on_policy,
+                   temperature=temperature, objective=algorithm.objective,
+                   entropy_coef=entropy_coef)
 
 
 def sequence_logp(policy: Policy, params: Params, tokens, attention_mask, prompt_len: int,
@@ -57,43 +70,53 @@ def prompt_group_for(rows: int, group_size: int, micro_batches: int = 1) -> int:
     return group_size if group_size > 1 and (rows // micro_batches) % group_size == 0 else 1
 
 
-def policy_loss(params: Params, batch: dict, *, policy: Policy, settings: LossSettings,
-                prompt_len: int, num_tokens, num_sequences, prompt_group: int = 1):
-    """Scalar loss of one micro-batch (normalised by global counts) and additive metrics."""
-    mask = batch["completion_mask"]
-    logp, entropy = sequence_logp(policy, params, batch["tokens"], batch["attention_mask"],
+def policy_loss(params: Params, batch: RolloutBatch, *, policy: Policy,
+                settings: LossSettings, prompt_len: int, num_tokens, num_sequences,
+                prompt_group: int = 1):
+    """Scalar loss of one micro-batch (normalised by global counts) and additive metrics.
+
+    loss = agg(objective_t + beta * KL_t - entropy_coef * H_t) over the loss mask, where
+    the objective is the clipped surrogate or CISPO's (`settings.objective`).
+    """
+    mask = batch.loss_mask
+    logp, entropy = sequence_logp(policy, params, batch.tokens, batch.attention_mask,
                                   prompt_len, settings.temperature, return_entropy=True,
                                   prompt_group=prompt_group)
-    old_logp = jax.lax.stop_gradient(logp) if settings.on_policy else batch["old_logp"]
-    advantages = jnp.broadcast_to(batch["advantages"][:, None], logp.shape)
-    per_token, clipped = losses.clipped_surrogate(
-        logp, old_logp, advantages,
-        epsilon=settings.epsilon,
-        epsilon_high=settings.epsilon_high,
-        dual_clip=settings.dual_clip,
-        mask=mask,
-        ratio_level=settings.ratio_level,
-    )
+    old_logp = jax.lax.stop_gradient(logp) if settings.on_policy else batch.old_logp
+    if settings.objective == "cispo":
+        per_token, clipped = losses.cispo_surrogate(
+            logp, old_logp, batch.advantages, epsilon=settings.epsilon,
+            epsilon_high=settings.epsilon_high, mask=mask)
+    else:
+        per_token, clipped = losses.clipped_surrogate(
+            logp, old_logp, batch.advantages,
+            epsilon=settings.epsilon,
+            epsilon_high=settings.epsilon_high,
+            dual_clip=settings.dual_clip,
+            mask=mask,
+            ratio_level=settings.ratio_level,
+        )
     max_len = logp.shape[1]
+    aggregate = functools.partial(losses.aggregate, mask=mask, mode=settings.loss_agg,
+                                  num_tokens=num_tokens, num_sequences=num_sequences,
+                                  max_len=max_len)
     token_mean = functools.partial(losses.aggregate, mask=mask, mode="token-mean",
                                    num_tokens=num_tokens)
     metrics = {
-        "pg_loss": losses.aggregate(per_token, mask, mode=settings.loss_agg,
-                                    num_tokens=num_tokens, num_sequences=num_sequences,
-                                    max_len=max_len),
+        "pg_loss": aggregate(per_token),
         "clip_frac": token_mean(clipped.astype(jnp.float32)),
         "entropy": token_mean(jax.lax.stop_gradient(entropy)),
     }
-    if "sample_logp" in batch:  # the sampler's log-probs of the same tokens
-        metrics.update(logp_mismatch(jax.lax.stop_gradient(logp), batch["sample_logp"], mask,
-                                     num_tokens=num_tokens))
+    metrics.update(logp_mismatch(jax.lax.stop_gradient(logp), batch.behaviour_logp, mask,
+                                 num_tokens=num_tokens))
     total = per_token
     if settings.beta != 0.0:
-        kl = losses.kl_penalty(logp, batch["ref_logp"], kind=settings.kl_kind)
-        total = per_token + settings.beta * kl
+        kl = losses.kl_penalty(logp, batch.ref_logp, kind=settings.kl_kind)
+        total = total + settings.beta * kl
         metrics["kl_ref"] = token_mean(jax.lax.stop_gradient(kl))
-    loss = losses.aggregate(total, mask, mode=settings.loss_agg, num_tokens=num_tokens,
-                            num_sequences=num_sequences, max_len=max_len)
+    if settings.entropy_coef != 0.0:
+        total = total - settings.entropy_coef * entropy
+    loss = aggregate(total)
     metrics["loss"] = loss
     return loss, metrics
 
@@ -109,8 +132,8 @@ def make_train_step(policy: Policy, optimizer: optax.GradientTransformation,
     gradient or update is not applied (`training.apply_if_finite`; the metrics' "skipped"
     flag says so)."""
 
-    def train_step(params, opt_state, batch):
-        mask = batch["completion_mask"]
+    def train_step(params, opt_state, batch: RolloutBatch):
+        mask = batch.loss_mask
         num_tokens = jnp.maximum(jnp.sum(mask.astype(jnp.float32)), 1.0)
         num_sequences = jnp.asarray(mask.shape[0], jnp.float32)
         group = prompt_group_for(mask.shape[0], group_size, micro_batches)
@@ -142,6 +165,53 @@ def make_logp_fn(policy: Policy, *, prompt_len: int, temperature: float = 1.0,
     return fn
 
 
+def make_prepare_fn(policy: Policy, algorithm: Algorithm, settings: Settings, *,
+                    prompt_len: int, temperature: float = 1.0, group_size: int = 1,
+                    adv_eps: float = 1e-6, on_policy: bool = True):
+    """fn(params, ref_params, batch, correct, truncated) -> (batch, metrics): a GRPO-family
+    batch made ready for its update (pure; jit it, or call it inside a bigger program).
+
+    In order: DAPO's overlong filter on the loss mask (a completion without an end token
+    carries no loss), the reference log-probs (when beta != 0), the policy's log-probs at
+    the sampling parameters (off-policy passes, and the KL-in-reward algorithms), the
+    per-token KL penalty of KL-in-reward algorithms, and the algorithm's advantages.
+    `ref_params` may be None when beta is 0. `correct` [B] bool is the verified-correct
+    indicator (expert iteration); `truncated` [B] bool marks completions without an end
+    token. Metrics: logp_diff_max / logp_diff_mean of the recomputed
+    log-probs against the sampler's, and kl_ref (token mean) when the KL is in the reward.
+    """
+    kl_in_reward = algorithm.kl_placement == "reward" and settings.beta != 0.0
+    needs_old = not on_policy or kl_in_reward
+
+    def logp_of(params, batch):
+        group = prompt_group_for(batch.rows, group_size)
+        logp, _ = sequence_logp(policy, params, batch.tokens, batch.attention_mask,
+                                prompt_len, temperature, prompt_group=group)
+        return logp
+
+    def prepare(params, ref_params, batch: RolloutBatch, correct, truncated):
+        metrics = {}
+        if settings.overlong_filter:
+            batch = batch.replace(loss_mask=batch.loss_mask & ~truncated[:, None])
+        if settings.beta != 0.0:
+            batch = batch.replace(ref_logp=logp_of(ref_params, batch))
+        if needs_old:
+            batch = batch.replace(old_logp=logp_of(params, batch))
+            metrics.update(logp_mismatch(batch.old_logp, batch.behaviour_logp,
+                                         batch.loss_mask))
+        penalty = None
+        if kl_in_reward:
+            kl = losses.kl_penalty(batch.old_logp, batch.ref_logp, kind=settings.kl_kind)
+            penalty = settings.beta * kl
+            metrics["kl_ref"] = losses.aggregate(kl, batch.loss_mask, mode="token-mean")
+        inputs = EstimatorInputs(rewards=batch.rewards, correct=correct, mask=batch.loss_mask,
+                                 group_size=group_size, eps=adv_eps, token_penalty=penalty)
+        batch = batch.replace(advantages=compute_advantages(algorithm, inputs))
+        return batch, metrics
+
+    return prepare
+
+
 def logp_mismatch(trainer_logp, sample_logp, mask, *, num_tokens=None) -> dict:
     """How far the trainer's log-probs of the sampled tokens are from the sampler's.
 
@@ -156,19 +226,3 @@ def logp_mismatch(trainer_logp, sample_logp, mask, *, num_tokens=None) -> dict:
     if num_tokens is None:
         num_tokens = jnp.maximum(jnp.sum(mask.astype(jnp.float32)), 1.0)
     return {"logp_diff_max": jnp.max(diff), "logp_diff_mean": jnp.sum(diff) / num_tokens}
-
-
-def build_batch(rollout, advantages=None) -> dict[str, Any]:
-    """Host batch of one rollout: full sequences, masks, the sampler's log-probs and (if
-    given) per-completion advantages."""
-    tokens = np.concatenate([rollout.prompt_tokens, rollout.tokens], axis=1)
-    attention_mask = np.concatenate([rollout.prompt_mask, rollout.mask], axis=1)
-    batch = {
-        "tokens": tokens.astype(np.int32),
-        "attention_mask": attention_mask,
-        "completion_mask": np.asarray(rollout.mask),
-        "sample_logp": np.asarray(rollout.sample_logp, np.float32),
-    }
-    if advantages is not None:
-        batch["advantages"] = np.asarray(advantages, np.float32)
-    return batch

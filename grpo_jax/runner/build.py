@@ -1,16 +1,26 @@
-"""What a run is built from: its tokenizer and its model, from the config."""
+"""What a run is built from: its task, tokenizer, prompt bucket and model, from the config.
+
+`build_inputs(config)` builds the task, model.init_from's model config, the tokenizer and
+the prompt bucket once, at start-up, into a frozen `RunInputs` that validation checks the
+stages against and the `Run` then uses (nothing is rebuilt). A sentencepiece tokenizer is
+trained in the workdir, so its `RunInputs` has no tokenizer and no bucket until the Run
+trains it (`with_tokenizer`). A problem is a ConfigError naming the field.
+"""
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import os
+from typing import Any
 
 import ml_collections
 from flax import nnx
 
+from grpo_jax import tasks as tasks_lib
 from grpo_jax import text
-from grpo_jax.models import Transformer, named_config
-from grpo_jax.tasks import apply_template
+from grpo_jax.models import ModelConfig, Transformer, named_config
+from grpo_jax.runner.checks import ConfigError, check_vocabulary
 
 # ModelConfig fields a config may override on top of config.model.name (None = the size's).
 MODEL_SHAPE_FIELDS = ("hidden_size", "num_layers", "num_heads", "num_kv_heads", "head_dim",
@@ -19,6 +29,7 @@ MODEL_SHAPE_FIELDS = ("hidden_size", "num_layers", "num_heads", "num_kv_heads", 
 
 
 TOKENIZERS = ("auto", "char", "sentencepiece", "checkpoint")
+PROMPT_BUCKET_MULTIPLE = 8  # task.prompt_len = 0: the longest prompt rounded up to this
 CONFIG_FILE = "config.json"  # a run's config, in its workdir
 HISTORY_FIELD = "_history"  # config.json: earlier configs of the run (extensions)
 
@@ -58,8 +69,6 @@ def build_tokenizer(config, task, workdir: str | None):
     kind = tokenizer_kind(config)
     if kind == "run":  # the base run's own tokenizer, built as that run built it
         base = run_directory_config(config.model.init_from)
-        from grpo_jax import tasks as tasks_lib
-
         base_task = tasks_lib.get_task(base.task.name, **base.task.kwargs.to_dict())
         return build_tokenizer(base, base_task, config.model.init_from)
     if kind == "char":
@@ -78,7 +87,7 @@ def build_tokenizer(config, task, workdir: str | None):
         if os.path.isfile(os.path.join(directory, MODEL_FILE)):
             return text.SentencePieceTokenizer.load(directory)
         examples = task.examples("train", min(config.task.train_size, 4000), seed=config.seed)
-        texts = [apply_template(ex, template=config.task.template) + (ex.solution or "")
+        texts = [tasks_lib.apply_template(ex, template=config.task.template) + (ex.solution or "")
                  for ex in examples]
         return text.SentencePieceTokenizer.train(texts, directory,
                                                  vocab_size=config.tokenizer_vocab_size)
@@ -165,8 +174,6 @@ def load_run_policy(workdir: str, *, stage: str | None = None, tokenizer=None,
         raise FileNotFoundError(f"{workdir}: not a grpo_jax run directory (no config.json "
                                 "with stages and no checkpoints/)")
     if tokenizer is None:
-        from grpo_jax import tasks as tasks_lib
-
         task = None if tokenizer_kind(config) == "checkpoint" else tasks_lib.get_task(
             config.task.name, **config.task.kwargs.to_dict())
         tokenizer = build_tokenizer(config, task, workdir)
@@ -209,3 +216,134 @@ def build_model(config, tokenizer):
         model_config = model_config.replace(remat=config.model.remat)
         model.config = model_config
     return model_config, model
+
+
+# ---------------------------------------------------------------------- the run's inputs
+@dataclasses.dataclass(frozen=True)
+class RunInputs:
+    """What start-up builds once and the Run uses as is.
+
+    Attributes:
+      task: the task (config.task.name with config.task.kwargs).
+      tokenizer: the run's tokenizer; None when it is trained in the workdir
+        (sentencepiece), which the Run does first (`with_tokenizer`).
+      prompt_len: the prompt bucket (task.prompt_len, or the measured one when it is 0);
+        None while the tokenizer is.
+      checkpoint_model: model.init_from's ModelConfig (None without model.init_from).
+    """
+
+    task: Any
+    tokenizer: Any
+    prompt_len: int | None
+    checkpoint_model: ModelConfig | None
+
+
+def build_task(config):
+    """The task of config.task (ConfigError naming the constructor argument at fault)."""
+    try:
+        return tasks_lib.get_task(config.task.name, **config.task.kwargs.to_dict())
+    except (TypeError, ValueError) as err:
+        message, field = str(err), ""
+        for name in config.task.kwargs:  # "data_dir: ..." names a constructor argument
+            if message.startswith(f"{name}: "):
+                message, field = message[len(name) + 2:], f".{name}"
+        raise ConfigError(f"task.kwargs{field}: {message}") from None
+
+
+def checkpoint_config(config) -> ModelConfig:
+    """The ModelConfig of model.init_from: a Hugging Face checkpoint's config.json, or the
+    policy of a grpo_jax run directory (ConfigError naming the field)."""
+    from grpo_jax.models.hf import config_from_hf
+
+    path = config.model.init_from
+    base = run_directory_config(path)
+    if base is not None:
+        try:
+            base_task = tasks_lib.get_task(base.task.name, **base.task.kwargs.to_dict())
+            tokenizer = build_tokenizer(base, base_task, path)
+            model_config, _ = run_model_config(base, tokenizer, policy_meta(path))
+        except (FileNotFoundError, ValueError, KeyError, TypeError) as err:
+            raise ConfigError(f"model.init_from: {err}") from None
+        if config.model.max_seq_len > model_config.max_seq_len:
+            raise ConfigError(f"model.max_seq_len: {config.model.max_seq_len} exceeds the "
+                              f"base run's context {model_config.max_seq_len}")
+        return model_config
+    file = os.path.join(path, CONFIG_FILE)
+    if not os.path.isfile(file):
+        raise ConfigError(f"model.init_from: {path!r} is neither a Hugging Face checkpoint "
+                          "directory (config.json) nor a grpo_jax run directory (config.json "
+                          "and checkpoints/); download the checkpoint beforehand, there is "
+                          "no network access at run time")
+    try:
+        with open(file, encoding="utf-8") as f:
+            hf = json.load(f)
+        model_config = config_from_hf(hf, dtype=config.model.dtype,
+                                      param_dtype=config.model.param_dtype, path=path)
+    except (ValueError, KeyError, TypeError) as err:
+        raise ConfigError(f"model.init_from: {err}") from None
+    if config.model.max_seq_len > model_config.max_seq_len:
+        raise ConfigError(f"model.max_seq_len: {config.model.max_seq_len} exceeds the "
+                          f"checkpoint's max_position_embeddings {model_config.max_seq_len}")
+    return model_config
+
+
+def check_tokenizer(config, tokenizer, checkpoint_model: ModelConfig | None) -> None:
+    """The built tokenizer fits the template (a chat template for "chat") and the
+    checkpoint's vocabulary."""
+    if config.task.template == "chat" and tokenizer.chat_template is None:
+        raise ConfigError(f"task.template: 'chat': {config.model.init_from!r} has no chat "
+                          "template (tokenizer_config.json chat_template or "
+                          "chat_template.jinja); use r1_zero or plain")
+    if checkpoint_model is not None:
+        check_vocabulary(tokenizer, checkpoint_model.vocab_size, config.model.init_from)
+
+
+def prompt_bucket(config, task, tokenizer) -> int:
+    """The prompt bucket: task.prompt_len, checked to hold the longest prompt (BOS included)
+    of the training and held-out problems; with task.prompt_len = 0 that longest prompt
+    rounded up to a multiple of PROMPT_BUCKET_MULTIPLE."""
+    template = config.task.template
+    examples = []
+    for split, field in (("train", "train_size"), ("test", "eval_size")):
+        try:
+            examples += task.examples(split, config.task[field], seed=config.seed)
+        except ValueError as err:
+            raise ConfigError(f"task.{field}: {err}") from None
+    longest, where = 0, None
+    for ex in examples:
+        try:
+            prompt = tasks_lib.apply_template(ex, template=template, tokenizer=tokenizer)
+            length = len(text.prompt_ids(tokenizer, prompt))
+        except ValueError as err:  # e.g. a character the char tokenizer does not have
+            raise ConfigError(f"task: problem {getattr(ex, 'id', '?')!r}: {err}") from None
+        if length > longest:
+            longest, where = length, ex
+    if not config.task.prompt_len:
+        return -(-longest // PROMPT_BUCKET_MULTIPLE) * PROMPT_BUCKET_MULTIPLE
+    if longest > config.task.prompt_len:
+        raise ConfigError(f"task.prompt_len: {config.task.prompt_len} cannot hold prompt "
+                          f"{getattr(where, 'id', '?')!r} of {longest} tokens (with BOS); "
+                          f"expected >= {longest} (or 0: measured at start-up)")
+    return config.task.prompt_len
+
+
+def with_tokenizer(config, inputs: RunInputs, tokenizer) -> RunInputs:
+    """`inputs` with `tokenizer` (trained in the workdir), checked, and its prompt bucket."""
+    check_tokenizer(config, tokenizer, inputs.checkpoint_model)
+    return dataclasses.replace(inputs, tokenizer=tokenizer,
+                               prompt_len=prompt_bucket(config, inputs.task, tokenizer))
+
+
+def build_inputs(config) -> RunInputs:
+    """The task, model.init_from's model config, the tokenizer (unless it is trained in the
+    workdir) and the prompt bucket of a config whose run-wide fields are checked."""
+    task = build_task(config)
+    checkpoint_model = checkpoint_config(config) if config.model.init_from else None
+    inputs = RunInputs(task, None, None, checkpoint_model)
+    if tokenizer_kind(config) == "sentencepiece":  # trained in the workdir, by the Run
+        return inputs
+    try:
+        tokenizer = build_tokenizer(config, task, None)
+    except ValueError as err:
+        raise ConfigError(f"tokenizer: {err}") from None
+    return with_tokenizer(config, inputs, tokenizer)

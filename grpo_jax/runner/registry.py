@@ -16,7 +16,7 @@ from typing import Any, Callable, Iterable, Iterator, Mapping
 
 # run(run: runner.Run, stage: runner.StageSpec) -> None
 StageRunner = Callable[[Any, Any], None]
-# validate(check: runner.validation.SectionCheck) -> None; raises ConfigError via `check`
+# validate(check: runner.checks.SectionCheck) -> None; raises ConfigError via `check`
 SectionValidator = Callable[[Any], None]
 # factory(run, section) -> reward fn (completion, example) -> float
 RewardSource = Callable[[Any, Any], Callable[[str, Any], float]]
@@ -36,6 +36,8 @@ class StageKind:
       rl_curves: its metrics are RL curves (reward_mean, pass@1, kl_ref, ...) for the report.
       reward_sources: rewards this kind makes available to other sections' `rewards`, by name.
       description: one line for `--print_config` and error messages.
+      summary: section -> one line that `--print_config` adds for each stage of this kind
+        (e.g. the rl kind's algorithm with its resolved hyper-parameters), or None.
     """
 
     name: str
@@ -45,6 +47,7 @@ class StageKind:
     rl_curves: bool = False
     reward_sources: Mapping[str, RewardSource] = dataclasses.field(default_factory=dict)
     description: str = ""
+    summary: Callable[[Any], str] | None = None
 
 
 class Registry(Mapping[str, StageKind]):

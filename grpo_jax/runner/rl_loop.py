@@ -12,15 +12,15 @@ keys, dynamic sampling, rewards, the core metrics, checkpoints) is here, once.
 
 from __future__ import annotations
 
-from typing import Iterator
+from collections.abc import Iterator
 
 import jax
 import jax.numpy as jnp
 import numpy as np
 
 from grpo_jax.rewards.accuracy import math_verify_timeouts
+from grpo_jax.rl.batch import RolloutBatch, rollout_batch, rollout_record
 from grpo_jax.rl.rollout import encode_prompts
-from grpo_jax.rl.update import build_batch
 from grpo_jax.runner.guards import SkipCounter
 from grpo_jax.runner.rewards import resolve_reward_fns
 from grpo_jax.runner.rollouts import collect_rollout
@@ -44,14 +44,14 @@ class Learner:
 
     state: dict
 
-    def iterate(self, batch: dict, rollout, step: int) -> dict:
+    def iterate(self, batch: RolloutBatch, rollout, step: int) -> dict:
         """One iteration on a rollout batch: updates `self.state`, returns float metrics.
 
-        `batch` holds tokens / attention_mask [B, P+N], completion_mask and sample_logp
-        [B, N] on the data mesh; `rollout` the host-side rollout (rewards, components,
-        lengths, truncated). The metrics must include loss, entropy, grad_norm,
-        learning_rate, logp_diff_max and logp_diff_mean, and "skipped" > 0 when an update
-        was not applied because a value was not finite.
+        `batch` is the rollout's `RolloutBatch` on the data mesh (no advantages yet);
+        `rollout` the host-side rollout (components, lengths, truncated, prompts). The
+        metrics must include loss, entropy, grad_norm, learning_rate, logp_diff_max and
+        logp_diff_mean, and "skipped" > 0 when an update was not applied because a value was
+        not finite.
         """
         raise NotImplementedError
 
@@ -63,14 +63,14 @@ class Learner:
         del meta
 
 
-def minibatches(batch: dict, *, num_iterations: int, num_minibatches: int,
-                seed: tuple[int, ...]) -> Iterator[dict]:
+def minibatches(batch, *, num_iterations: int, num_minibatches: int,
+                seed: tuple[int, ...]) -> Iterator:
     """mu passes over the batch, each in `num_minibatches` random row subsets.
 
     Rows of a subset keep their batch order (sorted indices); one minibatch is the batch.
     The permutation of pass `it` is drawn from `np.random.default_rng([*seed, it])`.
     """
-    rows = next(iter(batch.values())).shape[0]
+    rows = jax.tree.leaves(batch)[0].shape[0]
     per = rows // num_minibatches
     for it in range(num_iterations):
         order = np.random.default_rng([*seed, it]).permutation(rows)
@@ -79,7 +79,7 @@ def minibatches(batch: dict, *, num_iterations: int, num_minibatches: int,
                 yield batch
             else:
                 idx = np.sort(order[mb * per:(mb + 1) * per])
-                yield jax.tree.map(lambda x: x[idx], batch)
+                yield jax.tree.map(lambda x, idx=idx: x[idx], batch)
 
 
 def reduce_update_metrics(metrics: list[dict]) -> dict:
@@ -100,7 +100,8 @@ def start_stage(run, stage, learner: Learner):
     """
     cfg = run.config
     iterator = prompt_iterator(run.task.examples("train", cfg.task.train_size, seed=cfg.seed),
-                               batch_size=stage.section.num_prompts, seed=cfg.seed + stage.index,
+                               batch_size=stage.section.num_prompts,
+                               seed=run.stage_seed(stage.index, "prompts"),
                                shard_index=0, shard_count=1)
     start = 0
     if stage.resume_meta is not None:
@@ -120,7 +121,7 @@ def rl_loop(run, stage, learner: Learner, *, sampling, dynamic: bool = False,
     max_sampling_rounds with `dynamic`).
     """
     section, cfg = stage.section, run.config
-    n, g = section.num_prompts, section.group_size
+    g = section.group_size
     iterator, start = start_stage(run, stage, learner)
     weights = dict(section.rewards.to_dict())
     reward_fns = resolve_reward_fns(run, weights, section=section)
@@ -132,27 +133,24 @@ def rl_loop(run, stage, learner: Learner, *, sampling, dynamic: bool = False,
         ro, _, info = collect_rollout(run, stage, iterator, step, sampling=sampling,
                                       weights=weights, reward_fns=reward_fns, dynamic=dynamic,
                                       overlong_cache=overlong_cache)
-        batch = device_batch(run, build_batch(ro))
+        batch = device_batch(run, rollout_batch(ro.prompt_tokens, ro.prompt_mask, ro.tokens,
+                                                ro.mask, ro.sample_logp, ro.rewards,
+                                                version=step))
         timer.lap("sample")
         metrics = learner.iterate(batch, ro, step)
         run.params = learner.state["params"]
         timer.lap("update")
         correct = ro.components.get("accuracy", ro.rewards) >= 1.0
+        rollout_metrics = rollout_record(ro.rewards, ro.components, correct, ro.lengths,
+                                         ro.truncated, group_size=g)
         record = {
             "stage_step": step + 1,
-            "reward_mean": float(ro.rewards.mean()),
-            "reward_std": float(ro.rewards.std()),
-            **{f"reward/{k}": float(np.mean(v)) for k, v in ro.components.items()},
-            "pass@1": float(np.mean(correct)),
-            "completion_length": float(ro.lengths.mean()),
-            "truncated_frac": float(ro.truncated.mean()),
+            **{k: float(v) for k, v in jax.device_get(rollout_metrics).items()},
             **info,
             "reward_timeouts": float(math_verify_timeouts() - timeouts),
             **metrics,
             **timer.record(),
         }
-        if g > 1:
-            record["zero_std_groups"] = float((ro.rewards.reshape(n, g).std(axis=1) == 0).mean())
         record.update(skips.count(metrics))
         log_step(run, stage, record, bar, reward="reward_mean", acc="pass@1")
         skips.check(stage.name, step + 1)
@@ -194,7 +192,8 @@ def fused_rl_loop(run, stage, learner: Learner, *, program, chunk: int, answers_
         keys = jnp.stack([jax.random.fold_in(run.stage_key(stage.index, step), 0)
                           for step in range(first, first + chunk)])
         inputs = jax.device_put((np.stack(tokens), np.stack(masks), np.stack(answers)), rows)
-        learner.state, metrics = program(learner.state, *inputs, keys)
+        versions = jnp.arange(first, first + chunk, dtype=jnp.int32)
+        learner.state, metrics = program(learner.state, *inputs, keys, versions)
         run.params = learner.state["params"]
         metrics = jax.device_get(metrics)
         times = timer.record()

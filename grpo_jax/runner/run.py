@@ -1,8 +1,10 @@
 """The `Run`: everything the stages of one run share.
 
 config, task, tokenizer, mesh, the policy (graph) and its parameters, the metric writer, the
-checkpointer, the PRNG key and the global step. Checkpoints carry the stage index and step,
-so `resume_point` tells the pipeline which stage to start and whether it resumes mid-way.
+checkpointer, the PRNG key and the global step. The task, tokenizer and prompt bucket come
+built from validation (`build.RunInputs`); the Run trains only a tokenizer that lives in its
+workdir. Checkpoints carry the stage index and step, so `resume_point` (runner.resume)
+tells the pipeline which stage to start and whether it resumes mid-way.
 """
 
 from __future__ import annotations
@@ -11,24 +13,28 @@ import copy
 import dataclasses
 import json
 import os
-import time
+import zlib
 from typing import Any
 
 import jax
 import ml_collections
+import numpy as np
 from flax import nnx
 
 from grpo_jax import parallel
-from grpo_jax import tasks as tasks_lib
 from grpo_jax.checkpoint import Checkpointer
 from grpo_jax.metrics import MetricWriter
 from grpo_jax.models import Transformer
-from grpo_jax.runner.build import (CONFIG_FILE, HISTORY_FIELD, build_model, build_tokenizer,
-                                   model_config_for)
+from grpo_jax.runner import resume
+from grpo_jax.runner.build import (CONFIG_FILE, HISTORY_FIELD, RunInputs, build_model,
+                                   build_tokenizer, model_config_for, with_tokenizer)
+from grpo_jax.runner.checks import check_vocabulary, mesh_rules, stage_names
 from grpo_jax.runner.guards import NonFiniteError, Preempted, StopRequest, WorkdirLock
-from grpo_jax.runner.validation import (ConfigError, _axes, check_vocabulary, stage_names,
-                                        validate)
+from grpo_jax.runner.resume import CorruptCheckpointError, check_config_drift
+from grpo_jax.runner.validation import check_stages, validate
 from grpo_jax.training import Policy, all_finite, default_batch_streams
+
+__all__ = ["CorruptCheckpointError", "Run", "StageSpec", "derive_seed", "mesh_devices"]
 
 _all_finite = jax.jit(all_finite)  # one program per parameter structure
 
@@ -43,14 +49,34 @@ class StageSpec:
     resume_meta: dict | None  # meta of an unfinished checkpoint of this stage, if resuming
 
 
+def derive_seed(seed: int, stage_index: int, purpose: str) -> int:
+    """The seed of one random draw of a stage: numpy's SeedSequence of (seed, stage_index,
+    CRC-32 of `purpose`), as a non-negative int below 2**31 (every seed argument takes it:
+    numpy, grain, nnx.Rngs, task.examples). Distinct stages and purposes get unrelated
+    streams, and the same triple always the same seed."""
+    entropy = [int(seed), int(stage_index), zlib.crc32(purpose.encode("utf-8"))]
+    return int(np.random.SeedSequence(entropy).generate_state(1)[0] >> 1)
+
+
 class Run:
-    """Everything stages share. Build it after `validation.validate(config, kinds)`."""
+    """Everything stages share.
+
+    Args:
+      config: the run config.
+      workdir: the run directory (created).
+      kinds: the stage-kind registry.
+      inputs: what `validation.validate(config, kinds)` built (task, tokenizer, prompt
+        bucket); None validates here. A tokenizer trained in the workdir (absent from
+        `inputs`) is trained or loaded here and the stages checked again with its bucket;
+        `run.inputs` then holds it, for a Run rebuilt in the same workdir.
+      stop: the SIGTERM / SIGINT flag of a run in progress.
+    """
 
     def __init__(self, config: ml_collections.ConfigDict, workdir: str, kinds,
-                 stop: StopRequest | None = None, prompt_len: int | None = None):
+                 inputs: RunInputs | None = None, *, stop: StopRequest | None = None):
         self.config, self.kinds = config, kinds
         self.stop = stop  # set while a run is in progress: SIGTERM / SIGINT requests
-        self._prompt_len = prompt_len  # the bucket `validate` returned, when it measured it
+        self.inputs = validate(config, kinds) if inputs is None else inputs
         self.workdir = os.path.abspath(workdir)
         os.makedirs(self.workdir, exist_ok=True)
         self.lock = WorkdirLock(self.workdir)
@@ -65,25 +91,27 @@ class Run:
     def _setup(self, config) -> None:
         self.stage_names = stage_names(config)
         self.history = check_config_drift(config, self.workdir)
-        self.task = tasks_lib.get_task(config.task.name, **config.task.kwargs.to_dict())
+        inputs = self.inputs
         primary = parallel.is_primary()  # process 0 writes the run's files
-        if primary:  # a tokenizer trained in the workdir is trained and saved once
-            self.tokenizer = build_tokenizer(config, self.task, self.workdir)
+        tokenizer = inputs.tokenizer
+        if tokenizer is None and primary:  # trained in the workdir once, by process 0
+            tokenizer = build_tokenizer(config, inputs.task, self.workdir)
         # Every process has read config.json (above) before process 0 rewrites it, and finds
         # the tokenizer process 0 saved.
         parallel.sync("grpo_jax: config.json read, tokenizer saved")
-        if not primary:
-            self.tokenizer = build_tokenizer(config, self.task, self.workdir)
+        if tokenizer is None:
+            tokenizer = build_tokenizer(config, inputs.task, self.workdir)
+        if inputs.tokenizer is None:  # its prompt bucket, and the stages checked with it
+            self.inputs = inputs = with_tokenizer(config, inputs, tokenizer)
+            check_stages(config, self.kinds, inputs)
+        self.task, self.tokenizer = inputs.task, inputs.tokenizer
         record = json.loads(config.to_json_best_effort())  # as given (prompt_len 0 = auto)
-        # The run's config has the measured prompt bucket; a tokenizer trained in the
-        # workdir is validated here, with the bucket it gives.
+        # The run's config has the measured prompt bucket.
         self.config = config = copy.deepcopy(config)
-        if self._prompt_len is None:  # not measured yet, or a tokenizer trained just now
-            self._prompt_len = validate(config, self.kinds, tokenizer=self.tokenizer)
-        config.task.prompt_len = self._prompt_len
+        config.task.prompt_len = inputs.prompt_len
         self.mesh = parallel.make_mesh(config.mesh.shape.to_dict(),
                                        devices=mesh_devices(config))
-        self.rules = tuple((name, _axes(axes)) for name, axes in config.mesh.rules)
+        self.rules = mesh_rules(config)
         self.data_sharding = parallel.data_sharding(self.mesh)
         self.model_config, model = build_model(config, self.tokenizer)
         check_vocabulary(self.tokenizer, self.model_config.vocab_size,
@@ -126,10 +154,17 @@ class Run:
             Transformer(self.model_config, rngs=nnx.Rngs(seed)))
         self.extra_meta["model_name"] = model_name
 
-    # ------------------------------------------------------------------ keys
+    # ------------------------------------------------------------------ keys and seeds
     def stage_key(self, stage_index: int, step: int) -> jax.Array:
         """Per-(stage, step) key: a pure function of the seed, so resumes are exact."""
         return jax.random.fold_in(jax.random.fold_in(self.key, stage_index), step)
+
+    def stage_seed(self, stage_index: int, purpose: str) -> int:
+        """The host seed of one draw of stage `stage_index` ("problems", "batches",
+        "init", ...): `derive_seed(config.seed, stage_index, purpose)`, the one way every
+        stage seeds numpy, task draws and initialisations, so a resumed stage draws the
+        same and no two draws share a stream."""
+        return derive_seed(self.config.seed, stage_index, purpose)
 
     # ------------------------------------------------------------------ checkpoints
     def meta(self, stage: StageSpec, *, stage_step: int, done: bool, **extra) -> dict:
@@ -200,63 +235,8 @@ class Run:
 
     def resume_point(self) -> tuple[int, dict | None, str | None]:
         """(first stage to run, meta of an unfinished stage checkpoint, last checkpointed
-        stage); restores the parameters of a finished stage.
-
-        A finished last stage whose `steps` were raised (an extension) resumes from its
-        full-state checkpoint after its old last step. A checkpoint that cannot be read is
-        moved aside (`Checkpointer.quarantine`) with one line, and the next older one used.
-        """
-        while True:
-            step = self.checkpointer.latest_step()
-            if step is None:
-                return 0, None, None
-            try:
-                meta = self.checkpointer.restore_meta(step)
-                extension = self._extension_meta(meta)
-                if extension is not None:
-                    return self._resume_from(extension)
-                if meta["stage_done"]:
-                    self._adopt(meta)
-                    self.params = self.restore_stage({"params": self.params}, step)["params"]
-                    return int(meta["stage_index"]) + 1, None, meta["stage"]
-                return self._resume_from(meta)
-            except CorruptCheckpointError as err:
-                self.quarantine(err.step, err.reason)
-            except ConfigError:
-                raise
-            except Exception as err:  # noqa: BLE001  (unreadable meta or arrays)
-                self.quarantine(step, f"{type(err).__name__}: {str(err).splitlines()[0]}"
-                                if str(err) else type(err).__name__)
-
-    def _adopt(self, meta: dict) -> None:
-        if meta.get("model_name"):  # a distill stage made a student the run's model
-            self.replace_model(meta["model_name"], seed=self.config.seed)
-        self.global_step = int(meta["global_step"])
-        self.evals = dict(meta.get("evals", {}))
-
-    def _resume_from(self, meta: dict):
-        self._adopt(meta)
-        return int(meta["stage_index"]), meta, meta["stage"]
-
-    def _extension_meta(self, meta: dict) -> dict | None:
-        """The full-state checkpoint to continue from when the finished last stage's steps
-        were raised; None when this is not an extension."""
-        last = len(self.stage_names) - 1
-        if not (meta["stage_done"] and int(meta["stage_index"]) == last):
-            return None
-        section = self.config[self.stage_names[last]]
-        if int(section.get("steps", 0) or 0) <= int(meta["stage_step"]):
-            return None
-        for step in reversed(self.checkpointer.all_steps()):
-            candidate = self.checkpointer.restore_meta(step)
-            if (candidate["stage_index"] == last and not candidate["stage_done"]
-                    and candidate["stage_step"] == meta["stage_step"]):
-                for later in [s for s in self.checkpointer.all_steps() if s > step]:
-                    self.checkpointer.delete(later)  # the old end of the stage
-                return candidate
-        raise ConfigError(
-            f"{self.stage_names[last]}.steps: the run has no full-state checkpoint after its "
-            f"step {meta['stage_step']} to continue from (checkpoint.max_to_keep too small?)")
+        stage); restores the parameters of a finished stage (`resume.resume_point`)."""
+        return resume.resume_point(self)
 
     def quarantine(self, step: int, reason: str) -> None:
         """Moves unreadable checkpoint `step` aside (kept for inspection), with one line."""
@@ -271,63 +251,6 @@ class Run:
             self.checkpointer.close()
         finally:
             self.lock.release()
-
-
-class CorruptCheckpointError(RuntimeError):
-    """A checkpoint could not be restored."""
-
-    def __init__(self, step: int, reason: str):
-        super().__init__(f"checkpoint {step}: {reason}")
-        self.step, self.reason = step, reason
-
-
-def _flatten(tree, prefix=""):
-    out = {}
-    for key, value in tree.items():
-        name = f"{prefix}{key}"
-        if isinstance(value, dict) and value:
-            out.update(_flatten(value, name + "."))
-        else:
-            out[name] = value
-    return out
-
-
-# Fields that do not change what a run computes: a resume may set them differently.
-NOT_RESULTS = ("compilation_cache_dir", "reuse_host_memory")
-
-
-def check_config_drift(config, workdir: str) -> list:
-    """Compares the config with the one of the run already in `workdir` (if it has
-    checkpoints); returns config.json's history for the new config.json.
-
-    Any difference is a ConfigError listing the fields, except raising the last stage's
-    `steps` (an extension: the run continues that stage, and the change is recorded in
-    config.json's history)."""
-    path = os.path.join(workdir, CONFIG_FILE)
-    checkpoints = os.path.join(workdir, "checkpoints")
-    if not os.path.isfile(path) or not os.path.isdir(checkpoints) or not any(
-            name.isdigit() for name in os.listdir(checkpoints)):
-        return []
-    with open(path) as f:
-        old = json.load(f)
-    history = old.pop(HISTORY_FIELD, [])
-    before, after = _flatten(old), _flatten(json.loads(config.to_json_best_effort()))
-    changed = {k: (before.get(k, "<absent>"), after.get(k, "<absent>"))
-               for k in sorted(set(before) | set(after))
-               if before.get(k) != after.get(k) and k not in NOT_RESULTS}
-    if not changed:
-        return history
-    names = stage_names(config)
-    extension = f"{names[-1]}.steps"
-    if set(changed) == {extension} and isinstance(changed[extension][0], int) \
-            and changed[extension][1] > changed[extension][0]:
-        return history + [{"time": time.strftime("%Y-%m-%dT%H:%M:%S"),
-                           "changed": {extension: list(changed[extension])}}]
-    shown = ", ".join(f"{k} {a!r} -> {b!r}" for k, (a, b) in list(changed.items())[:8])
-    more = f" (and {len(changed) - 8} more)" if len(changed) > 8 else ""
-    raise ConfigError(
-        f"config: differs from the run in {workdir}: {shown}{more}; use another --workdir "
-        f"(only raising {extension} continues this run)")
 
 
 def mesh_devices(config) -> list:

@@ -35,7 +35,7 @@ def train_supervised(run, stage, prompts, completions, *, loss_on_prompt: bool) 
         raise ValueError(f"{stage.name}.pack_len: {e}; raise pack_len (<= model.max_seq_len) "
                          "or set it to 0") from None
     batch_rows = lambda step: epoch_batches(len(data["tokens"]), section.batch_size, step,
-                                            seed=run.config.seed + stage.index)
+                                            seed=run.stage_seed(stage.index, "batches"))
     num_rows = packed_rows(run, stage, data, batch_rows) if section.pack_len else None
     optimizer, schedule = stage_optimizer(run, lr=section.lr, steps=section.steps)
     opt_state = init_opt_state(optimizer, run.params, run.mesh)

@@ -63,17 +63,18 @@ def load_teacher(run, workdir: str):
 
 def run_distill(run, stage) -> None:
     section = stage.section
-    seed = run.config.seed + 1000 * stage.index
 
     def sample():
         if section.teacher:
             policy, params = load_teacher(run, section.teacher)
         else:
             policy, params = run.policy, run.params
-        return sample_verified(run, stage, policy, params, seed=seed)
+        return sample_verified(run, stage, policy, params,
+                               seed=run.stage_seed(stage.index, "problems"))
 
     rows = stage_rows(run, stage, sample)
-    run.replace_model(section.student_model, seed=seed)  # the student is the run's model now
+    # The student is the run's model from here on.
+    run.replace_model(section.student_model, seed=run.stage_seed(stage.index, "init"))
     train_on_rows(run, stage, *rows)
 
 

@@ -113,17 +113,13 @@ class PPOLearner(Learner):
 
     def iterate(self, batch, rollout, step):
         section, state, run = self.section, self.state, self.run
-        batch["scores"] = jax.device_put(jnp.asarray(rollout.rewards), run.data_sharding)
         ref = state["ref_params"] if self.use_reference else state["params"]  # unused if no ref
-        prep = self.prepare(state["params"], ref, state["critic_params"], batch,
-                            jnp.float32(self.beta))
-        rollout_metrics = {k: prep.pop(k) for k in ("kl_ref", "logp_diff_max",
-                                                    "logp_diff_mean")}
-        batch.update(prep)
+        batch, rollout_metrics = self.prepare(state["params"], ref, state["critic_params"],
+                                              batch, jnp.float32(self.beta))
         collected = []
+        seed = (run.stage_seed(self.stage.index, "minibatches"), step)
         for mb_batch in minibatches(batch, num_iterations=section.num_iterations,
-                                    num_minibatches=section.num_minibatches,
-                                    seed=(run.config.seed, self.stage.index, step)):
+                                    num_minibatches=section.num_minibatches, seed=seed):
             (state["params"], state["opt_state"], state["critic_params"],
              state["critic_opt_state"], m) = self.update(
                 state["params"], state["opt_state"], state["critic_params"],
@@ -131,11 +127,11 @@ class PPOLearner(Learner):
             collected.append(m)
         metrics = reduce_update_metrics(collected)
         rollout_metrics = {k: float(v) for k, v in jax.device_get(rollout_metrics).items()}
-        valid = jnp.maximum(jnp.sum(batch["completion_mask"]), 1)
+        valid = jnp.maximum(jnp.sum(batch.loss_mask), 1)
         metrics.update(rollout_metrics)
         metrics.update({
             "kl_coef": self.beta,
-            "value_mean": float(jnp.sum(batch["old_values"]) / valid),
+            "value_mean": float(jnp.sum(batch.old_values) / valid),
             "loss": metrics["pg_loss"] + metrics["value_loss"],
             "learning_rate": float(self.schedule(step * self.updates_per_step)),
         })

@@ -31,12 +31,12 @@ def validate(check) -> None:
 
 def run_rejection_sft(run, stage) -> None:
     section = stage.section
-    seed = run.config.seed + 1000 * stage.index
 
     def sample():
-        prompts, completions, info = sample_verified(run, stage, run.policy, run.params,
-                                                     seed=seed)
-        mix_p, mix_c = clean_solutions(run, section.mix_sft_examples, seed=seed + 1)
+        prompts, completions, info = sample_verified(
+            run, stage, run.policy, run.params, seed=run.stage_seed(stage.index, "problems"))
+        mix_p, mix_c = clean_solutions(run, section.mix_sft_examples,
+                                       seed=run.stage_seed(stage.index, "mixed_in"))
         info["mixed_in"] = len(mix_p)
         return prompts + mix_p, completions + mix_c, info
 

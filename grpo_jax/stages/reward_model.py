@@ -9,7 +9,6 @@ import os
 import shutil
 
 import jax
-import jax.numpy as jnp
 import ml_collections
 import numpy as np
 from flax import nnx
@@ -19,8 +18,11 @@ from grpo_jax.checkpoint import Checkpointer
 from grpo_jax.models import Transformer
 from grpo_jax.rl import reward_model as rm
 from grpo_jax.runner import StageKind
-from grpo_jax.runner.toolkit import StepTimer, log_step, prompt_text, stage_optimizer
+from grpo_jax.runner.guards import SkipCounter
+from grpo_jax.runner.toolkit import (StepTimer, device_batch, log_step, progress, prompt_text,
+                                     stage_optimizer)
 from grpo_jax.sft.data import epoch_batches
+from grpo_jax.training import init_opt_state
 
 
 def default_section() -> ml_collections.ConfigDict:
@@ -70,36 +72,45 @@ def _pair_arrays(run, pairs):
 def run_reward_model(run, stage) -> None:
     """Trains a Bradley-Terry reward model; saves it to <workdir>/<stage name>/."""
     section, cfg = stage.section, run.config
-    seed = cfg.seed + 1000 * stage.index
-    train = rm.preference_pairs(run.task, run.task.examples("train", section.num_pairs,
-                                                            seed=seed), seed=seed)
-    held = rm.preference_pairs(run.task, run.task.examples("test", section.eval_pairs,
-                                                           seed=seed), seed=seed + 1)
+    train = rm.preference_pairs(
+        run.task, run.task.examples("train", section.num_pairs,
+                                    seed=run.stage_seed(stage.index, "problems")),
+        seed=run.stage_seed(stage.index, "pairs"))
+    held = rm.preference_pairs(
+        run.task, run.task.examples("test", section.eval_pairs,
+                                    seed=run.stage_seed(stage.index, "held_out_problems")),
+        seed=run.stage_seed(stage.index, "held_out_pairs"))
     if len(train) < section.batch_size:
         raise ValueError(f"{stage.name}.num_pairs: only {len(train)} preference pairs could be "
                          f"built, fewer than batch_size {section.batch_size}")
     data = _pair_arrays(run, train)
-    policy = rm.scalar_head_policy(run.model_config,
-                                   batch_streams=run.policy.batch_streams)
     if section.init == "policy":
+        policy = rm.scalar_head_policy(run.model_config,
+                                       batch_streams=run.policy.batch_streams)
         params = rm.add_scalar_head(run.params)
-    else:
-        model = Transformer(run.model_config.replace(value_head=True), rngs=nnx.Rngs(seed))
-        params = nnx.to_pure_dict(nnx.state(model))
+    else:  # a fresh model with a scalar head, placed on the mesh like the run's own
+        policy, params = run.place_model(Transformer(
+            run.model_config.replace(value_head=True),
+            rngs=nnx.Rngs(run.stage_seed(stage.index, "init"))))
     optimizer, schedule = stage_optimizer(run, lr=section.lr, steps=section.steps)
-    opt_state = optimizer.init(params)
+    opt_state = init_opt_state(optimizer, params, run.mesh)
     step_fn = rm.make_reward_model_step(policy, optimizer, micro_batches=section.micro_batches)
+    batch_seed = run.stage_seed(stage.index, "batches")
+    skips = SkipCounter(cfg.max_consecutive_skips)
+    bar = progress(stage, section.steps, 0)
     for step in range(section.steps):
         timer = StepTimer()
-        rows = epoch_batches(len(train), section.batch_size, step, seed=seed)
-        batch = {k: jnp.asarray(v[rows]) for k, v in data.items()}
+        rows = epoch_batches(len(train), section.batch_size, step, seed=batch_seed)
+        batch = device_batch(run, {k: v[rows] for k, v in data.items()})
         params, opt_state, m = step_fn(params, opt_state, batch)
-        m = jax.device_get(m)
+        m = {k: float(v) for k, v in jax.device_get(m).items()}
         log_step(run, stage, {
-            "stage_step": step + 1, "loss": float(m["loss"]),
-            "pair_accuracy": float(m["pair_accuracy"]), "margin": float(m["margin"]),
-            "grad_norm": float(m["grad_norm"]), "learning_rate": float(schedule(step)),
-            **timer.record()})
+            "stage_step": step + 1, "loss": m["loss"], "pair_accuracy": m["pair_accuracy"],
+            "margin": m["margin"], "grad_norm": m["grad_norm"],
+            "learning_rate": float(schedule(step)), **skips.count(m), **timer.record()},
+            bar, loss="loss")
+        skips.check(stage.name, step + 1)
+    bar.close()
     record = {"train_pairs": len(train), "eval_pairs": len(held)}
     if held:
         model = rm.RewardModel(policy, params, run.tokenizer, seq_len=cfg.model.max_seq_len,

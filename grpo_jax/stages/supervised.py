@@ -72,7 +72,8 @@ def run_pretrain(run, stage) -> None:
     """Next-token pretraining on noisy worked solutions (loss on every token)."""
     section = stage.section
     rows = section.corpus_size or section.steps * section.batch_size
-    prompts, completions = pretraining_corpus(run, rows, seed=run.config.seed + 1000 * stage.index)
+    prompts, completions = pretraining_corpus(run, rows,
+                                              seed=run.stage_seed(stage.index, "corpus"))
     train_supervised(run, stage, prompts, completions, loss_on_prompt=True)
 
 
@@ -80,8 +81,8 @@ def run_sft(run, stage) -> None:
     """SFT on worked solutions with a completion-only loss (cold start)."""
     section, task = stage.section, run.task
     examples = task.examples("train", section.num_examples,
-                             seed=run.config.seed + 1000 * stage.index)
-    rng = np.random.default_rng(run.config.seed + stage.index)
+                             seed=run.stage_seed(stage.index, "problems"))
+    rng = np.random.default_rng(run.stage_seed(stage.index, "solutions"))
     prompts, completions = [], []
     for ex in examples:
         completion, _ = task.solution(ex, rng=rng, error_rate=section.error_rate,

@@ -4,7 +4,6 @@ advantages, in the shared RL loop (the step itself is grpo_jax.rl.trpo.make_trpo
 from __future__ import annotations
 
 import jax
-import jax.numpy as jnp
 import ml_collections
 
 from grpo_jax import losses
@@ -67,11 +66,10 @@ class TRPOLearner(Learner):
             accept_ratio=section.accept_ratio)
 
     def iterate(self, batch, rollout, step):
-        advantages = losses.group_advantages(jnp.asarray(rollout.rewards),
-                                             group_size=self.section.group_size,
+        advantages = losses.group_advantages(batch.rewards, group_size=self.section.group_size,
                                              scale="group", eps=self.section.adv_eps)
-        batch["advantages"] = jax.device_put(advantages, self.run.data_sharding)
-        self.state["params"], m = self.step_fn(self.state["params"], batch)
+        self.state["params"], m = self.step_fn(self.state["params"],
+                                               batch.with_advantages(advantages))
         metrics = {k: float(v) for k, v in jax.device_get(m).items()}
         metrics["loss"] = -metrics["surrogate_gain"]
         return metrics

@@ -1,0 +1,143 @@
+"""Resuming a run in its workdir: the config drift check and the resume point.
+
+A run's checkpoints carry the stage index, the stage step and whether the stage finished,
+so running the same command again continues where the last one stopped. The config must
+be the one the run was started with (`check_config_drift`), except that raising the last
+stage's `steps` extends a finished run from the full-state checkpoint written after that
+stage's last step. `resume_point(run)` tells the pipeline which stage to start and with
+which checkpoint meta; a checkpoint that cannot be read is moved aside and the one before it
+used.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import time
+
+from grpo_jax.runner.build import CONFIG_FILE, HISTORY_FIELD
+from grpo_jax.runner.checks import ConfigError, stage_names
+
+# Fields that do not change what a run computes: a resume may set them differently.
+NOT_RESULTS = ("compilation_cache_dir", "reuse_host_memory")
+
+
+class CorruptCheckpointError(RuntimeError):
+    """A checkpoint could not be restored."""
+
+    def __init__(self, step: int, reason: str):
+        super().__init__(f"checkpoint {step}: {reason}")
+        self.step, self.reason = step, reason
+
+
+def _flatten(tree, prefix=""):
+    out = {}
+    for key, value in tree.items():
+        name = f"{prefix}{key}"
+        if isinstance(value, dict) and value:
+            out.update(_flatten(value, name + "."))
+        else:
+            out[name] = value
+    return out
+
+
+def check_config_drift(config, workdir: str) -> list:
+    """Compares the config with the one of the run already in `workdir` (if it has
+    checkpoints); returns config.json's history for the new config.json.
+
+    Any difference is a ConfigError listing the fields, except raising the last stage's
+    `steps` (an extension: the run continues that stage, and the change is recorded in
+    config.json's history)."""
+    path = os.path.join(workdir, CONFIG_FILE)
+    checkpoints = os.path.join(workdir, "checkpoints")
+    if not os.path.isfile(path) or not os.path.isdir(checkpoints) or not any(
+            name.isdigit() for name in os.listdir(checkpoints)):
+        return []
+    with open(path) as f:
+        old = json.load(f)
+    history = old.pop(HISTORY_FIELD, [])
+    before, after = _flatten(old), _flatten(json.loads(config.to_json_best_effort()))
+    changed = {k: (before.get(k, "<absent>"), after.get(k, "<absent>"))
+               for k in sorted(set(before) | set(after))
+               if before.get(k) != after.get(k) and k not in NOT_RESULTS}
+    if not changed:
+        return history
+    names = stage_names(config)
+    extension = f"{names[-1]}.steps"
+    if set(changed) == {extension} and isinstance(changed[extension][0], int) \
+            and changed[extension][1] > changed[extension][0]:
+        return history + [{"time": time.strftime("%Y-%m-%dT%H:%M:%S"),
+                           "changed": {extension: list(changed[extension])}}]
+    shown = ", ".join(f"{k} {a!r} -> {b!r}" for k, (a, b) in list(changed.items())[:8])
+    more = f" (and {len(changed) - 8} more)" if len(changed) > 8 else ""
+    raise ConfigError(
+        f"config: differs from the run in {workdir}: {shown}{more}; use another --workdir "
+        f"(only raising {extension} continues this run)")
+
+
+def resume_point(run) -> tuple[int, dict | None, str | None]:
+    """(first stage to run, meta of an unfinished stage checkpoint, last checkpointed
+    stage) of `run`; restores the parameters of a finished stage.
+
+    A finished last stage whose `steps` were raised (an extension) resumes from its
+    full-state checkpoint after its old last step. A checkpoint that cannot be read is
+    moved aside (`Run.quarantine`) with one line, and the next older one used.
+    """
+    while True:
+        step = run.checkpointer.latest_step()
+        if step is None:
+            return 0, None, None
+        try:
+            meta = run.checkpointer.restore_meta(step)
+            extension = _extension_meta(run, meta)
+            if extension is not None:
+                return _resume_from(run, extension)
+            if meta["stage_done"]:
+                _adopt(run, meta)
+                run.params = run.restore_stage({"params": run.params}, step)["params"]
+                return int(meta["stage_index"]) + 1, None, meta["stage"]
+            return _resume_from(run, meta)
+        except CorruptCheckpointError as err:
+            run.quarantine(err.step, err.reason)
+        except ConfigError:
+            raise
+        except Exception as err:  # noqa: BLE001  (unreadable meta or arrays)
+            run.quarantine(step, f"{type(err).__name__}: {str(err).splitlines()[0]}"
+                           if str(err) else type(err).__name__)
+
+
+def _adopt(run, meta: dict) -> None:
+    """The run's model, global step and eval figures as of checkpoint `meta`."""
+    if meta.get("model_name"):  # a distill stage made a student the run's model
+        # Its parameters come from the checkpoint: the initialisation seed does not matter.
+        run.replace_model(meta["model_name"], seed=0)
+    run.global_step = int(meta["global_step"])
+    run.evals = dict(meta.get("evals", {}))
+
+
+def _resume_from(run, meta: dict):
+    _adopt(run, meta)
+    return int(meta["stage_index"]), meta, meta["stage"]
+
+
+def _extension_meta(run, meta: dict) -> dict | None:
+    """The full-state checkpoint to continue from when the finished last stage's steps
+    were raised; None when this is not an extension."""
+    names = run.stage_names
+    last = len(names) - 1
+    if not (meta["stage_done"] and int(meta["stage_index"]) == last):
+        return None
+    section = run.config[names[last]]
+    if int(section.get("steps", 0) or 0) <= int(meta["stage_step"]):
+        return None
+    checkpointer = run.checkpointer
+    for step in reversed(checkpointer.all_steps()):
+        candidate = checkpointer.restore_meta(step)
+        if (candidate["stage_index"] == last and not candidate["stage_done"]
+                and candidate["stage_step"] == meta["stage_step"]):
+            for later in [s for s in checkpointer.all_steps() if s > step]:
+                checkpointer.delete(later)  # the old end of the stage
+            return candidate
+    raise ConfigError(
+        f"{names[last]}.steps: the run has no full-state checkpoint after its "
+        f"step {meta['stage_step']} to continue from (checkpoint.max_to_keep too small?)")

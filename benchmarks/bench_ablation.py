@@ -125,7 +125,7 @@ def pretraining_workload():
             jax.block_until_ready(call())
         programs[variant] = (call, text)
     model = nnx.merge(policy.graphdef, policy.template).config
-    rows, length = batch["tokens"].shape
+    rows, length = batch.tokens.shape
     work = flops.train_flops(model, rows, length)
     chain = flops.matmul_chain(model, rows * length, backward=True)
     label = f"pretraining step ({rows} x {length} tokens, hidden {model.hidden_size})"

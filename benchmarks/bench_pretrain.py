@@ -79,9 +79,9 @@ def main():
     pack_len = config.pretrain.pack_len
     data = encode_pairs(tokenizer, prompts, completions, seq_len=pack_len or None,
                         max_len=config.model.max_seq_len, loss_on_prompt=True)
-    batch, length = config.pretrain.batch_size, data["tokens"].shape[1]
+    batch, length = config.pretrain.batch_size, data.tokens.shape[1]
     if pack_len:  # the rows the stage packs each step's examples into (runner.supervised)
-        lengths = data["attention_mask"].sum(axis=1)
+        lengths = data.attention_mask.sum(axis=1)
         batches = (epoch_batches(len(lengths), config.pretrain.batch_size, step,
                                  seed=config.seed) for step in range(args.steps))
         batch = packed_rows_for(lengths, batches, pack_len, multiple=jax.device_count())
@@ -122,7 +122,7 @@ def compare_packing(config, rounds: int) -> None:
                             max_len=config.model.max_seq_len, loss_on_prompt=True)
     padded = encode_pairs(tokenizer, pick(prompts), pick(completions), seq_len=pack_len,
                           loss_on_prompt=True)
-    lengths = padded["attention_mask"].sum(axis=1)
+    lengths = padded.attention_mask.sum(axis=1)
     packed = pack_rows(padded, packed_rows_for(lengths, [np.arange(size)], pack_len,
                                                multiple=jax.device_count()))
     model = model_config_for(config, tokenizer.vocab_size)
@@ -140,7 +140,7 @@ def compare_packing(config, rounds: int) -> None:
 
         for _ in range(3):
             jax.block_until_ready(call())
-        steps[name], times[name] = (call, batch["tokens"].shape), []
+        steps[name], times[name] = (call, batch.tokens.shape), []
     for _ in range(rounds):
         for name, (call, _) in steps.items():
             start = time.perf_counter()

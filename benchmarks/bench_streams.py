@@ -68,7 +68,7 @@ def pretraining_step():
     length = config.pretrain.pack_len
     padded = encode_pairs(tokenizer, [prompts[i] for i in rows],
                           [completions[i] for i in rows], seq_len=length, loss_on_prompt=True)
-    packed = pack_rows(padded, packed_rows_for(padded["attention_mask"].sum(1),
+    packed = pack_rows(padded, packed_rows_for(padded.attention_mask.sum(1),
                                                [np.arange(len(rows))], length))
     model = Transformer(model_config_for(config, tokenizer.vocab_size), rngs=nnx.Rngs(0))
     policy, params = Policy.from_model(model)

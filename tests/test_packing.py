@@ -10,7 +10,7 @@ import pytest
 from flax import nnx
 
 from grpo_jax.models import ModelConfig, Transformer, logprobs
-from grpo_jax.sft.data import pack_rows, packed_rows_for, packed_rows_needed
+from grpo_jax.sft.data import TokenBatch, pack_rows, packed_rows_for, packed_rows_needed
 from grpo_jax.sft.loss import make_supervised_step
 from grpo_jax.training import Policy, init_opt_state
 
@@ -24,13 +24,13 @@ def examples(lengths, width, *, seed=0, loss_from=1):
     """Right-padded rows [n, width] of random tokens, as encode_pairs lays them out."""
     rng = np.random.default_rng(seed)
     n = len(lengths)
-    batch = {"tokens": np.full((n, width), PAD, np.int32),
-             "attention_mask": np.zeros((n, width), bool),
-             "loss_mask": np.zeros((n, width), bool)}
+    batch = TokenBatch(tokens=np.full((n, width), PAD, np.int32),
+                       attention_mask=np.zeros((n, width), bool),
+                       loss_mask=np.zeros((n, width), bool))
     for i, length in enumerate(lengths):
-        batch["tokens"][i, :length] = rng.integers(1, CONFIG.vocab_size, length)
-        batch["attention_mask"][i, :length] = True
-        batch["loss_mask"][i, loss_from:length] = True
+        batch.tokens[i, :length] = rng.integers(1, CONFIG.vocab_size, length)
+        batch.attention_mask[i, :length] = True
+        batch.loss_mask[i, loss_from:length] = True
     return batch
 
 
@@ -38,17 +38,17 @@ def test_pack_rows_by_hand():
     batch = examples([3, 5, 2], 8)
     packed = pack_rows(batch, 2)
     # First fit decreasing: the 5 opens row 0, the 3 fills it, the 2 opens row 1.
-    np.testing.assert_array_equal(packed["segment_ids"],
+    np.testing.assert_array_equal(packed.segment_ids,
                                   [[1, 1, 1, 1, 1, 2, 2, 2], [1, 1, 0, 0, 0, 0, 0, 0]])
-    np.testing.assert_array_equal(packed["positions"],
+    np.testing.assert_array_equal(packed.positions,
                                   [[0, 1, 2, 3, 4, 0, 1, 2], [0, 1, 0, 0, 0, 0, 0, 0]])
-    np.testing.assert_array_equal(packed["tokens"][0], np.r_[batch["tokens"][1, :5],
-                                                              batch["tokens"][0, :3]])
-    np.testing.assert_array_equal(packed["tokens"][1, :2], batch["tokens"][2, :2])
-    assert (packed["tokens"][1, 2:] == PAD).all()
-    np.testing.assert_array_equal(packed["loss_mask"][0], [0, 1, 1, 1, 1, 0, 1, 1])
-    np.testing.assert_array_equal(packed["attention_mask"], packed["segment_ids"] > 0)
-    assert packed_rows_needed(batch["attention_mask"].sum(1), 8) == 2
+    np.testing.assert_array_equal(packed.tokens[0], np.r_[batch.tokens[1, :5],
+                                                              batch.tokens[0, :3]])
+    np.testing.assert_array_equal(packed.tokens[1, :2], batch.tokens[2, :2])
+    assert (packed.tokens[1, 2:] == PAD).all()
+    np.testing.assert_array_equal(packed.loss_mask[0], [0, 1, 1, 1, 1, 0, 1, 1])
+    np.testing.assert_array_equal(packed.attention_mask, packed.segment_ids > 0)
+    assert packed_rows_needed(batch.attention_mask.sum(1), 8) == 2
     assert packed_rows_needed(np.array([5, 4, 4, 3]), 8) == 2  # 5+3, 4+4
     assert packed_rows_for(np.array([5, 4, 4, 3, 8]), [[0, 1], [1, 2, 3, 4]], 8,
                            multiple=2) == 4  # 2 and 3 rows: the most, rounded up to 2
@@ -66,24 +66,24 @@ def test_packed_logprobs_equal_each_example_alone():
     batch = examples(lengths, 32)
     packed = pack_rows(batch, 3)
     # 51 tokens: two rows of several examples each, and a third of padding only.
-    np.testing.assert_array_equal(packed["segment_ids"].max(axis=1), [3, 4, 0])
-    got = np.asarray(jit_logprobs(model, packed["tokens"], packed["attention_mask"],
-                                  segment_ids=packed["segment_ids"],
-                                  positions=packed["positions"])["logp"])
+    np.testing.assert_array_equal(packed.segment_ids.max(axis=1), [3, 4, 0])
+    got = np.asarray(jit_logprobs(model, packed.tokens, packed.attention_mask,
+                                  segment_ids=packed.segment_ids,
+                                  positions=packed.positions)["logp"])
     # Each example in its own padded row.
-    want = np.asarray(jit_logprobs(model, batch["tokens"], batch["attention_mask"])["logp"])
+    want = np.asarray(jit_logprobs(model, batch.tokens, batch.attention_mask)["logp"])
     found = []
     for row in range(3):
-        for segment in range(1, packed["segment_ids"][row].max() + 1):
-            where = np.flatnonzero(packed["segment_ids"][row] == segment)
+        for segment in range(1, packed.segment_ids[row].max() + 1):
+            where = np.flatnonzero(packed.segment_ids[row] == segment)
             i = next(i for i, n in enumerate(lengths) if n == where.size and np.array_equal(
-                batch["tokens"][i, :n], packed["tokens"][row, where]))
+                batch.tokens[i, :n], packed.tokens[row, where]))
             found.append(i)
             np.testing.assert_allclose(got[row, where], want[i, :where.size], rtol=1e-5,
                                        atol=1e-6)
             assert got[row, where[0]] == 0.0  # a segment's first token is not predicted
     assert sorted(found) == list(range(len(lengths)))
-    assert (got[packed["segment_ids"] == 0] == 0).all()
+    assert (got[packed.segment_ids == 0] == 0).all()
 
 
 def test_packed_update_equals_the_unpacked_update():

@@ -93,6 +93,7 @@ def test_micro_batches_and_streams_give_the_same_update():
     from grpo_jax.models import Transformer, named_config
     from grpo_jax.rl.batch import rollout_batch
     from grpo_jax.rl.update import LossSettings, make_train_step
+    from grpo_jax.sft.data import TokenBatch
     from grpo_jax.sft.loss import make_supervised_step
     from grpo_jax.training import Policy
     from flax import nnx
@@ -144,8 +145,8 @@ def test_micro_batches_and_streams_give_the_same_update():
                                            err_msg=f"{agg} {layout} {key}")
             np.testing.assert_allclose(m1["grad_norm"], m2["grad_norm"], rtol=1e-4)
     # The supervised step splits the same way (next-token loss over a loss mask).
-    sft = {"tokens": batch.tokens, "attention_mask": batch.attention_mask,
-           "loss_mask": batch.attention_mask}
+    sft = TokenBatch(tokens=batch.tokens, attention_mask=batch.attention_mask,
+                     loss_mask=batch.attention_mask)
     outs = []
     for streams in (1, 3):
         step = make_supervised_step(dataclasses.replace(policy, batch_streams=streams),
@@ -246,6 +247,7 @@ def test_train_step_compiles_once(tmp_path):
     """Steps after the first reuse its executable: the optimizer state starts on the mesh."""
     from grpo_jax.runner import Run
     from grpo_jax.runner.toolkit import stage_optimizer
+    from grpo_jax.sft.data import TokenBatch
     from grpo_jax.sft.loss import make_supervised_step
     from grpo_jax.training import init_opt_state
 
@@ -256,9 +258,10 @@ def test_train_step_compiles_once(tmp_path):
         optimizer, _ = stage_optimizer(run, lr=config.pretrain.lr, steps=10)
         opt_state = init_opt_state(optimizer, run.params, run.mesh)
         step = make_supervised_step(run.policy, optimizer)
-        batch = jax.device_put({"tokens": np.ones((8, 16), np.int32),
-                                "attention_mask": np.ones((8, 16), bool),
-                                "loss_mask": np.ones((8, 16), bool)}, run.data_sharding)
+        batch = jax.device_put(TokenBatch(tokens=np.ones((8, 16), np.int32),
+                                          attention_mask=np.ones((8, 16), bool),
+                                          loss_mask=np.ones((8, 16), bool)),
+                               run.data_sharding)
         params = run.params
         for _ in range(3):
             params, opt_state, _ = step(params, opt_state, batch)

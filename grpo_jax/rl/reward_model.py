@@ -19,7 +19,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 import optax
-from flax import nnx
+from flax import nnx, struct
 
 from grpo_jax.models import ModelConfig, Transformer, logprobs
 from grpo_jax.training import (Params, Policy, accumulate_gradients, apply_if_finite,
@@ -102,20 +102,34 @@ def encode_texts(tokenizer, prompts: Sequence[str], completions: Sequence[str], 
     from grpo_jax.sft.data import encode_pairs
 
     data = encode_pairs(tokenizer, prompts, completions, seq_len=seq_len)
-    return data["tokens"], data["attention_mask"]
+    return data.tokens, data.attention_mask
+
+
+@struct.dataclass
+class PairBatch:
+    """Bradley-Terry pairs: the chosen and the rejected (prompt, completion) rows of each
+    pair, right-padded as `encode_texts` lays them out; every field [B, L]."""
+
+    chosen_tokens: jax.Array
+    chosen_mask: jax.Array
+    rejected_tokens: jax.Array
+    rejected_mask: jax.Array
+
+    def take(self, rows) -> "PairBatch":
+        """The pairs `rows` (an index array)."""
+        return jax.tree.map(lambda x: x[rows], self)
 
 
 def make_reward_model_step(policy: Policy, optimizer: optax.GradientTransformation, *,
                            micro_batches: int = 1):
     """jit(params, opt_state, batch) -> (params, opt_state, metrics) on Bradley-Terry pairs.
 
-    batch: chosen_tokens / chosen_mask / rejected_tokens / rejected_mask, each [B, L].
+    batch: a PairBatch.
     """
 
-    def loss_fn(params, batch, num_pairs):
-        chosen = sequence_rewards(policy, params, batch["chosen_tokens"], batch["chosen_mask"])
-        rejected = sequence_rewards(policy, params, batch["rejected_tokens"],
-                                    batch["rejected_mask"])
+    def loss_fn(params, batch: PairBatch, num_pairs):
+        chosen = sequence_rewards(policy, params, batch.chosen_tokens, batch.chosen_mask)
+        rejected = sequence_rewards(policy, params, batch.rejected_tokens, batch.rejected_mask)
         per_pair = bradley_terry_loss(chosen, rejected)
         loss = jnp.sum(per_pair) / num_pairs
         accuracy = jnp.sum((chosen > rejected).astype(jnp.float32)) / num_pairs
@@ -123,7 +137,7 @@ def make_reward_model_step(policy: Policy, optimizer: optax.GradientTransformati
         return loss, {"loss": loss, "pair_accuracy": accuracy, "margin": margin}
 
     def step(params, opt_state, batch):
-        num_pairs = jnp.asarray(batch["chosen_tokens"].shape[0], jnp.float32)
+        num_pairs = jnp.asarray(batch.chosen_tokens.shape[0], jnp.float32)
         fn = functools.partial(loss_fn, num_pairs=num_pairs)
         _, grads, metrics = accumulate_gradients(fn, params, batch, micro_batches,
                                                   policy.batch_streams)

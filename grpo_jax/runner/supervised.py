@@ -34,7 +34,7 @@ def train_supervised(run, stage, prompts, completions, *, loss_on_prompt: bool) 
             raise
         raise ValueError(f"{stage.name}.pack_len: {e}; raise pack_len (<= model.max_seq_len) "
                          "or set it to 0") from None
-    batch_rows = lambda step: epoch_batches(len(data["tokens"]), section.batch_size, step,
+    batch_rows = lambda step: epoch_batches(data.rows, section.batch_size, step,
                                             seed=run.stage_seed(stage.index, "batches"))
     num_rows = packed_rows(run, stage, data, batch_rows) if section.pack_len else None
     optimizer, schedule = stage_optimizer(run, lr=section.lr, steps=section.steps)
@@ -49,7 +49,7 @@ def train_supervised(run, stage, prompts, completions, *, loss_on_prompt: bool) 
     bar = progress(stage, section.steps, start)
 
     def host_batch(step):
-        batch = {k: v[batch_rows(step)] for k, v in data.items()}
+        batch = data.take(batch_rows(step))
         return batch if num_rows is None else pack_rows(batch, num_rows)
 
     batch = host_batch(start) if start < section.steps else None
@@ -79,7 +79,7 @@ def packed_rows(run, stage, data, batch_rows) -> int:
     """Rows of section.pack_len tokens that every step's batch packs into (the most any step
     needs, rounded up to micro_batches x data-parallel devices): one shape, compiled once."""
     section = stage.section
-    lengths = data["attention_mask"].sum(axis=1)
+    lengths = data.attention_mask.sum(axis=1)
     rows = packed_rows_for(lengths, map(batch_rows, range(section.steps)), section.pack_len,
                            multiple=section.micro_batches * parallel.data_parallel_size(run.mesh))
     unpacked = section.batch_size * min(-(-int(lengths.max()) // 8) * 8,

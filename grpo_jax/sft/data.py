@@ -5,9 +5,39 @@ from __future__ import annotations
 import functools
 from typing import Sequence
 
+import jax
 import numpy as np
+from flax import struct
 
 from grpo_jax import text as text_lib
+
+
+@struct.dataclass
+class TokenBatch:
+    """Rows for next-token training: every field [B, L], row-major like a RolloutBatch.
+
+    Attributes:
+      tokens: int32 token ids, right-padded.
+      attention_mask: bool, the tokens the model attends to.
+      loss_mask: bool, the tokens whose prediction is trained.
+      segment_ids: int32 example index within a packed row (1, 2, ...; 0 at padding), or
+        None for one example per row.
+      positions: int32 positions restarting at 0 for each packed example, or None.
+    """
+
+    tokens: jax.Array
+    attention_mask: jax.Array
+    loss_mask: jax.Array
+    segment_ids: jax.Array | None = None
+    positions: jax.Array | None = None
+
+    @property
+    def rows(self) -> int:
+        return self.tokens.shape[0]
+
+    def take(self, rows) -> "TokenBatch":
+        """The rows `rows` (an index array) of every field."""
+        return jax.tree.map(lambda x: x[rows], self)
 
 
 def encode_pairs(
@@ -18,7 +48,7 @@ def encode_pairs(
     seq_len: int | None = None,
     max_len: int | None = None,
     loss_on_prompt: bool = False,
-) -> dict[str, np.ndarray]:
+) -> TokenBatch:
     """Right-padded [BOS] prompt completion [EOS] rows with their loss masks.
 
     The layout matches a rollout's (BOS, prompt, then completion ending in EOS), so the
@@ -34,8 +64,8 @@ def encode_pairs(
       loss_on_prompt: next-token pretraining (loss on every token after BOS) instead of
         SFT's completion-only loss.
     Returns:
-      dict of tokens int32 [n, L], attention_mask bool [n, L], loss_mask bool [n, L]
-      (loss_mask[t] marks tokens whose prediction is trained).
+      a TokenBatch of numpy arrays: tokens int32 [n, L], attention_mask bool [n, L],
+      loss_mask bool [n, L] (loss_mask[t] marks tokens whose prediction is trained).
     """
     if len(prompts) != len(completions):
         raise ValueError(f"{len(prompts)} prompts but {len(completions)} completions")
@@ -64,7 +94,7 @@ def encode_pairs(
         attention_mask[row, : len(ids)] = True
         start = 1 if loss_on_prompt else len(prompt_ids)
         loss_mask[row, start : len(ids)] = True
-    return {"tokens": tokens, "attention_mask": attention_mask, "loss_mask": loss_mask}
+    return TokenBatch(tokens=tokens, attention_mask=attention_mask, loss_mask=loss_mask)
 
 
 def epoch_batches(num_rows: int, batch_size: int, step: int, *, seed: int) -> np.ndarray:
@@ -122,7 +152,7 @@ def packed_rows_for(lengths: np.ndarray, batches, length: int, *, multiple: int 
     return -(-need // multiple) * multiple
 
 
-def pack_rows(batch: dict[str, np.ndarray], num_rows: int) -> dict[str, np.ndarray]:
+def pack_rows(batch: TokenBatch, num_rows: int) -> TokenBatch:
     """Several examples per row: `encode_pairs` rows [n, L] packed into [num_rows, L].
 
     Each example keeps its tokens in order and its loss mask; `segment_ids` (1, 2, ... within
@@ -131,17 +161,17 @@ def pack_rows(batch: dict[str, np.ndarray], num_rows: int) -> dict[str, np.ndarr
     positions. Examples are placed first-fit decreasing by length.
 
     Returns:
-      dict of tokens, attention_mask, loss_mask (as encode_pairs), segment_ids int32 and
-      positions int32, all [num_rows, L].
+      a TokenBatch with segment_ids and positions, every field [num_rows, L].
     """
-    tokens = batch["tokens"]
+    tokens, attention_mask = np.asarray(batch.tokens), np.asarray(batch.attention_mask)
+    loss_mask = np.asarray(batch.loss_mask)
     n, length = tokens.shape
-    lengths = batch["attention_mask"].sum(axis=1)
+    lengths = attention_mask.sum(axis=1)
     bins = _first_fit(lengths, length)
     if len(bins) > num_rows:
         raise ValueError(f"{n} examples need {len(bins)} packed rows of {length} tokens, "
                          f"more than the {num_rows} allowed")
-    padding = tokens[~batch["attention_mask"]]
+    padding = tokens[~attention_mask]
     pad_id = padding[0] if padding.size else 0
     out = {
         "tokens": np.full((num_rows, length), pad_id, np.int32),
@@ -156,8 +186,8 @@ def pack_rows(batch: dict[str, np.ndarray], num_rows: int) -> dict[str, np.ndarr
             end = start + lengths[i]
             out["tokens"][row, start:end] = tokens[i, : lengths[i]]
             out["attention_mask"][row, start:end] = True
-            out["loss_mask"][row, start:end] = batch["loss_mask"][i, : lengths[i]]
+            out["loss_mask"][row, start:end] = loss_mask[i, : lengths[i]]
             out["segment_ids"][row, start:end] = segment
             out["positions"][row, start:end] = np.arange(lengths[i])
             start = end
-    return out
+    return TokenBatch(**out)

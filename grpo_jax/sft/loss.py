@@ -9,18 +9,19 @@ import optax
 
 from grpo_jax import losses
 from grpo_jax.models import logprobs
+from grpo_jax.sft.data import TokenBatch
 from grpo_jax.training import (Params, Policy, accumulate_gradients, apply_if_finite,
                                jit_update)
 
 
-def supervised_loss(params: Params, batch: dict, *, policy: Policy, num_tokens):
+def supervised_loss(params: Params, batch: TokenBatch, *, policy: Policy, num_tokens):
     """Token-mean negative log-likelihood of the masked tokens, and its metrics."""
     model = policy.bind(params)
-    logp = logprobs(model, batch["tokens"], batch["attention_mask"],
-                    chunk_size=policy.logprob_chunk_size,
-                    segment_ids=batch.get("segment_ids"), positions=batch.get("positions"))["logp"]
+    logp = logprobs(model, batch.tokens, batch.attention_mask,
+                    chunk_size=policy.logprob_chunk_size, segment_ids=batch.segment_ids,
+                    positions=batch.positions)["logp"]
     nll = -logp
-    loss = losses.aggregate(nll, batch["loss_mask"], mode="token-mean", num_tokens=num_tokens)
+    loss = losses.aggregate(nll, batch.loss_mask, mode="token-mean", num_tokens=num_tokens)
     return loss, {"loss": loss}
 
 
@@ -30,7 +31,7 @@ def make_supervised_step(policy: Policy, optimizer: optax.GradientTransformation
     gradient or update is not applied (metrics["skipped"])."""
 
     def step(params, opt_state, batch):
-        num_tokens = jnp.maximum(jnp.sum(batch["loss_mask"].astype(jnp.float32)), 1.0)
+        num_tokens = jnp.maximum(jnp.sum(batch.loss_mask.astype(jnp.float32)), 1.0)
         loss_fn = functools.partial(supervised_loss, policy=policy, num_tokens=num_tokens)
         loss, grads, metrics = accumulate_gradients(loss_fn, params, batch, micro_batches,
                                                       policy.batch_streams)

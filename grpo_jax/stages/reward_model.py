@@ -65,8 +65,8 @@ def _pair_arrays(run, pairs):
     ct, cm = rm.encode_texts(run.tokenizer, prompts, [c for _, c, _ in pairs], seq_len=seq_len)
     rt, rmask = rm.encode_texts(run.tokenizer, prompts, [r for _, _, r in pairs],
                                 seq_len=seq_len)
-    return {"chosen_tokens": ct, "chosen_mask": cm, "rejected_tokens": rt,
-            "rejected_mask": rmask}
+    return rm.PairBatch(chosen_tokens=ct, chosen_mask=cm, rejected_tokens=rt,
+                        rejected_mask=rmask)
 
 
 def run_reward_model(run, stage) -> None:
@@ -101,7 +101,7 @@ def run_reward_model(run, stage) -> None:
     for step in range(section.steps):
         timer = StepTimer()
         rows = epoch_batches(len(train), section.batch_size, step, seed=batch_seed)
-        batch = device_batch(run, {k: v[rows] for k, v in data.items()})
+        batch = device_batch(run, data.take(rows))
         params, opt_state, m = step_fn(params, opt_state, batch)
         m = {k: float(v) for k, v in jax.device_get(m).items()}
         log_step(run, stage, {

@@ -123,9 +123,9 @@ def get_config(preset: str | None = None) -> ml_collections.ConfigDict:
 
     # ---- stage: reinforcement learning (GRPO family) ------------------------------------------
     config.rl = default_section("rl")
-    # grpo_jax/rl/algorithms.py: grpo | dr_grpo | dapo | gspo | cispo | rloo | reinforce |
-    # reinforce_pp | expert_iteration. beta, epsilon, loss_agg, ... left unset take the
-    # algorithm's defaults (GRPO's: beta 0.01, epsilon 0.2, seq-mean-token-mean).
+    # A name in grpo_jax/rl/algorithms.py's table (grpo, dr_grpo, dapo, gspo, cispo, ...).
+    # beta, epsilon, loss_agg, ... left unset take the algorithm's defaults (GRPO's: beta
+    # 0.01, epsilon 0.2, seq-mean-token-mean); --print_config shows them resolved.
     config.rl.algorithm = "grpo"
     config.rl.steps = 80  # RL iterations (sample -> score -> update)
     config.rl.num_prompts = 32  # N prompts per iteration

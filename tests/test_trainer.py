@@ -18,6 +18,7 @@ from grpo_jax.runner import validate as validate_with
 from grpo_jax.stages import KINDS
 from grpo_jax.metrics import read_metrics
 from grpo_jax.pipeline import train_and_evaluate
+from grpo_jax.rl.algorithms import ALGORITHMS
 
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 from configs import default as default_config  # noqa: E402
@@ -54,9 +55,9 @@ def test_main_job_smoke_writes_report(tmp_path):
         assert np.isfinite(rl_lines[-1][key]), key
 
 
-@pytest.mark.parametrize("algorithm", ["grpo", "dr_grpo", "rloo", "reinforce",
-                                       "expert_iteration"])
+@pytest.mark.parametrize("algorithm", sorted(ALGORITHMS))
 def test_one_step_of_each_estimator(tmp_path, algorithm):
+    """Every record of the table runs a step (the names come from the table itself)."""
     config = rl_only(smoke_config(algorithm=algorithm, steps=1, beta=0.04))
     train_and_evaluate(config, str(tmp_path))
     (line,) = [r for r in read_metrics(tmp_path / "metrics.jsonl") if r["stage"] == "rl"]

@@ -31,7 +31,7 @@ def default_section() -> ml_collections.ConfigDict:
     """Config section of an "rl" stage (every field commented)."""
     s = ml_collections.ConfigDict()
     s.kind = "rl"
-    s.algorithm = "grpo"  # one of rl.algorithms.ALGORITHMS (--print_config lists them)
+    s.algorithm = "grpo"  # a name in grpo_jax/rl/algorithms.py (ALGORITHMS)
     s.steps = 80  # RL iterations (sample -> score -> update)
     s.num_prompts = 32  # N prompts per iteration
     s.group_size = 8  # G completions per prompt

@@ -12,6 +12,10 @@ Saves are atomic: orbax writes into ``<step>.orbax-checkpoint-tmp-*`` and rename
 ``<step>`` when complete, so an interrupted save never replaces the latest good checkpoint;
 unfinished temporary directories are ignored by `latest_step` and `restore`.
 
+Integrity: every array's checksum is saved in the metadata and checked on restore, so a
+checkpoint whose bytes changed on disk (a flipped bit that still decodes) is refused with
+`CheckpointIntegrityError` instead of restored silently.
+
 PRNG keys: both typed keys (``jax.random.key``) and raw ``uint32`` keys
 (``jax.random.PRNGKey``) are supported. A typed key is stored as its ``key_data`` and its
 implementation name is recorded in the metadata; `restore` wraps it back into a typed key
@@ -38,12 +42,16 @@ import jax
 import jax.numpy as jnp
 import orbax.checkpoint as ocp
 
-__all__ = ["CheckpointNotFoundError", "CheckpointSaveError", "Checkpointer"]
+__all__ = ["CheckpointIntegrityError", "CheckpointNotFoundError", "CheckpointSaveError",
+           "Checkpointer", "checksums", "latest_meta"]
 
 _STATE = "state"
 _META = "meta"
 # Reserved metadata field: {flattened key path: PRNG impl name} for typed keys in `state`.
 _TYPED_KEYS_FIELD = "__typed_prng_keys__"
+# Reserved metadata field: {flattened key path: checksum} of every array in `state`.
+_CHECKSUMS_FIELD = "__checksums__"
+_RESERVED = (_TYPED_KEYS_FIELD, _CHECKSUMS_FIELD)
 
 
 class CheckpointNotFoundError(FileNotFoundError):
@@ -52,6 +60,39 @@ class CheckpointNotFoundError(FileNotFoundError):
 
 class CheckpointSaveError(RuntimeError):
     """A checkpoint could not be written (disk full, permissions, ...): one line."""
+
+
+class CheckpointIntegrityError(ValueError):
+    """A restored array does not match the checksum saved with it: one line."""
+
+
+def _leaf_checksum(x):
+    """A position-weighted sum mod 2**32 of the array's bits: sum_i u_i w_i with u_i the
+    i-th element's bit pattern as uint32 and w_i odd, so any single flipped bit (and any
+    swap of two different elements) changes it. Integer sums are exact, so the value does
+    not depend on how the array is sharded."""
+    x = jnp.asarray(x)
+    if x.dtype == jnp.bool_:
+        bits = x.astype(jnp.uint32)
+    else:
+        width = {1: jnp.uint8, 2: jnp.uint16, 4: jnp.uint32}[x.dtype.itemsize]
+        bits = jax.lax.bitcast_convert_type(x, width).astype(jnp.uint32)
+    flat = bits.reshape(-1)
+    weights = jnp.arange(flat.size, dtype=jnp.uint32) * jnp.uint32(2654435761) | jnp.uint32(1)
+    return jnp.sum(flat * weights, dtype=jnp.uint32)
+
+
+_leaf_checksum_jit = jax.jit(_leaf_checksum)
+
+
+def checksums(state: Any) -> dict[str, int]:
+    """{flattened key path: checksum} of every array leaf of `state` (typed PRNG keys by
+    their key data), each computed on the devices that hold it (one program per leaf
+    shape and placement: leaves may live on different devices)."""
+    storable, _ = _to_storable(state)
+    leaves = jax.tree_util.tree_flatten_with_path(storable)[0]
+    values = jax.device_get([_leaf_checksum_jit(x) for _, x in leaves])
+    return {_path_str(path): int(v) for (path, _), v in zip(leaves, values)}
 
 
 def _save_error(step, directory, err) -> str:
@@ -113,6 +154,28 @@ def _wrap_typed_keys(tree: Any, typed: Mapping[str, str]) -> Any:
                                         impl=impl)
 
     return jax.tree_util.tree_map_with_path(wrap, tree)
+
+
+def latest_meta(directory: str | os.PathLike) -> dict | None:
+    """The metadata of the newest finished checkpoint under `directory` whose metadata
+    reads, straight from its file (no manager, so any one process may call it); None when
+    there is none."""
+    directory = os.fspath(directory)
+    try:
+        steps = sorted(int(name) for name in os.listdir(directory) if name.isdigit())
+    except FileNotFoundError:
+        return None
+    for step in reversed(steps):  # unfinished saves have temporary, non-numeric names
+        try:
+            with open(os.path.join(directory, str(step), _META, "metadata")) as f:
+                meta = json.load(f)
+        except (OSError, ValueError):
+            continue
+        if isinstance(meta, dict):
+            for field in _RESERVED:
+                meta.pop(field, None)
+            return meta
+    return None
 
 
 class Checkpointer:
@@ -187,14 +250,16 @@ class Checkpointer:
         if not isinstance(step, int) or isinstance(step, bool) or step < 0:
             raise ValueError(f"step: expected a non-negative int, got {step!r}")
         meta = dict(meta or {})
-        if _TYPED_KEYS_FIELD in meta:
-            raise ValueError(f"meta: the field {_TYPED_KEYS_FIELD!r} is reserved")
+        for field in _RESERVED:
+            if field in meta:
+                raise ValueError(f"meta: the field {field!r} is reserved")
         if step in self._manager.all_steps():
             return False
         if not force and not self.should_save(step):
             return False
         storable, typed = _to_storable(state)
         meta[_TYPED_KEYS_FIELD] = typed
+        meta[_CHECKSUMS_FIELD] = checksums(storable)
         try:
             json.dumps(meta)
         except TypeError as err:
@@ -245,7 +310,8 @@ class Checkpointer:
     def restore_meta(self, step: int | None = None) -> dict:
         """Only the metadata dict of `step` (default: latest); reads no arrays."""
         meta = self._restore_meta(self._check_step(step))
-        meta.pop(_TYPED_KEYS_FIELD, None)
+        for field in _RESERVED:
+            meta.pop(field, None)
         return meta
 
     def restore(self, step: int | None = None, *, target: Any = None) -> tuple[Any, dict]:
@@ -261,10 +327,14 @@ class Checkpointer:
 
         Returns:
           (state, meta): the restored pytree and the metadata dict.
+
+        Raises:
+          CheckpointIntegrityError: an array differs from what was saved (its checksum).
         """
         step = self._check_step(step)
         meta = self._restore_meta(step)
         typed = meta.pop(_TYPED_KEYS_FIELD, {}) or {}
+        saved_sums = meta.pop(_CHECKSUMS_FIELD, None)
         if target is None:
             state_args = ocp.args.StandardRestore()
         else:
@@ -279,6 +349,14 @@ class Checkpointer:
                 f"target: does not match the state saved at step {step} in "
                 f"{self.directory} ({type(err).__name__}: {str(err).splitlines()[0]})"
             ) from err
+        if saved_sums is not None:  # checkpoints written before checksums have none
+            # Every restored array (a target may ask for part of the state) against its sum.
+            for path, value in checksums(state).items():
+                if path in saved_sums and saved_sums[path] != value:
+                    raise CheckpointIntegrityError(
+                        f"checkpoint {step} in {self.directory}: array {path} does not match "
+                        f"the checksum saved with it ({value} != {saved_sums[path]}); its "
+                        "files changed after the save")
         return _wrap_typed_keys(state, typed), meta
 
     # ------------------------------------------------------------------ removal

@@ -12,7 +12,8 @@ from flax import nnx
 from jax.sharding import NamedSharding
 from jax.sharding import PartitionSpec as P
 
-from grpo_jax.checkpoint import Checkpointer, CheckpointNotFoundError
+from grpo_jax.checkpoint import (CheckpointIntegrityError, Checkpointer, CheckpointNotFoundError,
+                                 checksums)
 
 
 def _tree_equal(a, b):
@@ -196,3 +197,48 @@ def test_nnx_state_restores_onto_abstract_sharded_model(tmp_path):
     nnx.replace_by_pure_dict(abstract, restored["params"])
     restored_model = nnx.merge(graphdef, abstract)
     np.testing.assert_allclose(restored_model(x), expected, rtol=1e-6)
+
+
+def test_checksums_see_every_bit_and_not_the_sharding():
+    x = jnp.arange(32, dtype=jnp.float32).reshape(4, 8) / 7
+    base = checksums({"x": x})["['x']"]
+    bits = np.asarray(x).view(np.uint32)
+    for element in (0, 5, 31):  # every one of 32 bits of three elements, one at a time
+        for bit in range(32):
+            flipped = bits.copy()
+            flipped.flat[element] ^= np.uint32(1 << bit)
+            assert checksums({"x": flipped.view(np.float32)})["['x']"] != base, (element, bit)
+    swapped = np.asarray(x).copy()
+    swapped.flat[[2, 9]] = swapped.flat[[9, 2]]
+    assert checksums({"x": swapped})["['x']"] != base
+    # Integer sums are exact: the same value on 8 devices, and for bf16, ints and bools.
+    mesh = jax.make_mesh((2, 4), ("a", "b"), axis_types=(jax.sharding.AxisType.Auto,) * 2)
+    sharded = jax.device_put(x, NamedSharding(mesh, P("a", "b")))
+    assert checksums({"x": sharded})["['x']"] == base
+    others = checksums({"h": x.astype(jnp.bfloat16), "i": jnp.arange(5), "m": x > 1,
+                        "key": jax.random.key(3)})
+    assert set(others) == {"['h']", "['i']", "['m']", "['key']"}
+
+
+def test_changed_array_files_are_refused_not_restored(tmp_path):
+    """A checkpoint whose state files no longer hold what was saved (here: another save's
+    files with one bit flipped in one parameter) is refused with one line."""
+    state = {"params": {"w": jnp.arange(16, dtype=jnp.float32) / 3, "b": jnp.ones(4)},
+             "rng": jax.random.key(0)}
+    bits = np.asarray(state["params"]["w"]).view(np.uint32).copy()
+    bits[5] ^= np.uint32(1 << 12)
+    changed = {**state, "params": {**state["params"], "w": jnp.asarray(bits.view(np.float32))}}
+    with Checkpointer(tmp_path, async_=False, max_to_keep=None) as ckpt:
+        ckpt.save(1, state=state, meta={"stage": "rl"})
+        ckpt.save(2, state=changed, meta={"stage": "rl"})
+    shutil.rmtree(tmp_path / "1" / "state")
+    shutil.copytree(tmp_path / "2" / "state", tmp_path / "1" / "state")
+    with Checkpointer(tmp_path, async_=False) as ckpt:
+        with pytest.raises(CheckpointIntegrityError,
+                           match=r"checkpoint 1 .*array \['params'\]\['w'\] does not match"):
+            ckpt.restore(1, target=state)
+        with pytest.raises(CheckpointIntegrityError):  # without a target too
+            ckpt.restore(1)
+        restored, meta = ckpt.restore(2, target=state)  # the intact checkpoint restores
+        assert meta == {"stage": "rl"}
+        np.testing.assert_array_equal(restored["params"]["w"], changed["params"]["w"])

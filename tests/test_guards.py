@@ -7,6 +7,7 @@ import contextlib
 import io
 import json
 import os
+import shutil
 import signal
 import subprocess
 import sys
@@ -96,8 +97,12 @@ def test_sigterm_saves_exits_0_and_the_rerun_equals_an_uninterrupted_run(tmp_pat
     assert_same_params(final_params(workdir), final_params(straight))
 
 
+@pytest.mark.parametrize("damage", ["truncated", "changed"])
 def test_a_corrupt_newest_checkpoint_falls_back_to_the_one_before(tmp_path, straight,
-                                                                  monkeypatch, capsys):
+                                                                  monkeypatch, capsys, damage):
+    """Truncated array files (unreadable), or array files that still read but hold other
+    values than were saved (the checksums in the metadata catch them): either way one line,
+    the checkpoint set aside, and the run ends as the uninterrupted one."""
     workdir = tmp_path / "run"
     original = MetricWriter.write
 
@@ -113,15 +118,21 @@ def test_a_corrupt_newest_checkpoint_falls_back_to_the_one_before(tmp_path, stra
     with Checkpointer(workdir / "checkpoints") as ckpt:
         newest = ckpt.latest_step()
     assert newest == 2
-    # Truncate every array file of the newest checkpoint.
-    for root, _, files in os.walk(workdir / "checkpoints" / str(newest) / "state"):
-        for name in files:
-            if not name.endswith(".json"):
-                with open(os.path.join(root, name), "r+b") as f:
-                    f.truncate(3)
+    state_dir = workdir / "checkpoints" / str(newest) / "state"
+    if damage == "truncated":  # every array file of the newest checkpoint
+        for root, _, files in os.walk(state_dir):
+            for name in files:
+                if not name.endswith(".json"):
+                    with open(os.path.join(root, name), "r+b") as f:
+                        f.truncate(3)
+    else:  # the arrays of checkpoint 1 under checkpoint 2's metadata: readable, but other
+        shutil.rmtree(state_dir)
+        shutil.copytree(workdir / "checkpoints" / "1" / "state", state_dir)
     train_and_evaluate(rl_config(), str(workdir))
     lines = [line for line in capsys.readouterr().out.splitlines() if "unreadable" in line]
     assert len(lines) == 1 and "checkpoint 2 is unreadable" in lines[0], lines
+    if damage == "changed":
+        assert "does not match the checksum saved with it" in lines[0], lines
     assert (workdir / "checkpoints_corrupt" / "2").is_dir()  # kept, not deleted
     assert_same_params(final_params(workdir), final_params(straight))
     # Unreadable metadata is handled the same way (it falls back, nothing is lost).
@@ -222,6 +233,10 @@ def test_config_drift_is_refused_and_raising_the_last_stage_steps_continues(tmp_
         train_and_evaluate(other_seed, workdir)
     with pytest.raises(ConfigError, match=r"rl\.steps 2 -> 1"):
         train_and_evaluate(rl_config(steps=1), workdir)
+    # Without config.json the checkpoints still carry the run's identity.
+    os.remove(os.path.join(workdir, "config.json"))
+    with pytest.raises(ConfigError, match=r"seed 0 -> 1"):
+        train_and_evaluate(other_seed, workdir)
     before = final_params(workdir)
     train_and_evaluate(rl_config(steps=4), workdir)  # train longer: continues the run
     rows = [r for r in read_metrics(os.path.join(workdir, "metrics.jsonl"))

@@ -174,6 +174,8 @@ ALGORITHMS: Mapping[str, Algorithm] = {a.name: a for a in (
               "clipped importance weight under a stop-gradient, so every token keeps a "
               "gradient; no lower bound, upper 1.28, no KL (MiniMax, 2025, "
               "arXiv:2506.13585)",
+              # The paper tunes only the upper bound and does not publish it; 0.28 is
+              # DAPO's clip-higher and Trinity-RFT's CISPO default. epsilon 1: w >= 0.
               objective="cispo", defaults={"epsilon": 1.0, "epsilon_high": 0.28, "beta": 0.0}),
     Algorithm("rloo", _leave_one_out, "token-mean",
               "leave-one-out baseline within each group (Ahmadian et al., 2024, "

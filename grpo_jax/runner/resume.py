@@ -15,9 +15,12 @@ import json
 import os
 import time
 
+from grpo_jax.checkpoint import latest_meta
 from grpo_jax.runner.build import CONFIG_FILE, HISTORY_FIELD
 from grpo_jax.runner.checks import ConfigError, stage_names
 
+# Checkpoint meta field holding the run's config as config.json records it.
+RUN_CONFIG_FIELD = "run_config"
 # Fields that do not change what a run computes: a resume may set them differently.
 NOT_RESULTS = ("compilation_cache_dir", "reuse_host_memory")
 
@@ -43,18 +46,24 @@ def _flatten(tree, prefix=""):
 
 def check_config_drift(config, workdir: str) -> list:
     """Compares the config with the one of the run already in `workdir` (if it has
-    checkpoints); returns config.json's history for the new config.json.
+    checkpoints: its config.json, or without one the config saved in the newest
+    checkpoint's meta); returns config.json's history for the new config.json.
 
     Any difference is a ConfigError listing the fields, except raising the last stage's
     `steps` (an extension: the run continues that stage, and the change is recorded in
     config.json's history)."""
     path = os.path.join(workdir, CONFIG_FILE)
     checkpoints = os.path.join(workdir, "checkpoints")
-    if not os.path.isfile(path) or not os.path.isdir(checkpoints) or not any(
+    if not os.path.isdir(checkpoints) or not any(
             name.isdigit() for name in os.listdir(checkpoints)):
         return []
-    with open(path) as f:
-        old = json.load(f)
+    if os.path.isfile(path):
+        with open(path) as f:
+            old = json.load(f)
+    else:  # config.json lost: the run's identity is kept with its checkpoints too
+        old = (latest_meta(checkpoints) or {}).get(RUN_CONFIG_FIELD)
+        if old is None:
+            return []
     history = old.pop(HISTORY_FIELD, [])
     before, after = _flatten(old), _flatten(json.loads(config.to_json_best_effort()))
     changed = {k: (before.get(k, "<absent>"), after.get(k, "<absent>"))

@@ -130,6 +130,7 @@ class Run:
         self.extra_meta: dict[str, Any] = {}
         if self.history:
             record[HISTORY_FIELD] = self.history
+        self.record = record  # config.json's content, kept in every checkpoint's meta too
         if primary:
             with open(os.path.join(self.workdir, CONFIG_FILE), "w") as f:
                 json.dump(record, f, indent=2)
@@ -175,6 +176,7 @@ class Run:
             "stage_done": done,
             "global_step": self.global_step,
             "evals": self.evals,
+            resume.RUN_CONFIG_FIELD: self.record,
             **self.extra_meta,
             **extra,
         }

@@ -12,9 +12,9 @@ Saves are atomic: orbax writes into ``<step>.orbax-checkpoint-tmp-*`` and rename
 ``<step>`` when complete, so an interrupted save never replaces the latest good checkpoint;
 unfinished temporary directories are ignored by `latest_step` and `restore`.
 
-Integrity: every array's checksum is saved in the metadata and checked on restore, so a
-checkpoint whose bytes changed on disk (a flipped bit that still decodes) is refused with
-`CheckpointIntegrityError` instead of restored silently.
+Integrity: in a single-process run every array's checksum is saved in the metadata and
+checked on restore, so a checkpoint whose bytes changed on disk (a flipped bit that still
+decodes) is refused with `CheckpointIntegrityError` instead of restored silently.
 
 PRNG keys: both typed keys (``jax.random.key``) and raw ``uint32`` keys
 (``jax.random.PRNGKey``) are supported. A typed key is stored as its ``key_data`` and its
@@ -33,6 +33,7 @@ Typical use::
 
 from __future__ import annotations
 
+import functools
 import json
 import os
 from collections.abc import Mapping
@@ -40,6 +41,7 @@ from typing import Any
 
 import jax
 import jax.numpy as jnp
+import numpy as np
 import orbax.checkpoint as ocp
 
 __all__ = ["CheckpointIntegrityError", "CheckpointNotFoundError", "CheckpointSaveError",
@@ -66,33 +68,60 @@ class CheckpointIntegrityError(ValueError):
     """A restored array does not match the checksum saved with it: one line."""
 
 
-def _leaf_checksum(x):
-    """A position-weighted sum mod 2**32 of the array's bits: sum_i u_i w_i with u_i the
-    i-th element's bit pattern as uint32 and w_i odd, so any single flipped bit (and any
-    swap of two different elements) changes it. Integer sums are exact, so the value does
-    not depend on how the array is sharded."""
-    x = jnp.asarray(x)
+_WEIGHT = 2654435761  # odd: index i weighs (i * _WEIGHT) | 1, odd, mod 2**32
+
+
+def _bits(x):
+    """The elements' bit patterns as uint32 (bool as 0 / 1)."""
     if x.dtype == jnp.bool_:
-        bits = x.astype(jnp.uint32)
+        return x.astype(jnp.uint32)
+    width = {1: jnp.uint8, 2: jnp.uint16, 4: jnp.uint32}[x.dtype.itemsize]
+    return jax.lax.bitcast_convert_type(x, width).astype(jnp.uint32)
+
+
+@functools.partial(jax.jit, static_argnums=(2,))
+def _block_checksum(block, starts, strides):
+    """sum_i u_i w_i mod 2**32 over one block of an array: u_i the bit pattern of the
+    element at global flat index i, w_i = (i * _WEIGHT) | 1. `starts` are the block's offsets
+    in the array and `strides` the array's row-major strides, so blocks of any sharding sum
+    to the same value; one device, no collective."""
+    index = jnp.zeros(block.shape, jnp.uint32)
+    for d, (size, stride) in enumerate(zip(block.shape, strides)):
+        along = (jnp.arange(size, dtype=jnp.uint32) + starts[d]) * jnp.uint32(stride)
+        index = index + along.reshape([-1 if i == d else 1 for i in range(block.ndim)])
+    weights = index * jnp.uint32(_WEIGHT) | jnp.uint32(1)
+    return jnp.sum(_bits(block) * weights, dtype=jnp.uint32)
+
+
+def _leaf_blocks(x) -> list:
+    """The per-block checksums (device scalars) of one array, each distinct shard this
+    process holds once; their sum mod 2**32 is the array's checksum."""
+    shape = tuple(np.shape(x))
+    strides = tuple(int(np.prod(shape[d + 1:], dtype=np.int64)) for d in range(len(shape)))
+    if isinstance(x, jax.Array):
+        blocks, seen = [], set()
+        for shard in x.addressable_shards:
+            starts = tuple(s.indices(n)[0] for s, n in zip(shard.index, shape))
+            if starts not in seen:
+                seen.add(starts)
+                blocks.append((shard.data, starts))
     else:
-        width = {1: jnp.uint8, 2: jnp.uint16, 4: jnp.uint32}[x.dtype.itemsize]
-        bits = jax.lax.bitcast_convert_type(x, width).astype(jnp.uint32)
-    flat = bits.reshape(-1)
-    weights = jnp.arange(flat.size, dtype=jnp.uint32) * jnp.uint32(2654435761) | jnp.uint32(1)
-    return jnp.sum(flat * weights, dtype=jnp.uint32)
-
-
-_leaf_checksum_jit = jax.jit(_leaf_checksum)
+        blocks = [(jnp.asarray(x), (0,) * len(shape))]
+    return [_block_checksum(block, np.asarray(starts, np.uint32), strides)
+            for block, starts in blocks]
 
 
 def checksums(state: Any) -> dict[str, int]:
     """{flattened key path: checksum} of every array leaf of `state` (typed PRNG keys by
-    their key data), each computed on the devices that hold it (one program per leaf
-    shape and placement: leaves may live on different devices)."""
+    their key data): a position-weighted sum of the array's bits mod 2**32, so any single
+    flipped bit (and any swap of two different elements) changes it. Computed block by
+    block on the devices that hold the array, without collectives (all dispatched, then
+    fetched at once), over the shards this process holds."""
     storable, _ = _to_storable(state)
     leaves = jax.tree_util.tree_flatten_with_path(storable)[0]
-    values = jax.device_get([_leaf_checksum_jit(x) for _, x in leaves])
-    return {_path_str(path): int(v) for (path, _), v in zip(leaves, values)}
+    values = jax.device_get([_leaf_blocks(x) for _, x in leaves])
+    return {_path_str(path): int(sum(int(v) for v in blocks) % 2**32)
+            for (path, _), blocks in zip(leaves, values)}
 
 
 def _save_error(step, directory, err) -> str:
@@ -181,6 +210,11 @@ def latest_meta(directory: str | os.PathLike) -> dict | None:
 class Checkpointer:
     """Saves and restores (state pytree, JSON metadata) pairs under one directory.
 
+    A single-process save records `checksums(state)` in the metadata and `restore` checks
+    every restored array against it. A multi-process run records none (each process holds
+    only its shards, and combining their sums would need a collective beside orbax's own):
+    there orbax's checks alone guard the files.
+
     Args:
       directory: where step sub-directories are written (created if missing).
       max_to_keep: number of most recent checkpoints kept (None keeps all).
@@ -259,7 +293,8 @@ class Checkpointer:
             return False
         storable, typed = _to_storable(state)
         meta[_TYPED_KEYS_FIELD] = typed
-        meta[_CHECKSUMS_FIELD] = checksums(storable)
+        if jax.process_count() == 1:  # see the class docstring
+            meta[_CHECKSUMS_FIELD] = checksums(storable)
         try:
             json.dumps(meta)
         except TypeError as err:

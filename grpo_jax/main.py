@@ -24,32 +24,6 @@ from ml_collections import config_flags
 _DEFAULT_CONFIG = os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))),
                                "configs", "default.py")
 
-_CONFIG = config_flags.DEFINE_config_file(
-    "config", _DEFAULT_CONFIG, "Path to an ml-collections config file, optionally :preset.",
-    lock_config=True,
-)
-_WORKDIR = flags.DEFINE_string(
-    "workdir", None, "Run directory (checkpoints, metrics.jsonl, report). "
-    "Default: runs/<config name>[_<preset>]."
-)
-_COORDINATOR = flags.DEFINE_string(
-    "coordinator_address", None, "Multi-controller runs: host:port of process 0 (TPU pods, "
-    "SLURM and Open MPI are detected without it).")
-_NUM_PROCESSES = flags.DEFINE_integer("num_processes", None, "Multi-controller runs: "
-                                      "number of processes.")
-_PROCESS_ID = flags.DEFINE_integer("process_id", None, "Multi-controller runs: this "
-                                   "process's index.")
-_PRINT_CONFIG = flags.DEFINE_boolean(
-    "print_config", False, "Validate, print the resolved config, the model's parameter "
-    "count, the devices and the mesh, and exit without running or writing anything.")
-
-
-def default_workdir(config_arg: str) -> str:
-    path, _, preset = config_arg.partition(":")
-    name = os.path.splitext(os.path.basename(path))[0]
-    return os.path.join("runs", name + (f"_{preset}" if preset else ""))
-
-
 def _fail(message: str) -> None:
     print(f"config error: {message}", file=sys.stderr)
     sys.exit(2)
@@ -71,6 +45,51 @@ def _flag_error_line(err: BaseException, argv: list[str]) -> str:
     text = re.sub(r"^flag\s+", "", text)
     return text.replace("could not convert string to float:", "expected a float, got") \
                .replace("invalid literal for int() with base 10:", "expected an int, got")
+
+
+try:
+    # Without --config=, the default config is loaded and the --config.* overrides applied
+    # here, at import: a bad override is one line too.
+    _CONFIG = config_flags.DEFINE_config_file(
+        "config", _DEFAULT_CONFIG, "Path to an ml-collections config file, optionally :preset.",
+        lock_config=True,
+    )
+except (KeyError, AttributeError, TypeError, ValueError) as _err:
+    _fail(_flag_error_line(_err, sys.argv))
+
+
+def _config():
+    """The parsed config; a config file that did not load is one line, exit 2."""
+    config = _CONFIG.value
+    try:
+        config.get("seed")  # ml-collections reports a failed load when the value is used
+        return config
+    except OSError as err:
+        text = " ".join(str(err).split())
+        reason = re.search(r"\[Errno \d+\] (.*)", text)
+        _fail(f"--config: {reason.group(1) if reason else text}; expected a config file "
+              "such as configs/default.py[:preset]")
+
+_WORKDIR = flags.DEFINE_string(
+    "workdir", None, "Run directory (checkpoints, metrics.jsonl, report). "
+    "Default: runs/<config name>[_<preset>]."
+)
+_COORDINATOR = flags.DEFINE_string(
+    "coordinator_address", None, "Multi-controller runs: host:port of process 0 (TPU pods, "
+    "SLURM and Open MPI are detected without it).")
+_NUM_PROCESSES = flags.DEFINE_integer("num_processes", None, "Multi-controller runs: "
+                                      "number of processes.")
+_PROCESS_ID = flags.DEFINE_integer("process_id", None, "Multi-controller runs: this "
+                                   "process's index.")
+_PRINT_CONFIG = flags.DEFINE_boolean(
+    "print_config", False, "Validate, print the resolved config, the model's parameter "
+    "count, the devices and the mesh, and exit without running or writing anything.")
+
+
+def default_workdir(config_arg: str) -> str:
+    path, _, preset = config_arg.partition(":")
+    name = os.path.splitext(os.path.basename(path))[0]
+    return os.path.join("runs", name + (f"_{preset}" if preset else ""))
 
 
 def parse_flags(argv: list[str]) -> list[str]:
@@ -96,7 +115,8 @@ def main(argv) -> None:
     workdir = _WORKDIR.value or default_workdir(config_arg)
     from grpo_jax import host_memory, parallel
 
-    if _CONFIG.value.get("reuse_host_memory", True) is True:
+    config = _config()
+    if config.get("reuse_host_memory", True) is True:
         host_memory.reuse_freed_memory()  # before XLA's threads start (see host_memory)
 
     # Before anything touches devices; a no-op for one process without these flags.
@@ -105,9 +125,9 @@ def main(argv) -> None:
                                     process_id=_PROCESS_ID.value)
     try:
         if _PRINT_CONFIG.value:
-            print(describe(_CONFIG.value))
+            print(describe(config))
             return
-        summary = train_and_evaluate(_CONFIG.value, workdir)
+        summary = train_and_evaluate(config, workdir)
     except ConfigError as err:
         _fail(str(err))
     except Preempted as stopped:

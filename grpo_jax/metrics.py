@@ -26,6 +26,7 @@ import numpy as np
 __all__ = ["MetricWriter", "read_metrics", "to_python_scalar"]
 
 METRICS_FILENAME = "metrics.jsonl"
+SAMPLES_FILENAME = "samples.jsonl"  # generated texts, a few per eval and RL log point
 
 
 def to_python_scalar(name: str, value: Any) -> Any:
@@ -167,6 +168,24 @@ class MetricWriter:
                     continue
                 self._tb.add_scalar(prefix + name, float(value), int(step))
         return record
+
+    def write_samples(self, step: int, samples: list[Mapping[str, Any]], *,
+                      stage: str) -> None:
+        """Appends generated texts to ``<workdir>/samples.jsonl``, one line per sample
+        {"step", "stage", **sample} (e.g. prompt, completion, reward), and to TensorBoard
+        as text under ``<stage>/samples``: what one reads first when a template or a
+        format goes wrong."""
+        if not self.active or not samples:
+            return
+        with open(os.path.join(self.workdir, SAMPLES_FILENAME), "a", encoding="utf-8") as f:
+            for sample in samples:
+                row = {k: to_python_scalar(k, v) if not isinstance(v, str) else v
+                       for k, v in sample.items()}
+                f.write(json.dumps({"step": int(step), "stage": stage, **row}) + "\n")
+        if self._tb is not None:
+            text = "\n\n".join("\n".join(f"**{k}**: `{v}`" for k, v in sample.items())
+                               for sample in samples)
+            self._tb.add_text(f"{stage}/samples", text, int(step))
 
     def truncate_after(self, step: int, *, stage: str | None = None) -> int:
         """Drops logged lines that come after a resumed checkpoint; returns how many.

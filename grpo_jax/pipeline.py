@@ -56,6 +56,7 @@ def _run_stages(run: Run) -> dict:
     start, resume_meta, last_stage = run.resume_point()
     if last_stage is not None:
         run.writer.truncate_after(run.global_step)
+        print(f"[grpo_jax] {resume_line(run, start, resume_meta)}", flush=True)
     for index, name in enumerate(run.stage_names):
         if index < start:
             continue
@@ -69,6 +70,19 @@ def _run_stages(run: Run) -> dict:
             run.checkpointer.wait()
             raise Preempted(run.stopped_line(f"stage {name}"))
     return write_run_report(run)
+
+
+def resume_line(run: Run, start: int, resume_meta: dict | None) -> str:
+    """What a rerun in an existing workdir continues from, in one line."""
+    names = run.stage_names
+    where = f"{run.workdir} (checkpoint {run.global_step})"
+    if resume_meta is not None:
+        stage = names[start]
+        return (f"resuming {where}: stage {stage} at step {resume_meta['stage_step']} of "
+                f"{run.config[stage].get('steps', '?')}")
+    if start >= len(names):
+        return f"resuming {where}: every stage has finished; writing the report"
+    return f"resuming {where}: {', '.join(names[:start])} finished; starting {names[start]}"
 
 
 def run_stage(config: ml_collections.ConfigDict, name: str, workdir: str) -> Run:

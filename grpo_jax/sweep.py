@@ -69,7 +69,12 @@ def _parse_set(item: str) -> tuple[str, list[str]]:
     if not sep or not key or not values:
         raise ValueError(f"--set {item!r}: expected key=v1,v2,... (e.g. rl.beta=0.0,0.04)")
     key = key.removeprefix("config.")
-    return key, [v.strip() for v in values.split(",") if v.strip()]
+    values = [v.strip() for v in values.split(",") if v.strip()]
+    for part in (key, *values):  # they name the runs' directories under the sweep's
+        if "/" in part or "\\" in part or part in (".", "..") or "\0" in part:
+            raise ValueError(f"--set {item!r}: {part!r} cannot be part of a directory name "
+                             "(no path separators, '.' or '..')")
+    return key, values
 
 
 def expand(sets: Sequence[str], seeds: Sequence[int], root: str, config: str,

@@ -91,7 +91,8 @@ HOSTILE = [
      "max_new_tokens: task.prompt_len 16"),
     (DEFAULT, "--config.model.max_seq_len=20",
      "pretrain.pack_len: 64 exceeds model.max_seq_len 20"),
-    (DEFAULT, "--config.model.init_from=/nonexistent", "model.init_from"),
+    (DEFAULT, "--config.model.init_from=/nonexistent",
+     "model.init_from: '/nonexistent' does not exist"),
     (DEFAULT, "--config.mesh.num_devices=99", "mesh.num_devices: expected <= 8"),
     (DEFAULT, "--config.mesh.shape.data=3", "mesh.shape"),
     (DEFAULT, "--config.optim.b2=1.0", "optim.b2"),
@@ -161,12 +162,15 @@ def test_python_level_config_errors(mutate, needle):
 
 
 def test_the_cli_exits_2_in_a_real_process(tmp_path):
-    """The same in a fresh interpreter: exit status 2, one line, no traceback."""
-    for flag, needle in (("--config.rl.beta=-1", "rl.beta"),
-                         ("--config.rl.lrr=1", "did you mean 'lr'")):
+    """The same in a fresh interpreter: exit status 2, one line, no traceback; also without
+    --config= (the default config's overrides apply at import) and for a missing file."""
+    for flags_, needle in (([f"--config={DEFAULT}", "--config.rl.beta=-1"], "rl.beta"),
+                           ([f"--config={DEFAULT}", "--config.rl.lrr=1"], "did you mean 'lr'"),
+                           (["--config.rl.lrr=1"], "--config.rl.lrr: no such config field"),
+                           (["--config=configs/nonexistent.py"],
+                            "--config: No such file or directory: 'configs/nonexistent.py'")):
         result = subprocess.run(
-            [sys.executable, "-m", "grpo_jax.main", f"--config={DEFAULT}", flag,
-             f"--workdir={tmp_path / 'run'}"],
+            [sys.executable, "-m", "grpo_jax.main", *flags_, f"--workdir={tmp_path / 'run'}"],
             cwd=REPO, capture_output=True, text=True, timeout=120,
             env={**os.environ, "JAX_PLATFORMS": "cpu"})
         lines = [line for line in result.stderr.splitlines() if line.strip()]

@@ -224,7 +224,8 @@ def test_a_busy_workdir_is_refused_and_a_stale_lock_taken_over(tmp_path):
     assert (workdir / "report.md").exists()
 
 
-def test_config_drift_is_refused_and_raising_the_last_stage_steps_continues(tmp_path):
+def test_config_drift_is_refused_and_raising_the_last_stage_steps_continues(tmp_path,
+                                                                             capsys):
     workdir = str(tmp_path / "run")
     train_and_evaluate(rl_config(steps=2), workdir)
     other_seed = rl_config(steps=2)
@@ -238,7 +239,10 @@ def test_config_drift_is_refused_and_raising_the_last_stage_steps_continues(tmp_
     with pytest.raises(ConfigError, match=r"seed 0 -> 1"):
         train_and_evaluate(other_seed, workdir)
     before = final_params(workdir)
+    capsys.readouterr()
     train_and_evaluate(rl_config(steps=4), workdir)  # train longer: continues the run
+    resumed = [line for line in capsys.readouterr().out.splitlines() if "resuming" in line]
+    assert len(resumed) == 1 and "stage rl at step 2 of 4" in resumed[0], resumed
     rows = [r for r in read_metrics(os.path.join(workdir, "metrics.jsonl"))
             if r["stage"] == "rl"]
     assert [r["stage_step"] for r in rows] == [1, 2, 3, 4]
@@ -252,7 +256,9 @@ def test_config_drift_is_refused_and_raising_the_last_stage_steps_continues(tmp_
     # compilation cache elsewhere (where compiled programs are kept is not part of a result).
     moved = rl_config(steps=4)
     moved.compilation_cache_dir = str(tmp_path / "elsewhere")
+    capsys.readouterr()
     train_and_evaluate(moved, workdir)
+    assert "every stage has finished" in capsys.readouterr().out
     assert_same_params(final_params(workdir), after)
 
 
@@ -284,3 +290,23 @@ def test_a_failed_save_stops_the_run_at_that_save_with_one_line(tmp_path, monkey
     assert "saving checkpoint 2" in lines[0] and "No space left on device" in lines[0]
     steps = [r["stage_step"] for r in read_metrics(tmp_path / "metrics.jsonl")]
     assert steps == [1, 2]  # stopped at the failed save of step 2
+
+
+def test_the_drift_message_offers_an_extension_only_where_there_is_one(tmp_path):
+    from grpo_jax.runner.resume import check_config_drift
+
+    def workdir_of(config):
+        (tmp_path / "checkpoints" / "1").mkdir(parents=True, exist_ok=True)
+        (tmp_path / "config.json").write_text(config.to_json_best_effort())
+        return str(tmp_path)
+
+    config = default_config.get_config("smoke")  # ends with eval_final: nothing to extend
+    workdir = workdir_of(config)
+    config.seed = 1
+    with pytest.raises(ConfigError, match=r"seed 0 -> 1; use another --workdir$"):
+        check_config_drift(config, workdir)
+    config = rl_config(steps=2)
+    workdir = workdir_of(config)
+    config.seed = 1
+    with pytest.raises(ConfigError, match=r"\(only raising rl\.steps continues this run\)"):
+        check_config_drift(config, workdir)

@@ -141,3 +141,28 @@ def test_truncate_after_global_step(tmp_path):
     records = read_metrics(tmp_path)
     assert [r["step"] for r in records] == [1, 2, 3, 4, 5]
     assert records[-1]["loss"] == 50.0
+
+
+def test_progress_off_a_terminal_is_plain_lines(capsys):
+    """Where stderr is not a terminal (as under pytest), progress is printed as plain
+    lines: at most one per interval, and one at the end with the last step."""
+    import types
+
+    from grpo_jax.runner.toolkit import PlainProgress, progress
+
+    stage = types.SimpleNamespace(name="rl")
+    bar = progress(stage, 5, 1, interval=0.0)
+    assert isinstance(bar, PlainProgress)
+    for step in range(2, 6):
+        bar.update(1)
+        bar.set_postfix(reward="0.500")
+    bar.close()
+    lines = capsys.readouterr().out.splitlines()
+    assert lines[0].startswith("[grpo_jax] rl: step 2/5") and "s/step" in lines[0]
+    assert lines[-1].startswith("[grpo_jax] rl: step 5/5, reward 0.500") and len(lines) == 4
+    quiet = progress(stage, 5, 0, interval=3600.0)
+    for _ in range(5):
+        quiet.update(1)
+    quiet.close()
+    (only,) = capsys.readouterr().out.splitlines()  # the interval held back all but the end
+    assert only.startswith("[grpo_jax] rl: step 5/5,")

@@ -43,9 +43,11 @@ def test_expand_names_and_print(tmp_path, capsys):
     assert lines[-1].endswith("--config.x=1")
     assert not any(tmp_path.iterdir())  # --print writes nothing
     for bad in (["--set", "rl.beta"], ["--set", "seed=1,2"], ["--seeds="],
-                ["--set", "a=1", "--set", "a=2"]):
+                ["--set", "a=1", "--set", "a=2"], ["--set", "rl.algorithm=x/../../esc"],
+                ["--set", "rl.algorithm=.."], ["--set", "rl/x=1"]):
         assert sweep.main(["--config=c.py", f"--workdir={tmp_path}", *bad]) == 2
         assert len(capsys.readouterr().err.strip().splitlines()) == 1
+    assert list(tmp_path.iterdir()) == []  # nothing written, inside the sweep or out of it
 
 
 def test_interval_by_hand():

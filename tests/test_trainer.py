@@ -53,6 +53,15 @@ def test_main_job_smoke_writes_report(tmp_path):
     for key in ("reward_mean", "clip_frac", "completion_length", "loss", "grad_norm",
                 "learning_rate", "step_time_s"):
         assert np.isfinite(rl_lines[-1][key]), key
+    # A few generated texts of each eval and of the first RL step, with their rewards.
+    samples = [json.loads(line)
+               for line in (tmp_path / "samples.jsonl").read_text().splitlines()]
+    assert [s["stage"] for s in samples] == (["eval_base"] * 4 + ["rl"] * 4
+                                             + ["eval_final"] * 4)
+    for sample in samples:
+        assert sample["prompt"] and isinstance(sample["completion"], str)
+        assert {"reward", "accuracy", "format"} <= set(sample)
+    assert samples[4]["step"] == rl_lines[0]["step"]  # logged at the first RL step
 
 
 @pytest.mark.parametrize("algorithm", sorted(ALGORITHMS))

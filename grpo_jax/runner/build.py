@@ -250,6 +250,13 @@ def build_task(config):
         raise ConfigError(f"task.kwargs{field}: {message}") from None
 
 
+def init_from_missing(path: str) -> ConfigError:
+    """The one-line error for a model.init_from that does not exist."""
+    return ConfigError(f"model.init_from: {path!r} does not exist; expected a Hugging Face "
+                       "checkpoint directory or a grpo_jax run directory (the workdir of an "
+                       "earlier run)")
+
+
 def checkpoint_config(config) -> ModelConfig:
     """The ModelConfig of model.init_from: a Hugging Face checkpoint's config.json, or the
     policy of a grpo_jax run directory (ConfigError naming the field)."""
@@ -269,6 +276,8 @@ def checkpoint_config(config) -> ModelConfig:
                               f"base run's context {model_config.max_seq_len}")
         return model_config
     file = os.path.join(path, CONFIG_FILE)
+    if not os.path.exists(path):
+        raise init_from_missing(path)
     if not os.path.isfile(file):
         raise ConfigError(f"model.init_from: {path!r} is neither a Hugging Face checkpoint "
                           "directory (config.json) nor a grpo_jax run directory (config.json "

@@ -79,9 +79,11 @@ def check_config_drift(config, workdir: str) -> list:
                            "changed": {extension: list(changed[extension])}}]
     shown = ", ".join(f"{k} {a!r} -> {b!r}" for k, (a, b) in list(changed.items())[:8])
     more = f" (and {len(changed) - 8} more)" if len(changed) > 8 else ""
+    extend = (f" (only raising {extension} continues this run)"
+              if "steps" in config[names[-1]] else "")
     raise ConfigError(
-        f"config: differs from the run in {workdir}: {shown}{more}; use another --workdir "
-        f"(only raising {extension} continues this run)")
+        f"config: differs from the run in {workdir}: {shown}{more}; use another "
+        f"--workdir{extend}")
 
 
 def resume_point(run) -> tuple[int, dict | None, str | None]:

@@ -24,7 +24,8 @@ from grpo_jax.rl.rollout import encode_prompts
 from grpo_jax.runner.guards import SkipCounter
 from grpo_jax.runner.rewards import resolve_reward_fns
 from grpo_jax.runner.rollouts import collect_rollout
-from grpo_jax.runner.toolkit import StepTimer, device_batch, log_step, progress, prompt_text
+from grpo_jax.runner.toolkit import (SAMPLE_EVERY, StepTimer, device_batch, log_samples,
+                                     log_step, progress, prompt_text)
 from grpo_jax.sampling import check_prompt_groups
 from grpo_jax.tasks.data import prompt_iterator
 
@@ -130,7 +131,7 @@ def rl_loop(run, stage, learner: Learner, *, sampling, dynamic: bool = False,
     for step in range(start, section.steps):
         timer = StepTimer()
         timeouts = math_verify_timeouts()
-        ro, _, info = collect_rollout(run, stage, iterator, step, sampling=sampling,
+        ro, examples, info = collect_rollout(run, stage, iterator, step, sampling=sampling,
                                       weights=weights, reward_fns=reward_fns, dynamic=dynamic,
                                       overlong_cache=overlong_cache)
         batch = device_batch(run, rollout_batch(ro.prompt_tokens, ro.prompt_mask, ro.tokens,
@@ -153,6 +154,8 @@ def rl_loop(run, stage, learner: Learner, *, sampling, dynamic: bool = False,
         }
         record.update(skips.count(metrics))
         log_step(run, stage, record, bar, reward="reward_mean", acc="pass@1")
+        if step == 0 or (step + 1) % SAMPLE_EVERY == 0:
+            log_samples(run, stage, examples, ro.texts, ro.rewards, ro.components)
         skips.check(stage.name, step + 1)
         run.save_if_due(stage, learner.state, stage_step=step + 1, total=section.steps,
                         every=section.checkpoint_every, data_state=iterator.get_state(),

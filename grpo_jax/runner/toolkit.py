@@ -4,6 +4,7 @@ device batches on the data mesh, and step logging."""
 from __future__ import annotations
 
 import dataclasses
+import sys
 import time
 
 import jax
@@ -23,9 +24,46 @@ def stage_optimizer(run, *, lr: float, steps: int):
                           b1=o.b1, b2=o.b2, clip_norm=o.clip_norm)
 
 
-def progress(stage, total: int, initial: int):
-    return tqdm(total=total, initial=initial, desc=f"{stage.name}", leave=False,
-                mininterval=2.0, disable=None)
+PLAIN_PROGRESS_SECONDS = 30.0  # off a terminal: one progress line at most this often
+
+
+class PlainProgress:
+    """The progress bar's interface as plain lines on stdout, for runs whose output is not
+    a terminal (SLURM, nohup, `> log`, sweep children), where a bar shows nothing: a line
+    at most every `interval` seconds and one at the end."""
+
+    def __init__(self, name: str, total: int, initial: int, interval: float):
+        self.name, self.total, self.n, self.interval = name, total, initial, interval
+        self.start_n, self.start = initial, time.time()
+        self.last, self.last_printed, self.postfix = self.start, initial, {}
+
+    def update(self, n: int = 1) -> None:
+        self.n += n
+        if time.time() - self.last >= self.interval:
+            self._print()
+
+    def set_postfix(self, **values) -> None:
+        self.postfix = values
+
+    def close(self) -> None:
+        if self.last_printed != self.n:
+            self._print()
+
+    def _print(self) -> None:
+        now = time.time()
+        rate = (now - self.start) / max(self.n - self.start_n, 1)
+        shown = "".join(f", {k} {v}" for k, v in self.postfix.items())
+        print(f"[grpo_jax] {self.name}: step {self.n}/{self.total}{shown}, {rate:.2f} s/step",
+              flush=True)
+        self.last, self.last_printed = now, self.n
+
+
+def progress(stage, total: int, initial: int, *, interval: float = PLAIN_PROGRESS_SECONDS):
+    """A progress bar on a terminal, plain lines elsewhere (`PlainProgress`)."""
+    if sys.stderr.isatty():
+        return tqdm(total=total, initial=initial, desc=f"{stage.name}", leave=False,
+                    mininterval=2.0)
+    return PlainProgress(stage.name, total, initial, interval)
 
 
 def prompt_text(run, example) -> str:
@@ -84,6 +122,21 @@ class StepTimer:
         wall, compile_s = time.time() - self._start[0], CLOCK.seconds() - self._start[1]
         return {**{f"{name}_time_s": s for name, s in self._laps.items()},
                 "step_time_s": max(0.0, wall - compile_s), "compile_time_s": compile_s}
+
+
+SAMPLES_PER_LOG = 4  # generated texts kept per eval stage and per RL sample log
+SAMPLE_EVERY = 10  # RL steps between sample logs (and the first step)
+
+
+def log_samples(run, stage, examples, texts, rewards, components) -> None:
+    """The first SAMPLES_PER_LOG (prompt, completion, reward) of a batch in samples.jsonl
+    and TensorBoard (`MetricWriter.write_samples`), at the run's current global step."""
+    rows = []
+    for i in range(min(SAMPLES_PER_LOG, len(texts))):
+        rows.append({"prompt": prompt_text(run, examples[i]), "completion": texts[i],
+                     "reward": float(rewards[i]),
+                     **{name: float(value[i]) for name, value in components.items()}})
+    run.writer.write_samples(run.global_step, rows, stage=stage.name)
 
 
 def log_step(run, stage, record: dict, bar=None, **postfix) -> None:

@@ -20,7 +20,7 @@ from grpo_jax import parallel
 from grpo_jax import tasks as tasks_lib
 from grpo_jax.models.config import _DTYPES, available_models
 from grpo_jax.runner.build import (MODEL_SHAPE_FIELDS, TOKENIZERS, RunInputs, build_inputs,
-                                   model_config_for, tokenizer_kind)
+                                   init_from_missing, model_config_for, tokenizer_kind)
 from grpo_jax.runner.checks import (TEMPLATES, ConfigError, Fields, SectionCheck,
                                     check_section_fields, mesh_rules, mesh_size, stage_names)
 
@@ -145,6 +145,8 @@ def check_tokenizer_fields(config) -> None:
         if not config.model.init_from:
             raise ConfigError("tokenizer: 'checkpoint' needs model.init_from (a local Hugging "
                               "Face checkpoint directory with tokenizer.json)")
+        if not os.path.exists(config.model.init_from):
+            raise init_from_missing(config.model.init_from)
         if not os.path.isfile(os.path.join(config.model.init_from, "tokenizer.json")):
             raise ConfigError(
                 f"model.init_from: {config.model.init_from!r} has no tokenizer.json for "

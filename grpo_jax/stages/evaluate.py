@@ -13,7 +13,7 @@ from grpo_jax import evals as evals_lib
 from grpo_jax.rewards.parsing import last_number
 from grpo_jax.runner import StageKind
 from grpo_jax.runner.rollouts import sample_and_score
-from grpo_jax.runner.toolkit import sampling_config
+from grpo_jax.runner.toolkit import SAMPLES_PER_LOG, log_samples, sampling_config
 
 
 def default_section() -> ml_collections.ConfigDict:
@@ -72,6 +72,10 @@ def run_eval(run, stage) -> None:
     run.evals[stage.name] = figures
     flat = {k: v for k, v in figures.items() if isinstance(v, (int, float))}
     run.writer.write(run.global_step, flat, stage=stage.name)
+    shown = records[:SAMPLES_PER_LOG]
+    log_samples(run, stage, [r["example"] for r in shown], [r["text"] for r in shown],
+                [r["reward"] for r in shown],
+                {name: [r["components"][name] for r in shown] for name in shown[0]["components"]})
     print(f"[grpo_jax] {stage.name}: " + ", ".join(
         f"{k}={v:.3f}" for k, v in flat.items()), flush=True)
     run.finish_stage(stage)

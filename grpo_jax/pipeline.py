@@ -56,7 +56,8 @@ def _run_stages(run: Run) -> dict:
     start, resume_meta, last_stage = run.resume_point()
     if last_stage is not None:
         run.writer.truncate_after(run.global_step)
-        print(f"[grpo_jax] {resume_line(run, start, resume_meta)}", flush=True)
+        if parallel.is_primary():
+            print(f"[grpo_jax] {resume_line(run, start, resume_meta)}", flush=True)
     for index, name in enumerate(run.stage_names):
         if index < start:
             continue

@@ -48,6 +48,14 @@ setup(
         # Only for parity tests and benchmarks against Hugging Face. On CPU-only machines
         # install torch first with `pip install torch==2.13.0` (a CPU build).
         "hf": ["torch>=2.13,<2.15", "transformers>=4.50,<6"],
+        # The notebooks: executing them (tests/test_notebooks.py, `jupyter execute`) needs
+        # only what "dev" has; this adds JupyterLab to open and edit them.
+        "notebooks": [
+            "nbformat>=5.10,<6",
+            "nbclient>=0.10,<0.12",
+            "ipykernel>=6.29,<8",
+            "jupyterlab>=4,<5",
+        ],
         "gpu": ["jax[cuda12]>=0.10.2,<0.11"],
         "tpu": ["jax[tpu]>=0.10.2,<0.11"],
     },

@@ -116,9 +116,13 @@ def get_config(preset: str | None = None) -> ml_collections.ConfigDict:
 
     # ---- stages: evaluation before and after RL ---------------------------------------------
     config.eval_base = default_section("eval")
-    config.eval_base.num_samples = 8  # k samples per held-out problem (pass@1, pass@k, maj@k)
+    config.eval_base.num_samples = 8  # samples per held-out problem
+    # pass@k and maj@k at these k (each <= num_samples); () = 1, 2, 4, ... and num_samples.
+    config.eval_base.ks = ()
     config.eval_base.temperature = 1.0  # the distribution RL trains
     config.eval_base.max_new_tokens = 40
+    # Budget forcing (s1) is off; e.g. --config.eval_final.min_thinking_tokens=16 writes
+    # "Wait" where the model would end its thinking earlier (grpo_jax/stages/evaluate.py).
     config.eval_final = ml_collections.ConfigDict(config.eval_base.to_dict())
 
     # ---- stage: reinforcement learning (GRPO family) ------------------------------------------

@@ -64,7 +64,7 @@ def get_config(preset: str | None = None) -> ml_collections.ConfigDict:
     config.optim.final_lr_frac = 1.0  # constant after warm-up
 
     config.eval_base = default_section("eval")
-    config.eval_base.num_samples = 4  # pass@1 as the mean over 4 samples, pass@4, maj@4
+    config.eval_base.num_samples = 4  # pass@1 as the mean over 4 samples; pass@2, 4, maj@2, 4
     config.eval_base.temperature = 1.0
     config.eval_base.max_new_tokens = 512
     config.eval_base.batch_size = 512

@@ -34,8 +34,10 @@ Typical use::
 from __future__ import annotations
 
 import functools
+import logging
 import json
 import os
+import shutil
 from collections.abc import Mapping
 from typing import Any
 
@@ -126,9 +128,28 @@ def checksums(state: Any) -> dict[str, int]:
 
 def _save_error(step, directory, err) -> str:
     where = f"checkpoint {step}" if step is not None else "a checkpoint"
-    reason = (str(err).splitlines() or [""])[0] or type(err).__name__
-    return (f"saving {where} in {directory} failed ({type(err).__name__}: {reason}); the run "
-            "stopped there (the last good checkpoint is kept)")
+    root = err
+    while root.__cause__ is not None or root.__context__ is not None:
+        root = root.__cause__ or root.__context__  # orbax wraps the OSError it met
+    reason = (str(root).splitlines() or [""])[0] or type(root).__name__
+    return (f"saving {where} in {directory} failed ({type(root).__name__}: {reason[:300]}); "
+            "the run stopped there (the last good checkpoint is kept)")
+
+
+def _nbytes(storable) -> int:
+    return sum(int(getattr(x, "nbytes", 0)) for x in jax.tree.leaves(storable))
+
+
+class _QuietSaveFailures(logging.Filter):
+    """Drops orbax's ERROR records about a failed save (one per thread and file, hundreds
+    of lines): the Checkpointer reports the failure itself, in one line."""
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        return not (record.levelno >= logging.ERROR and (
+            "orbax" in record.pathname or record.name == "asyncio"))
+
+
+_QUIET = _QuietSaveFailures()
 
 
 def _is_typed_key(x: Any) -> bool:
@@ -248,6 +269,11 @@ class Checkpointer:
         self._manager = ocp.CheckpointManager(
             self.directory, options=options, item_names=(_STATE, _META)
         )
+        self._pending: tuple[int, int] | None = None  # (step, bytes) of an async save
+        for logger in (logging.getLogger(), logging.getLogger("absl"),
+                       logging.getLogger("asyncio")):
+            if _QUIET not in logger.filters:
+                logger.addFilter(_QUIET)
 
     # ------------------------------------------------------------------ queries
     def all_steps(self) -> list[int]:
@@ -300,6 +326,7 @@ class Checkpointer:
         except TypeError as err:
             raise ValueError(f"meta: expected a JSON-serialisable dict ({err})") from None
         self.check_errors()  # an earlier asynchronous save that failed stops here
+        self._check_space(step, storable)
         try:
             saved = self._manager.save(
                 step,
@@ -309,15 +336,45 @@ class Checkpointer:
                 force=True,
             )
         except Exception as err:  # noqa: BLE001
-            raise CheckpointSaveError(_save_error(step, self.directory, err)) from err
+            # orbax first waits for the previous asynchronous save: its failure is that one's.
+            failed = self._pending[0] if self._pending and self._previous_failed() else step
+            raise CheckpointSaveError(_save_error(failed, self.directory, err)) from err
+        if saved:
+            self._pending = (step, _nbytes(storable))
         return bool(saved)
 
+    def _previous_failed(self) -> bool:
+        try:
+            self._manager.check_for_errors()
+        except Exception:  # noqa: BLE001
+            return True
+        return False
+
+    def _check_space(self, step: int, storable) -> None:
+        """CheckpointSaveError, before anything is written, when the disk cannot hold the
+        checkpoint's arrays (uncompressed size, plus a save still in flight)."""
+        need = _nbytes(storable)
+        if self._pending is not None and self._manager.is_saving_in_progress():
+            need += self._pending[1]
+        try:
+            free = shutil.disk_usage(self.directory).free
+        except OSError:
+            return
+        if free < need:
+            raise CheckpointSaveError(
+                f"saving checkpoint {step} in {self.directory} needs up to "
+                f"{need / 2**20:.1f} MiB and {free / 2**20:.1f} MiB are free; the run stopped "
+                "there (the last good checkpoint is kept): free some space, then run the same "
+                "command to resume")
+
     def check_errors(self) -> None:
-        """Raises CheckpointSaveError if an asynchronous save has failed (non-blocking)."""
+        """Raises CheckpointSaveError naming the checkpoint whose asynchronous save failed
+        (non-blocking)."""
         try:
             self._manager.check_for_errors()
         except Exception as err:  # noqa: BLE001
-            raise CheckpointSaveError(_save_error(None, self.directory, err)) from err
+            failed = self._pending[0] if self._pending else None
+            raise CheckpointSaveError(_save_error(failed, self.directory, err)) from err
 
     # ------------------------------------------------------------------ restore
     def _check_step(self, step: int | None) -> int:
@@ -424,7 +481,8 @@ class Checkpointer:
         try:
             self._manager.wait_until_finished()
         except Exception as err:  # noqa: BLE001
-            raise CheckpointSaveError(_save_error(None, self.directory, err)) from err
+            failed = self._pending[0] if self._pending else None
+            raise CheckpointSaveError(_save_error(failed, self.directory, err)) from err
 
     def close(self) -> None:
         """Waits for pending saves and releases the manager's resources."""

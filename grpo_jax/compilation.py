@@ -18,6 +18,7 @@ time of a step:
 from __future__ import annotations
 
 import os
+import sys
 import threading
 
 import jax
@@ -90,17 +91,36 @@ def use_cache(path: str | None) -> str | None:
     compile in well under jax's default 1 s threshold). Returns the absolute directory, or
     None when the cache is off. Safe to call again with another path (the next compile uses
     it), e.g. for several runs in one process.
+
+    A directory that cannot be created or written turns the cache off with one warning line
+    on stderr and the run goes on: the cache only saves compile time, and jax would
+    otherwise warn at every program it fails to store.
     """
     CLOCK.install()
+    source = f"${ENV_VAR}" if ENV_VAR in os.environ else "config.compilation_cache_dir"
     path = os.environ.get(ENV_VAR, path)
     path = os.path.abspath(os.path.expanduser(path)) if path else None
+    problem = _unwritable(path) if path is not None else None
+    if problem:
+        print(f"warning: {source}: {problem}; running without the compilation cache",
+              file=sys.stderr, flush=True)
+        path = None
     current = jax.config.jax_compilation_cache_dir
     if path == current:
         return path
-    if path is not None:
-        os.makedirs(path, exist_ok=True)
     jax.config.update("jax_compilation_cache_dir", path)
     jax.config.update("jax_persistent_cache_min_compile_time_secs", 0.0)
     jax.config.update("jax_persistent_cache_min_entry_size_bytes", 0)
     compilation_cache.reset_cache()  # the cache reads its directory once: read it again
     return path
+
+
+def _unwritable(path: str) -> str | None:
+    """Why the cache cannot live in `path` (created when missing), or None."""
+    try:
+        os.makedirs(path, exist_ok=True)
+    except OSError as err:
+        return f"cannot create {path!r} ({err.strerror or err})"
+    if not os.access(path, os.W_OK | os.X_OK):
+        return f"{path!r} is not writable by this user"
+    return None

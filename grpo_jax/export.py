@@ -50,12 +50,16 @@ def export(workdir: str, out: str, *, stage: str | None = None, dtype: str | Non
     from grpo_jax.models.hf import dtype_name
     from grpo_jax.runner.build import (CONFIG_FILE, build_tokenizer, load_run_policy,
                                        run_directory_config, tokenizer_kind)
+    from grpo_jax.runner.checks import output_dir_problem
 
     workdir, out = os.path.abspath(workdir), os.path.abspath(out)
     if not os.path.isfile(os.path.join(workdir, CONFIG_FILE)):
         raise ExportError(f"--workdir: {workdir!r} is not a grpo_jax run directory (no "
                           f"{CONFIG_FILE})")
-    config = run_directory_config(workdir)
+    try:
+        config = run_directory_config(workdir)
+    except (OSError, ValueError) as err:  # e.g. config.json cut short or nested too deep
+        raise ExportError(f"--workdir: {err}") from None
     if config is None:
         raise ExportError(f"--workdir: no checkpoint in {os.path.join(workdir, 'checkpoints')}"
                           "; train the run first (python -m grpo_jax.main --workdir=...)")
@@ -63,6 +67,10 @@ def export(workdir: str, out: str, *, stage: str | None = None, dtype: str | Non
     if out in (workdir, source) or out.startswith(workdir + os.sep):
         raise ExportError(f"--out: {out!r} is inside the run directory or is the "
                           "checkpoint it started from; export to a new directory")
+    problem = output_dir_problem(out)
+    if problem:
+        raise ExportError(f"--out: {problem}; expected a directory to write the export into "
+                          "(created when missing)")
     if os.path.isdir(out) and os.listdir(out) and not overwrite:
         raise ExportError(f"--out: {out!r} is not empty (pass --overwrite to replace an "
                           "earlier export)")

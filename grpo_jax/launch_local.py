@@ -7,10 +7,13 @@ Each process is `python -m grpo_jax.main <main flags> --coordinator_address=loca
 --num_processes=N --process_id=i` with `devices_per_process` virtual CPU devices and CPU
 collectives (gloo), i.e. the program every host of a TPU pod or GPU cluster runs, with one
 global mesh over N x devices_per_process devices. Process 0's output is streamed; the others'
-go to `<workdir>/launch_local/process_<i>.log` (shown when a process fails). The launcher
-exits with the first non-zero exit status of any process (and stops the others), else 0.
-Ctrl-C or SIGTERM to the launcher kills every process at once; running the same command
-again resumes from the last checkpoint.
+go to `<workdir>/launch_local/process_<i>.log` (shown when a process fails).
+
+SIGTERM or Ctrl-C to the launcher reaches every process: they agree on a step, save it and
+exit 0, as one process does (a second signal kills them at once). A process that exits with
+an error or dies stops the others at once (they would wait on it), named in one line, and
+the launcher exits with its status. Running the same command again resumes from the last
+checkpoint.
 """
 
 from __future__ import annotations
@@ -82,29 +85,45 @@ def launch(main_flags: list[str], *, num_processes: int, devices_per_process: in
         procs.append(subprocess.Popen(cmd, env=base, stdout=out,
                                       stderr=subprocess.STDOUT if out else None,
                                       start_new_session=True))
-    status = 0
+    status, signals = 0, []
 
-    def stop(signum, frame):  # SIGTERM to the launcher stops the processes (hard)
-        raise KeyboardInterrupt
+    def forward(signum, frame):  # the first signal reaches every process: they save
+        del frame
+        signals.append(signum)
+        if len(signals) > 1:
+            raise KeyboardInterrupt
+        name = signal.Signals(signum).name
+        print(f"[launch_local] {name}: passed to every process, which agree on the step, "
+              "save it and exit (send it again to kill them at once)", file=sys.stderr,
+              flush=True)
+        for p in procs:
+            if p.poll() is None:
+                os.kill(p.pid, signum)
 
-    previous = signal.signal(signal.SIGTERM, stop)
+    previous = {sig: signal.signal(sig, forward) for sig in (signal.SIGTERM, signal.SIGINT)}
     try:
-        while any(p.poll() is None for p in procs):
-            failed = [p for p in procs if p.returncode not in (None, 0)]
+        while True:
+            running = [p.poll() is None for p in procs]
+            failed = [(pid, p) for pid, p in enumerate(procs) if p.returncode not in (None, 0)]
             if failed:
-                status = failed[0].returncode
+                # Its peers wait on it forever (or until a collective times out): stop them.
+                # Of those gone since the last look, name one killed by a signal first: the
+                # others exit with an error because they lost it.
+                pid, p = min(failed, key=lambda item: (item[1].returncode >= 0, item[0]))
+                status = p.returncode
+                print(f"[launch_local] process {pid} exited with status {_status(status)}; "
+                      "stopping the others (the same command resumes from the last "
+                      "checkpoint)", file=sys.stderr, flush=True)
                 break
-            time.sleep(0.2)
-        else:
-            status = next((p.returncode for p in procs if p.returncode), 0)
+            if not any(running):
+                break
+            time.sleep(0.1)
     except KeyboardInterrupt:
         status = 130
     finally:
-        signal.signal(signal.SIGTERM, previous)
+        for sig, handler in previous.items():
+            signal.signal(sig, handler)
         for p in procs:
-            # A failed peer leaves the others waiting on it forever, and a graceful stop of
-            # one process is not agreed with the others: stop them all, hard (a rerun
-            # resumes from the last checkpoint).
             if p.poll() is None:
                 os.killpg(p.pid, signal.SIGKILL)
         for p in procs:
@@ -116,9 +135,13 @@ def launch(main_flags: list[str], *, num_processes: int, devices_per_process: in
             if p.returncode and pid:
                 path = os.path.join(log_dir, f"process_{pid}.log")
                 tail = open(path, encoding="utf-8", errors="replace").read().splitlines()[-5:]
-                print(f"[launch_local] process {pid} exited {p.returncode}; last lines of "
-                      f"{path}:", *tail, sep="\n  ", file=sys.stderr)
+                print(f"[launch_local] process {pid} exited {_status(p.returncode)}; last "
+                      f"lines of {path}:", *tail, sep="\n  ", file=sys.stderr)
     return status
+
+
+def _status(code: int) -> str:
+    return f"{code} ({signal.Signals(-code).name})" if code < 0 else str(code)
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -134,8 +157,10 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--devices_per_process", type=int, default=1)
     args = parser.parse_args(own)
     try:
-        return launch(main_flags, num_processes=args.num_processes,
-                      devices_per_process=args.devices_per_process)
+        status = launch(main_flags, num_processes=args.num_processes,
+                        devices_per_process=args.devices_per_process)
+        return status if status >= 0 else 128 - status  # killed by signal N: 128 + N
+
     except ValueError as err:
         print(f"error: {err}", file=sys.stderr)
         return 2

@@ -7,9 +7,10 @@ devices and the mesh, and exits without creating the workdir. Multi-controller r
 process per host, one global mesh) start with `--coordinator_address`, `--num_processes`
 and `--process_id`, or without flags where JAX detects them (TPU pods, SLURM, Open MPI);
 `python -m grpo_jax.launch_local` starts such a run on one machine. A bad flag or value exits 2
-with one line on stderr naming the field; a busy workdir exits 2; SIGTERM / SIGINT save a
-checkpoint and exit 0; repeated non-finite steps exit 3 and a failed checkpoint save exits
-4, each with one line.
+with one line on stderr naming the field; a busy workdir, or one that is a file or not
+writable, exits 2; SIGTERM / SIGINT save a checkpoint and exit 0 (a second signal stops at
+once, exit 130); repeated non-finite steps exit 3, a failed checkpoint save exits 4 and a
+process of a multi-process run that lost another exits 5, each with one line.
 """
 
 from __future__ import annotations
@@ -38,13 +39,29 @@ def _flag_error_line(err: BaseException, argv: list[str]) -> str:
             suggestion, name = match.group(1), match.group(2)
         else:
             suggestion, name = None, re.sub(r"""^[\s'"\\]+|[\s'"\\]+$""", "", text)
-        flag = next((a.split("=", 1)[0] for a in argv[1:] if a.startswith("--config.")
-                     and name in a.split("=", 1)[0].split(".")), f"--config.{name}")
+        path = _failed_override(err)  # the override ml-collections was resolving
+        flag = f"--config.{path}" if path else next(
+            (a.split("=", 1)[0] for a in argv[1:] if a.startswith("--config.")
+             and name in a.split("=", 1)[0].split(".")), f"--config.{name}")
         hint = f" (did you mean {suggestion!r}?)" if suggestion else ""
         return f"{flag}: no such config field {name!r}{hint}"
     text = re.sub(r"^flag\s+", "", text)
     return text.replace("could not convert string to float:", "expected a float, got") \
                .replace("invalid literal for int() with base 10:", "expected an int, got")
+
+
+def _failed_override(err: BaseException) -> str | None:
+    """The dotted path of the --config.* override that raised `err` (ml-collections resolves
+    them one by one in a frame with a `field_path` local; its message names only the last
+    part, e.g. 'steps', which several flags may share)."""
+    tb = err.__traceback__
+    path = None
+    while tb is not None:
+        value = tb.tb_frame.f_locals.get("field_path")
+        if isinstance(value, str) and "config_flags" in tb.tb_frame.f_code.co_filename:
+            path = value
+        tb = tb.tb_next
+    return path
 
 
 try:
@@ -127,12 +144,13 @@ def main(argv) -> None:
         if _PRINT_CONFIG.value:
             print(describe(config))
             return
+        _check_workdir(workdir)
         summary = train_and_evaluate(config, workdir)
     except ConfigError as err:
         _fail(str(err))
     except Preempted as stopped:
         print(str(stopped), flush=True)
-        sys.exit(0)
+        sys.exit(stopped.status)
     except WorkdirBusyError as err:
         print(f"error: {err}", file=sys.stderr)
         sys.exit(2)
@@ -140,14 +158,58 @@ def main(argv) -> None:
         print(f"error: {err}", file=sys.stderr)
         sys.exit(3)
     except CheckpointSaveError as err:
+        _exit_if_lost_peer(err)
         print(f"error: {err}", file=sys.stderr)
         sys.exit(4)
+    except Exception as err:  # noqa: BLE001
+        _exit_if_lost_peer(err)
+        raise
     if jax_process_index() != 0:
         return
     print(f"[grpo_jax] report: {os.path.join(workdir, 'report.md')}")
+    labels = _report_labels(workdir)
     for name, figures in summary.items():
         shown = {k: round(v, 4) for k, v in figures.items() if isinstance(v, float)}
-        print(f"[grpo_jax] {name}: {shown}")
+        print(f"[grpo_jax] {labels.get(name, name)}: {shown}")
+
+
+def _report_labels(workdir: str) -> dict:
+    """The report's column headers (column key -> the stage it evaluates)."""
+    import json
+
+    try:
+        with open(os.path.join(workdir, "report.json"), encoding="utf-8") as f:
+            return dict(json.load(f).get("labels") or {})
+    except (OSError, ValueError, AttributeError):
+        return {}
+
+
+def _check_workdir(workdir: str) -> None:
+    """A --workdir that cannot hold the run (a file, under a file, not writable) is one line
+    and exit 2, before anything is built or written."""
+    from grpo_jax.runner.checks import output_dir_problem
+
+    problem = output_dir_problem(workdir)
+    if problem:
+        print(f"error: --workdir: {problem}; expected a directory this process can write "
+              "(existing, or created when missing)", file=sys.stderr)
+        sys.exit(2)
+
+
+def _exit_if_lost_peer(err: BaseException) -> None:
+    """In a multi-process run whose peer died: one line and exit 5 at once. A graceful
+    exit would wait in JAX's shutdown barrier for the dead process (a heartbeat timeout,
+    then an abort with a stack trace)."""
+    from grpo_jax import parallel
+
+    lost = parallel.lost_peer(err)
+    if lost is None:
+        return
+    print(f"error: process {jax_process_index()} lost another process of this run ({lost}); "
+          "stopping; the same command resumes from the last complete checkpoint",
+          file=sys.stderr, flush=True)
+    sys.stdout.flush()
+    os._exit(5)  # pylint: disable=protected-access
 
 
 def jax_process_index() -> int:

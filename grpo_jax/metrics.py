@@ -1,9 +1,16 @@
 """Metric logging: one JSON line per step in ``<workdir>/metrics.jsonl``, plus TensorBoard.
 
 Each line is ``{"step": int, "stage": str | None, "wall_time": float, **metrics}`` with
-jax / numpy scalars converted to Python numbers. TensorBoard scalars are written through
-tensorboardX when it is installed (imported lazily; silently skipped otherwise), tagged
-``<stage>/<name>``.
+jax / numpy scalars converted to Python numbers. TensorBoard events go to
+``<workdir>/tensorboard/`` through tensorboardX when it is installed (imported lazily;
+silently skipped otherwise): every scalar tagged ``<stage>/<name>`` with the name exactly as
+in metrics.jsonl (``eval_base/pass@1``, ``rl/reward/accuracy``). tensorboardX's
+``add_scalar`` would rewrite every character outside ``[A-Za-z0-9_./-]`` to ``_`` (``pass_1``,
+a rule of TensorFlow op names); TensorBoard itself shows any tag, so the events are written
+with tensorboardX's ``FileWriter`` and the names unchanged. The run's config
+(``<workdir>/config.json``, flattened to dotted names such as ``rl.lr``) is written once per
+run as TensorBoard hparams, with the run's first metric line (the HPARAMS tab compares runs
+by it).
 
 Resume: reopening a writer appends to the existing file. Call ``truncate_after(step)``
 (global step numbering) or ``truncate_after(step, stage=name)`` (per-stage numbering) right
@@ -23,10 +30,12 @@ from typing import Any
 
 import numpy as np
 
-__all__ = ["MetricWriter", "read_metrics", "to_python_scalar"]
+__all__ = ["MetricWriter", "flatten_hparams", "read_metrics", "to_python_scalar"]
 
 METRICS_FILENAME = "metrics.jsonl"
 SAMPLES_FILENAME = "samples.jsonl"  # generated texts, a few per eval and RL log point
+TENSORBOARD_DIRNAME = "tensorboard"  # the event files, under the workdir
+RUN_CONFIG_FILENAME = "config.json"  # the run's config, written by the Run before any step
 
 
 def to_python_scalar(name: str, value: Any) -> Any:
@@ -95,13 +104,34 @@ def _parse_lines(lines: list[str], path: str) -> list[tuple[int, dict]]:
     return records
 
 
+def flatten_hparams(record: Mapping[str, Any], prefix: str = "") -> dict[str, Any]:
+    """A nested config as {"rl.lr": 0.0002, ...}: bools, numbers and strings as they are,
+    lists and tuples as JSON text, None and private fields (leading "_") left out."""
+    flat: dict[str, Any] = {}
+    for key, value in record.items():
+        name = f"{prefix}{key}"
+        if str(key).startswith("_") or value is None:
+            continue
+        if isinstance(value, Mapping):
+            flat.update(flatten_hparams(value, name + "."))
+        elif isinstance(value, (list, tuple)):
+            flat[name] = json.dumps(value)
+        elif isinstance(value, float) and not math.isfinite(value):
+            flat[name] = str(value)
+        elif isinstance(value, (bool, int, float, str)):
+            flat[name] = value
+        else:
+            flat[name] = str(value)
+    return flat
+
+
 class MetricWriter:
     """Appends per-step metrics to ``<workdir>/metrics.jsonl`` and TensorBoard event files.
 
     Args:
       workdir: run directory (created if missing).
-      tensorboard: also write TensorBoard scalars under ``<workdir>/tensorboard`` when
-        tensorboardX is importable.
+      tensorboard: also write TensorBoard events under ``<workdir>/tensorboard`` when
+        tensorboardX is importable (scalars, sample texts, the run's hparams).
       active: False makes a writer that writes nothing (the processes other than 0 of a
         multi-controller run: `write` still returns the record).
     """
@@ -112,19 +142,26 @@ class MetricWriter:
         self.path = os.path.join(self.workdir, METRICS_FILENAME)
         self.active = active
         self._tb = None
+        self._hparams_pending = False
         if not active:
             self._file = None
             return
         os.makedirs(self.workdir, exist_ok=True)
         self._drop_partial_last_line()
+        # A run's first metric line carries its hparams to TensorBoard; a resumed run (lines
+        # already there) wrote them when it started.
+        self._hparams_pending = not (os.path.exists(self.path) and os.path.getsize(self.path))
         self._file = open(self.path, "a", encoding="utf-8")
         if tensorboard:
             try:
-                from tensorboardX import SummaryWriter  # lazy: optional dependency
+                from tensorboardX import FileWriter  # lazy: optional dependency
             except ImportError:
-                SummaryWriter = None
-            if SummaryWriter is not None:
-                self._tb = SummaryWriter(logdir=os.path.join(self.workdir, "tensorboard"))
+                FileWriter = None
+            if FileWriter is not None:
+                # The file is named after the second it was opened in; the suffix keeps a
+                # writer reopened within that second (a quick resume) from replacing it.
+                self._tb = FileWriter(logdir=os.path.join(self.workdir, TENSORBOARD_DIRNAME),
+                                      filename_suffix=f".{os.getpid()}.{time.time_ns()}")
 
     @property
     def has_tensorboard(self) -> bool:
@@ -162,12 +199,41 @@ class MetricWriter:
         self._file.write(json.dumps(record) + "\n")
         self._file.flush()
         if self._tb is not None:
+            from tensorboardX.proto.summary_pb2 import Summary
+
+            if self._hparams_pending:
+                self._write_run_hparams()
             prefix = f"{stage}/" if stage else ""
-            for name, value in record.items():
-                if name in ("step", "stage", "wall_time") or isinstance(value, (str, type(None))):
-                    continue
-                self._tb.add_scalar(prefix + name, float(value), int(step))
+            values = [Summary.Value(tag=prefix + name, simple_value=float(value))
+                      for name, value in record.items()
+                      if name not in ("step", "stage", "wall_time")
+                      and not isinstance(value, (str, type(None)))]
+            if values:  # the names as they are (see the module docstring)
+                self._tb.add_summary(Summary(value=values), int(step))
         return record
+
+    def write_hparams(self, hparams: Mapping[str, Any]) -> dict:
+        """Writes `hparams` (a config as nested mappings) to TensorBoard's HPARAMS tab,
+        flattened to dotted names; returns the flattened dict. `write` does this once per
+        run with the run's config.json."""
+        flat = flatten_hparams(hparams)
+        self._hparams_pending = False
+        if self._tb is not None and flat:
+            from tensorboardX.summary import hparams as hparams_summaries
+
+            for summary in hparams_summaries(flat, {}):  # experiment, session start, end
+                self._tb.add_summary(summary)
+        return flat
+
+    def _write_run_hparams(self) -> None:
+        self._hparams_pending = False
+        try:
+            with open(os.path.join(self.workdir, RUN_CONFIG_FILENAME), encoding="utf-8") as f:
+                record = json.load(f)
+        except (OSError, ValueError, RecursionError):  # no run config: no hparams
+            return
+        if isinstance(record, dict):
+            self.write_hparams(record)
 
     def write_samples(self, step: int, samples: list[Mapping[str, Any]], *,
                       stage: str) -> None:
@@ -183,9 +249,11 @@ class MetricWriter:
                        for k, v in sample.items()}
                 f.write(json.dumps({"step": int(step), "stage": stage, **row}) + "\n")
         if self._tb is not None:
+            from tensorboardX.summary import text as text_summary
+
             text = "\n\n".join("\n".join(f"**{k}**: `{v}`" for k, v in sample.items())
                                for sample in samples)
-            self._tb.add_text(f"{stage}/samples", text, int(step))
+            self._tb.add_summary(text_summary(f"{stage}/samples", text), int(step))
 
     def truncate_after(self, step: int, *, stage: str | None = None) -> int:
         """Drops logged lines that come after a resumed checkpoint; returns how many.

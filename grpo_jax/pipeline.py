@@ -12,6 +12,7 @@ module that imports grpo_jax.stages.
 from __future__ import annotations
 
 import copy
+import os
 import time
 
 import jax
@@ -39,17 +40,26 @@ def train_and_evaluate(config: ml_collections.ConfigDict, workdir: str) -> dict:
         host_memory.reuse_freed_memory()  # a no-op when main (or a benchmark) already did
     compilation.use_cache(config.get("compilation_cache_dir", compilation.DEFAULT_CACHE_DIR))
     with StopRequest() as stop:
-        while True:
-            run = Run(config, workdir, KINDS, inputs, stop=stop)
-            inputs = run.inputs  # with a tokenizer trained in the workdir, once trained
-            try:
-                return _run_stages(run)
-            except CorruptCheckpointError as err:
-                # A stage could not restore its checkpoint: set it aside, resume from the
-                # one before (the Run is rebuilt, so nothing of the failed attempt remains).
-                run.quarantine(err.step, err.reason)
-            finally:
-                run.close()
+        try:
+            while True:
+                run = Run(config, workdir, KINDS, inputs, stop=stop)
+                inputs = run.inputs  # with a tokenizer trained in the workdir, once trained
+                try:
+                    return _run_stages(run)
+                except CorruptCheckpointError as err:
+                    # A stage could not restore its checkpoint: set it aside, resume from the
+                    # one before (the Run is rebuilt, so nothing of the failed attempt
+                    # remains).
+                    run.quarantine(err.step, err.reason)
+                finally:
+                    run.close()
+        except KeyboardInterrupt as err:
+            if stop.received < 2:  # not a second signal (guards.StopRequest)
+                raise
+            raise Preempted(
+                f"[grpo_jax] stopped at once on a {err or 'second signal'}: the last complete "
+                f"checkpoint in {os.path.join(os.path.abspath(workdir), 'checkpoints')} is "
+                "where the same command resumes", status=130) from None
 
 
 def _run_stages(run: Run) -> dict:
@@ -67,7 +77,7 @@ def _run_stages(run: Run) -> dict:
         KINDS[section.kind].run(run, spec)
         print(f"[grpo_jax] stage {name} ({section.kind}) done in {time.time() - t0:.1f}s "
               f"(compiling {compilation.CLOCK.seconds() - c0:.1f}s)", flush=True)
-        if run.stop.requested and index + 1 < len(run.stage_names):
+        if index + 1 < len(run.stage_names) and run.stop.agreed():
             run.checkpointer.wait()
             raise Preempted(run.stopped_line(f"stage {name}"))
     return write_run_report(run)

@@ -1,10 +1,15 @@
-"""pass@k against its closed form, maj@k hand cases, evaluate_samples, report files."""
+"""pass@k and maj@k against hand values and every k-subset, evaluate_samples, report files and
+their columns, and the eval stage's fields (ks, budget forcing) in runs."""
 
+import collections
+import fractions
 import itertools
 import json
 import math
 import re
+import time
 
+import ml_collections
 import numpy as np
 import pytest
 
@@ -48,6 +53,16 @@ def test_pass_at_k_matches_enumeration():
     assert evals.pass_at_k(7, 2, 3) == pytest.approx(by_enumeration, abs=1e-12)
 
 
+def test_pass_at_k_matches_enumeration_over_every_subset():
+    for n in range(1, 9):
+        for c in range(n + 1):
+            samples = [True] * c + [False] * (n - c)
+            for k in range(1, n + 1):
+                subsets = list(itertools.combinations(samples, k))
+                expected = sum(any(s) for s in subsets) / len(subsets)
+                assert evals.pass_at_k(n, c, k) == pytest.approx(expected, abs=1e-12)
+
+
 def test_pass_at_k_stable_for_large_n():
     # C(1000, 500) overflows a float; the product form does not.
     value = evals.pass_at_k(1000, 3, 500)
@@ -64,26 +79,75 @@ def test_pass_at_k_rejects_bad_counts(n, c, k):
 # ------------------------------------------------------------------------- maj@k
 
 
+def _maj_by_enumeration(answers, correct, k):
+    """maj@k as the mean over every k-subset of a majority vote whose ties are split evenly
+    (an answer is graded by its first sample)."""
+    graded = {}
+    for answer, ok in zip(answers, correct):
+        if answer is not None:
+            graded.setdefault(answer, ok)
+    total = fractions.Fraction(0)
+    subsets = list(itertools.combinations(range(len(answers)), k))
+    for subset in subsets:
+        votes = collections.Counter(answers[i] for i in subset if answers[i] is not None)
+        if votes:
+            top = max(votes.values())
+            tied = [a for a, v in votes.items() if v == top]
+            total += fractions.Fraction(sum(graded[a] for a in tied), len(tied))
+    return float(total / len(subsets))
+
+
 def test_maj_at_k_hand_cases():
     answers = ["3", "5", "5", None, "3", "3"]
     correct = [True, False, False, False, True, True]
-    assert evals.maj_at_k(answers, correct, 1) == 1.0  # "3" alone
-    assert evals.maj_at_k(answers, correct, 3) == 0.0  # "5" twice beats "3" once
-    assert evals.maj_at_k(answers, correct, 5) == 1.0  # 2-2 tie: "3" was seen first
-    assert evals.maj_at_k(answers, correct, 6) == 1.0  # "3" three times
+    assert evals.maj_at_k(answers, correct, 1) == pytest.approx(3 / 6)  # a "3" drawn alone
+    # k = 2 (15 pairs): {3,3} 3 pairs win, {3,None} 3 win, {3,5} 6 ties score 1/2 each.
+    assert evals.maj_at_k(answers, correct, 2) == pytest.approx((3 + 3 + 6 / 2) / 15)
+    assert evals.maj_at_k(answers, correct, 6) == 1.0  # "3" three times against two "5"
+    # k = 5 leaves one sample out: out goes a "3" (3 ways, a 2-2 tie: 1/2) or another (3
+    # ways, "3" wins).
+    assert evals.maj_at_k(answers, correct, 5) == pytest.approx((3 / 2 + 3) / 6)
     assert evals.majority_vote(answers[:3]) == ("5", 1)
 
 
 def test_maj_at_k_none_answers_do_not_vote():
     answers = [None, None, "7", None]
-    assert evals.maj_at_k(answers, [False, False, True, False], 4) == 1.0
-    assert evals.maj_at_k(answers, [False, False, True, False], 2) == 0.0  # no vote at all
+    correct = [False, False, True, False]
+    assert evals.maj_at_k(answers, correct, 4) == 1.0
+    assert evals.maj_at_k(answers, correct, 2) == pytest.approx(3 / 6)  # pairs holding "7"
+    assert evals.maj_at_k([None, None], [False, False], 2) == 0.0  # no vote at all
     assert evals.majority_vote([None, None]) == (None, -1)
 
 
-def test_maj_at_k_tie_broken_by_first_appearance():
-    assert evals.maj_at_k(["b", "a", "a", "b"], [False, True, True, False], 4) == 0.0
-    assert evals.maj_at_k(["a", "b", "b", "a"], [True, False, False, True], 4) == 1.0
+def test_maj_at_k_ties_split_evenly():
+    assert evals.maj_at_k(["b", "a", "a", "b"], [False, True, True, False], 4) == 0.5
+    assert evals.maj_at_k(["a", "b", "c"], [True, False, False], 3) == pytest.approx(1 / 3)
+    # Two distinct answers that are both correct ("4", "4.0") share the tie's credit.
+    assert evals.maj_at_k(["4", "4.0", "5"], [True, True, False], 3) == pytest.approx(2 / 3)
+
+
+def test_maj_at_k_matches_enumeration_over_every_subset():
+    rng = np.random.default_rng(0)
+    for _ in range(300):
+        n = int(rng.integers(1, 10))
+        pool = ["1", "2", "3", "4", None][: int(rng.integers(1, 6))]
+        right = {a: bool(rng.random() < 0.4) for a in pool if a is not None}
+        answers = [pool[i] for i in rng.integers(0, len(pool), n)]
+        correct = [a is not None and right[a] for a in answers]
+        for k in range(1, n + 1):
+            assert evals.maj_at_k(answers, correct, k) == pytest.approx(
+                _maj_by_enumeration(answers, correct, k), abs=1e-12), (answers, correct, k)
+
+
+def test_maj_at_k_is_fast_for_many_samples():
+    rng = np.random.default_rng(1)
+    answers = [str(a) for a in rng.integers(0, 12, 64)]
+    correct = [a == "0" for a in answers]
+    start = time.perf_counter()
+    values = [evals.maj_at_k(answers, correct, k) for k in (1, 2, 4, 8, 16, 32, 64)]
+    assert time.perf_counter() - start < 5.0
+    assert values[0] == pytest.approx(answers.count("0") / 64)
+    assert all(0.0 <= v <= 1.0 for v in values)
 
 
 def test_maj_at_k_bad_input():
@@ -134,8 +198,10 @@ def test_evaluate_samples_hand_values():
     assert m["pass@2"] == pytest.approx((_closed_form(4, 2, 2) + _closed_form(4, 1, 2)) / 3)
     assert m["pass@4"] == pytest.approx(2 / 3)
     assert m["maj@4"] == pytest.approx(1 / 3)
-    # maj@2: problem 0 tie "4","5" -> "4" correct; problem 1 tie "9","8" -> "9" wrong.
-    assert m["maj@2"] == pytest.approx(1 / 3)
+    # maj@2 over the 6 pairs of each problem, ties split evenly. Problem 0 ("4" "5" "4"
+    # None): {4,4} 1, {4,None} x2 1, {4,5} x2 1/2, {5,None} 0 -> 4/6. Problem 1 ("9" "8" "9"
+    # "7", "8" correct): the three pairs holding "8" tie -> 1/2 each -> 1.5/6.
+    assert m["maj@2"] == pytest.approx((4 / 6 + 1.5 / 6 + 0) / 3)
     assert m["format_rate"] == pytest.approx(10 / 12)
     assert m["mean_length"] == pytest.approx((100 + 20 + 4) / 12)
     hard = m["by_difficulty"][2]
@@ -251,3 +317,156 @@ def test_write_report_draws_one_line_per_group_and_records_its_steps(tmp_path):
                        history=history, plots=("reward_mean",))
     report = json.loads((tmp_path / "report.json").read_text())
     assert report["plot_steps"] == {"reward_mean": {"all": [1, 7]}}
+
+
+def test_write_report_labels_columns_and_adds_notes(tmp_path):
+    evals.write_report(tmp_path, title="t", summary={"before": {"pass@1": 0.25},
+                                                     "after": {"pass@1": 0.5}},
+                       labels={"before": "pretrain", "after": "rl"}, notes=["Columns: x."])
+    markdown = (tmp_path / "report.md").read_text()
+    columns, table = _parse_table(markdown)
+    assert columns == ["pretrain", "rl"] and table["pass@1"] == {"pretrain": "0.25", "rl": "0.5"}
+    assert "\nColumns: x.\n" in markdown
+    report = json.loads((tmp_path / "report.json").read_text())
+    assert report["columns"] == ["before", "after"]  # the keys sweeps read stay the roles
+    assert report["labels"] == {"before": "pretrain", "after": "rl"}
+
+
+# ------------------------------------------------------------------------- run report columns
+
+KINDS_OF = {"pretrain": "pretrain", "rl": "rl", "rm": "reward_model", "eval_base": "eval",
+            "eval_mid": "eval", "eval_final": "eval"}
+
+
+@pytest.mark.parametrize("stages, expected", [
+    ("pretrain,eval_base,rl,eval_final",
+     [("before", "eval_base", "pretrain", "pretrain"), ("after", "eval_final", "rl", "rl")]),
+    ("eval_final", [("after", "eval_final", None, "model")]),  # eval-only
+    ("eval_base,rl", [("before", "eval_base", None, "model")]),
+    ("pretrain,eval_final", [("after", "eval_final", "pretrain", "pretrain")]),
+    ("pretrain,eval_base,rm,eval_final",  # a reward model leaves the policy as it is
+     [("before", "eval_base", "pretrain", "pretrain (eval_base)"),
+      ("after", "eval_final", "pretrain", "pretrain (eval_final)")]),
+    ("eval_base,pretrain,eval_mid,rl,eval_final",
+     [("before", "eval_base", None, "model"), ("eval_mid", "eval_mid", "pretrain", "pretrain"),
+      ("after", "eval_final", "rl", "rl")]),
+])
+def test_eval_columns_label_the_stage_each_eval_evaluates(stages, expected):
+    from grpo_jax.runner.report import eval_columns
+
+    names = stages.split(",")
+    evals_done = {n: {} for n in names if KINDS_OF[n] == "eval"}
+    assert eval_columns(names, KINDS_OF, evals_done) == expected
+
+
+# ------------------------------------------------------------------------- eval stage fields
+
+
+def _eval_config(**fields):
+    from configs import default as default_config
+
+    config = default_config.get_config("smoke")
+    config.mesh.num_devices = 1
+    config.model.num_layers = 1
+    for name, value in fields.items():
+        config.eval_final[name] = value
+    return config
+
+
+def test_resolved_ks_default_and_explicit():
+    from grpo_jax.stages.evaluate import resolved_ks
+
+    config = _eval_config()
+    for n, expected in ((1, [1]), (2, [1, 2]), (8, [1, 2, 4, 8]), (12, [1, 2, 4, 8, 12])):
+        config.eval_final.num_samples = n
+        assert resolved_ks(config.eval_final) == expected
+    config.eval_final.ks = (8, 1, 4, 4)
+    assert resolved_ks(config.eval_final) == [1, 4, 8]
+
+
+@pytest.mark.parametrize("fields, message", [
+    ({"ks": (1, 4)}, r"^eval_final\.ks: expected a tuple of ints in \[1, num_samples = 2\]"),
+    ({"ks": (0,)}, r"^eval_final\.ks: expected a tuple of ints"),
+    ({"ks": (1.0,)}, r"^eval_final\.ks: expected a tuple of ints"),
+    ({"min_thinking_tokens": -1}, r"^eval_final\.min_thinking_tokens: expected >= 0"),
+    ({"max_thinking_tokens": 24},
+     r"^eval_final\.max_thinking_tokens: 24 leaves no room .* within max_new_tokens 24$"),
+    ({"min_thinking_tokens": 25},
+     r"^eval_final\.min_thinking_tokens: 25 exceeds max_new_tokens 24$"),
+    ({"min_thinking_tokens": 5, "max_thinking_tokens": 3},
+     r"^eval_final\.min_thinking_tokens: 5 exceeds max_thinking_tokens 3"),
+    ({"max_thinking_tokens": 3, "end_thinking": ""}, r"^eval_final\.end_thinking: budget"),
+    ({"min_thinking_tokens": 3, "continuation": "\u00e9"},
+     r"^eval_final\.continuation: the run's tokenizer cannot encode"),
+])
+def test_eval_fields_are_validated_in_one_line(fields, message):
+    from grpo_jax.runner import ConfigError, validate
+    from grpo_jax.stages import KINDS
+
+    with pytest.raises(ConfigError, match=message) as err:
+        validate(_eval_config(**fields), KINDS)
+    assert "\n" not in str(err.value)
+    validate(_eval_config(ks=(2,), min_thinking_tokens=3, max_thinking_tokens=9), KINDS)
+
+
+def test_eval_sampling_carries_budget_forcing_in_the_run_tokenizer():
+    import types
+
+    from grpo_jax.stages.evaluate import eval_sampling
+    from grpo_jax.text import CharTokenizer
+
+    tokenizer = CharTokenizer()
+    run = types.SimpleNamespace(tokenizer=tokenizer)
+    section = _eval_config().eval_final
+    assert not eval_sampling(run, section).budget_forcing
+    section.min_thinking_tokens, section.max_thinking_tokens = 4, 12
+    sampling = eval_sampling(run, section)
+    assert sampling.budget_forcing
+    assert (sampling.min_thinking_tokens, sampling.max_thinking_tokens) == (4, 12)
+    assert sampling.end_thinking_ids == (tokenizer.token_to_id("</think>"),)
+    assert sampling.continuation_ids == tuple(tokenizer.encode("Wait"))
+
+
+@pytest.mark.slow
+def test_eval_runs_ks_budget_forcing_and_eval_only_report(tmp_path):
+    """One run: pretrain, then evals of the same policy without and with budget forcing;
+    then an eval-only run of that run's policy, whose column is "model"."""
+    from grpo_jax.pipeline import train_and_evaluate
+
+    config = _eval_config()
+    config.eval_final.num_samples = 4
+    config.eval_final.ks = (1, 2, 4)
+    config.eval_forced = ml_collections.ConfigDict(config.eval_final.to_dict())
+    # No end of thinking (nor EOS) before max_new_tokens: every completion is that long.
+    config.eval_forced.min_thinking_tokens = config.eval_final.max_new_tokens
+    config.eval_forced.continuation = ""
+    config.eval_wait = ml_collections.ConfigDict(config.eval_final.to_dict())
+    config.eval_wait.min_thinking_tokens = 20  # an early end becomes "Wait"
+    config.stages = "pretrain,eval_final,eval_forced,eval_wait"
+    first = tmp_path / "first"
+    summary = train_and_evaluate(config, str(first))
+    plain, forced, wait = summary["before"], summary["eval_forced"], summary["after"]
+    new = config.eval_final.max_new_tokens
+    for figures in (plain, forced, wait):
+        assert {"pass@1", "pass@2", "pass@4", "maj@2", "maj@4"} <= set(figures)
+        assert "maj@1" not in figures and "pass@8" not in figures
+    assert plain["mean_length"] < new  # the model ends some completions early ...
+    assert forced["mean_length"] == new  # ... but not under budget forcing
+    assert wait["mean_length"] >= 20
+    samples = [json.loads(line) for line in (first / "samples.jsonl").read_text().splitlines()]
+    assert all("</think>" not in s["completion"] for s in samples if s["stage"] == "eval_forced")
+    report = json.loads((first / "report.json").read_text())
+    assert report["labels"] == {"before": "pretrain (eval_final)",
+                                "eval_forced": "pretrain (eval_forced)",
+                                "after": "pretrain (eval_wait)"}
+    logged = [json.loads(line) for line in (first / "metrics.jsonl").read_text().splitlines()]
+    assert {"pass@4", "maj@4"} <= set(next(r for r in logged if r["stage"] == "eval_forced"))
+
+    again = _eval_config()
+    again.model.num_layers = None  # the shape comes from the run it starts from
+    again.model.init_from = str(first)
+    again.stages = "eval_final"
+    summary = train_and_evaluate(again, str(tmp_path / "eval_only"))
+    assert list(summary) == ["after"]
+    columns, _ = _parse_table((tmp_path / "eval_only" / "report.md").read_text())
+    assert columns == ["model"]

@@ -310,3 +310,116 @@ def test_the_drift_message_offers_an_extension_only_where_there_is_one(tmp_path)
     config.seed = 1
     with pytest.raises(ConfigError, match=r"\(only raising rl\.steps continues this run\)"):
         check_config_drift(config, workdir)
+
+
+def test_fields_new_to_the_library_are_not_drift(tmp_path):
+    """A run started before a field existed resumes: the field is recorded as added."""
+    from grpo_jax.runner.resume import check_config_drift
+
+    config = rl_config(steps=2)
+    recorded = json.loads(config.to_json_best_effort())
+    del recorded["rl"]["temperature"]  # as if the library had no such field then
+    (tmp_path / "checkpoints" / "1").mkdir(parents=True)
+    (tmp_path / "config.json").write_text(json.dumps(recorded))
+    history = check_config_drift(config, str(tmp_path))
+    assert history[-1]["added"] == {"rl.temperature": config.rl.temperature}
+    config.seed = 1  # a field the run had is still refused
+    with pytest.raises(ConfigError, match=r"seed 0 -> 1"):
+        check_config_drift(config, str(tmp_path))
+
+
+def test_a_failed_asynchronous_save_is_named_and_a_full_disk_refused_before_writing(
+        tmp_path, monkeypatch):
+    from grpo_jax import checkpoint
+    from grpo_jax.checkpoint import CheckpointSaveError
+
+    state = {"w": jnp.arange(1000, dtype=jnp.float32)}
+    with Checkpointer(tmp_path / "a") as ckpt:
+        ckpt.save(1, state=state)
+        ckpt.wait()
+
+        def failed():
+            raise ValueError("RESOURCE_EXHAUSTED: writing\nmore") from OSError(
+                28, "No space left on device")
+
+        monkeypatch.setattr(ckpt._manager, "check_for_errors", failed)
+        with pytest.raises(CheckpointSaveError, match=r"^saving checkpoint 1 in .*\(OSError: "
+                           r"\[Errno 28\] No space left on device\); the run stopped there"):
+            ckpt.check_errors()
+        monkeypatch.setattr(ckpt._manager, "save", lambda *a, **k: failed())
+        with pytest.raises(CheckpointSaveError, match="saving checkpoint 1 "):
+            ckpt.save(2, state=state)  # orbax first waits for 1: its failure is named
+        monkeypatch.undo()
+
+    usage = shutil.disk_usage(tmp_path)
+    monkeypatch.setattr(checkpoint.shutil, "disk_usage",
+                        lambda path: usage._replace(free=3000))
+    with Checkpointer(tmp_path / "b") as ckpt:
+        with pytest.raises(CheckpointSaveError, match=r"saving checkpoint 5 in .* needs up to "
+                           r"0\.0 MiB and 0\.0 MiB are free"):
+            ckpt.save(5, state=state)
+        assert ckpt.all_steps() == []
+    assert not any(n.startswith("5") for n in os.listdir(tmp_path / "b"))
+
+
+def test_a_second_sigterm_during_the_save_stops_at_once_with_one_line(tmp_path, monkeypatch,
+                                                                     straight):
+    """The first SIGTERM asks for a checkpoint; a second one while it is written stops at
+    once: exit 130, one line, no traceback, and the rerun resumes from the last complete
+    checkpoint and equals the uninterrupted run."""
+    original, calls = Checkpointer.save, []
+
+    def save(self, step, **kwargs):
+        calls.append(step)
+        if len(calls) in (2, 3):  # the first after step 2's save; the second inside the next
+            os.kill(os.getpid(), signal.SIGTERM)
+        return original(self, step, **kwargs)
+
+    monkeypatch.setattr(Checkpointer, "save", save)
+    err, out = io.StringIO(), io.StringIO()
+    with contextlib.redirect_stderr(err), contextlib.redirect_stdout(out):
+        code = main_lib.cli(["grpo_jax", "--config=configs/default.py:smoke",
+                             "--config.stages=rl", "--config.mesh.num_devices=1",
+                             "--config.model.num_layers=1", "--config.rl.steps=4",
+                             "--config.rl.checkpoint_every=1", "--config.rl.beta=0.04",
+                             "--config.rl.max_new_tokens=12", "--config.rl.overlong_cache=8",
+                             f"--workdir={tmp_path}"])
+    monkeypatch.undo()
+    assert code == 130 and not err.getvalue().strip(), err.getvalue()
+    stopped = [ln for ln in out.getvalue().splitlines() if "stopped at once" in ln]
+    assert len(stopped) == 1 and "second SIGTERM" in stopped[0], out.getvalue()
+    train_and_evaluate(rl_config(), str(tmp_path))  # resumes
+    assert [r["stage_step"] for r in read_metrics(tmp_path / "metrics.jsonl")
+            if r["stage"] == "rl"] == [1, 2, 3, 4]
+    assert_same_params(final_params(tmp_path), final_params(straight))
+
+
+def test_a_collapsed_policy_is_warned_about_once():
+    from grpo_jax.runner.guards import CollapseWatch
+
+    watch = CollapseWatch(floor=0.05, steps=3)
+    entropies = [1.0, 0.01, 0.01, 0.2, 0.01, 0.01, 0.01, 0.001, 0.0]
+    lines = [watch.check("rl", i + 1, {"entropy": e}) for i, e in enumerate(entropies)]
+    warned = [i + 1 for i, line in enumerate(lines) if line]
+    assert warned == [7]  # the third step in a row below the floor; the recovery reset it
+    assert "rl step 7" in lines[6] and "rl.lr" in lines[6]
+    assert watch.check("rl", 10, {}) is None  # a stage without the metric
+
+
+def test_non_finite_logits_stop_the_run_with_one_line_and_the_rerun_stops_there_too(tmp_path):
+    """lr 1e9: the parameters stay finite but the forward pass overflows; the run stops with
+    one line (exit 3) and the same command stops at the same step again (no retry loop)."""
+    argv = ["grpo_jax", "--config=configs/default.py:smoke", "--config.stages=rl",
+            "--config.mesh.num_devices=1", "--config.model.num_layers=1",
+            "--config.rl.steps=6", "--config.rl.checkpoint_every=1", "--config.rl.lr=1e9",
+            "--config.rl.max_new_tokens=12", "--config.rl.overlong_cache=8",
+            f"--workdir={tmp_path}"]
+    for _ in range(2):
+        err, out = io.StringIO(), io.StringIO()
+        with contextlib.redirect_stderr(err), contextlib.redirect_stdout(out):
+            code = main_lib.cli(argv)
+        lines = [line for line in err.getvalue().splitlines() if line.strip()]
+        assert code == 3 and len(lines) == 1, err.getvalue()
+        assert lines[0].startswith("error: rl step 3: the sampler's logits are not finite")
+    assert [r["stage_step"] for r in read_metrics(tmp_path / "metrics.jsonl")
+            if r["stage"] == "rl"] == [1, 2]

@@ -8,9 +8,11 @@ neither a user-level kernelspec nor a read-only HOME can change what runs.
 
 from __future__ import annotations
 
+import ast
 import json
 import os
 import pathlib
+import re
 import sys
 
 import pytest
@@ -76,6 +78,57 @@ def test_every_derivation_step_has_a_notebook():
     readme = (NOTEBOOK_DIR / "README.md").read_text(encoding="utf-8")
     for name in EXPECTED:
         assert name in readme, f"notebooks/README.md does not describe {name}"
+
+
+def _setup_requirements() -> dict[str, set[str]]:
+    """setup.py's install_requires and extras as {"install": {...}, extra: {...}}, each a
+    set of distribution names (lower case, "-" for "_", no version)."""
+    tree = ast.parse((REPO / "setup.py").read_text(encoding="utf-8"))
+    call = next(n for n in ast.walk(tree) if isinstance(n, ast.Call)
+                and getattr(n.func, "id", None) == "setup")
+    keywords = {k.arg: ast.literal_eval(k.value) for k in call.keywords
+                if k.arg in ("install_requires", "extras_require")}
+    name = lambda req: re.split(r"[<>=!~\[ ;]", req, maxsplit=1)[0].lower().replace("_", "-")
+    out = {"install": {name(r) for r in keywords["install_requires"]}}
+    out.update({extra: {name(r) for r in reqs}
+                for extra, reqs in keywords["extras_require"].items()})
+    return out
+
+
+# Modules the notebooks import that come with a listed distribution rather than by its name.
+_PROVIDED_BY = {"IPython": "ipykernel", "scipy": "jax", "grpo_jax": "grpo_jax"}
+
+
+def test_what_the_notebooks_import_installs_with_the_dev_extra():
+    """`pip install -e ".[dev]"` is enough to execute every notebook (this test's nbclient,
+    nbformat, ipykernel, and what the cells import); the "notebooks" extra adds JupyterLab."""
+    requirements = _setup_requirements()
+    installed = requirements["install"] | requirements["dev"] | {"grpo-jax"}
+    assert {"nbformat", "nbclient", "ipykernel"} <= requirements["dev"]
+    assert {"nbformat", "nbclient", "ipykernel", "jupyterlab"} <= requirements["notebooks"]
+    for path in NOTEBOOKS:
+        nb = nbformat.read(path, as_version=4)
+        for cell in nb.cells:
+            if cell.cell_type != "code":
+                continue
+            for node in ast.walk(ast.parse(cell.source)):
+                if isinstance(node, ast.Import):
+                    modules = [a.name for a in node.names]
+                elif isinstance(node, ast.ImportFrom) and node.level == 0:
+                    modules = [node.module]
+                else:
+                    continue
+                for module in (m.split(".")[0] for m in modules):
+                    if module in sys.stdlib_module_names:
+                        continue
+                    dist = _PROVIDED_BY.get(module, module).lower().replace("_", "-")
+                    assert dist in installed, f"{path.name} imports {module}, not in setup.py"
+
+
+def test_readme_says_how_to_run_the_notebooks():
+    readme = (REPO / "README.md").read_text(encoding="utf-8")
+    assert "pytest -n 0 tests/test_notebooks.py" in readme
+    assert "jupyter execute notebooks/" in readme
 
 
 @pytest.mark.parametrize("path", NOTEBOOKS, ids=_ids)

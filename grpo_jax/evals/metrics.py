@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import fractions
+import math
 import numbers
 from collections.abc import Mapping, Sequence
 from typing import Any
@@ -64,27 +66,65 @@ def majority_vote(answers: Sequence[str | None]) -> tuple[str | None, int]:
 
 
 def maj_at_k(answers: Sequence[str | None], correct: Sequence[bool], k: int) -> float:
-    """maj@k (cons@k): 1.0 if the majority answer of the first k samples is correct.
+    """Unbiased maj@k (cons@k): the chance that a majority vote over k of the n samples,
+    drawn without replacement, picks a correct answer.
 
-    None answers do not vote; ties go to the answer seen first; the winning answer is
-    graded by the `correct` flag of its first sample. No vote at all scores 0.
+    The exact mean over all C(n, k) subsets of k samples, computed from the answers' vote
+    counts (no enumeration of subsets): like pass@k, an unbiased estimate of the majority
+    vote's accuracy over k fresh samples. In each subset None answers do not vote, a subset
+    without votes scores 0, and a tie between answers with the most votes is broken
+    uniformly at random (it scores the fraction of tied answers that are correct). An answer
+    is correct when its first sample is (a task grades an answer, so its samples agree).
+    With k = n it is the majority vote over all n samples, ties split evenly.
+
+    Computation: for each correct answer a and each count j >= 1 of its samples in the
+    subset, a dynamic program over the other answers counts the subsets in which every
+    other answer has at most j votes, by how many of them tie with a at j, in exact integer
+    arithmetic (milliseconds for n = 64 samples).
 
     Args:
-      answers: extracted answers of the n samples [n].
+      answers: extracted answers of the n samples [n], None where none was extracted.
       correct: correctness of each sample [n].
       k: samples voting (1 <= k <= n).
 
     Returns:
-      1.0 or 0.0.
+      maj@k in [0, 1].
     """
     if len(answers) != len(correct):
         raise ValueError(
             f"maj_at_k: answers and correct differ in length ({len(answers)} vs {len(correct)})"
         )
-    if isinstance(k, bool) or not isinstance(k, int) or not 1 <= k <= len(answers):
-        raise ValueError(f"maj_at_k: need an int 1 <= k <= n={len(answers)}, got k={k!r}")
-    winner, index = majority_vote(answers[:k])
-    return float(bool(correct[index])) if winner is not None else 0.0
+    n = len(answers)
+    if isinstance(k, bool) or not isinstance(k, int) or not 1 <= k <= n:
+        raise ValueError(f"maj_at_k: need an int 1 <= k <= n={n}, got k={k!r}")
+    votes: dict[str, int] = {}
+    graded: dict[str, bool] = {}
+    for answer, ok in zip(answers, correct):
+        if answer is not None:
+            votes[answer] = votes.get(answer, 0) + 1
+            graded.setdefault(answer, bool(ok))
+    silent = n - sum(votes.values())  # samples without an answer
+    by_ties: dict[int, int] = {}  # t -> subsets (weighted) where a correct answer ties with t
+    for answer, count in votes.items():
+        if not graded[answer]:
+            continue
+        others = [m for other, m in votes.items() if other != answer]
+        for j in range(1, min(count, k) + 1):
+            rest = k - j
+            ways = {(0, 0): 1}  # (samples of other answers, answers tied at j) -> subsets
+            for m in others:
+                grown: dict[tuple[int, int], int] = {}
+                for (s, t), w in ways.items():
+                    for x in range(min(m, j, rest - s) + 1):
+                        key = (s + x, t + (x == j))
+                        grown[key] = grown.get(key, 0) + w * math.comb(m, x)
+                ways = grown
+            for (s, t), w in ways.items():
+                if rest - s <= silent:
+                    by_ties[t] = (by_ties.get(t, 0)
+                                  + math.comb(count, j) * w * math.comb(silent, rest - s))
+    total = sum(fractions.Fraction(w, t + 1) for t, w in by_ties.items())
+    return float(total / math.comb(n, k))
 
 
 def _is_bool(value) -> bool:
@@ -167,8 +207,8 @@ def evaluate_samples(
         "difficulty" (int, default 0).
       ks: pass@k budgets; default 1, 2, 4, ... and n, where n is the fewest samples of
         any problem.
-      maj_ks: maj@k budgets; default the ks above 1 (maj@1 is the first sample's
-        accuracy).
+      maj_ks: maj@k budgets; default the ks above 1 (maj@1 is pass@1 whenever every
+        correct sample has an answer).
 
     Returns:
       {"num_problems", "num_samples", "pass@k"..., "maj@k"..., "format_rate",

@@ -113,12 +113,15 @@ def write_report(
     plots: Sequence[str] = ("reward_mean", "pass@1"),
     step_key: str = "step",
     group_key: str | None = None,
+    labels: Mapping[str, str] | None = None,
+    notes: Sequence[str] = (),
 ) -> dict[str, str]:
     """Writes report.md, report.json and one PNG per plotted series into `workdir`.
 
     The table has one row per (flattened) metric and one column per summary entry, e.g.
-    {"before": metrics, "after": metrics}; report.json holds the same figures (the table
-    rounds floats to 4 significant digits, the JSON keeps them whole).
+    {"before": metrics, "after": metrics}, headed by its label; report.json holds the same
+    figures under the summary's keys (the table rounds floats to 4 significant digits, the
+    JSON keeps them whole) and the headers under "labels".
 
     Args:
       workdir: output directory (created).
@@ -130,6 +133,9 @@ def write_report(
       step_key: the step field of history rows (the x axis).
       group_key: a field of history rows (e.g. "stage") that splits each series into one
         labelled line per value; None draws one line.
+      labels: column name -> table header (e.g. {"after": "rl"}); a column without one is
+        headed by its name.
+      notes: lines of text printed under the table (e.g. what the columns are).
 
     Returns:
       {"markdown": path, "json": path, "plot:<series>": path, ...}. report.json also has
@@ -145,6 +151,7 @@ def write_report(
     workdir = os.fspath(workdir)
     os.makedirs(workdir, exist_ok=True)
     columns = [str(c) for c in summary]
+    labels = {c: str((labels or {}).get(c, c)) for c in columns}
     flat = {str(c): flatten_metrics(m) for c, m in summary.items()}
     rows: list[str] = []
     for metrics in flat.values():
@@ -164,11 +171,14 @@ def write_report(
                          for group, (steps, _) in groups.items()}
         paths[f"plot:{series}"] = os.path.join(workdir, file_name)
 
-    lines = [f"# {title}", "", "| metric | " + " | ".join(columns) + " |"]
+    headers = [format_value(labels[c]) for c in columns]
+    lines = [f"# {title}", "", "| metric | " + " | ".join(headers) + " |"]
     lines.append("|---|" + "---:|" * len(columns))
     for name in rows:
         cells = [format_value(flat[c].get(name)) for c in columns]
         lines.append(f"| {name} | " + " | ".join(cells) + " |")
+    if notes:
+        lines += ["", *notes]
     if history:
         lines += ["", f"Training history: {len(history)} logged steps."]
     for series, file_name in plotted.items():
@@ -180,6 +190,7 @@ def write_report(
     report = {
         "title": title,
         "columns": columns,
+        "labels": labels,
         "metrics": {name: {c: _json_value(flat[c].get(name)) for c in columns} for name in rows},
         "summary": _json_value(summary),
         "num_history_steps": len(history),

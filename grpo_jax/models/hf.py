@@ -165,23 +165,59 @@ def config_to_hf(config: ModelConfig, *, model_type: str = "qwen2") -> dict:
     return hf
 
 
+def _read_json(file: Path):
+    from grpo_jax.tasks.data import load_json_file
+
+    return load_json_file(file)  # ValueError naming the file and line
+
+
+def _open(file: Path, framework: str):
+    """safe_open, with a missing, truncated or foreign file as a ValueError naming it (the
+    header is checked against the file's length, so a copy cut short fails here)."""
+    if not file.is_file():
+        raise ValueError(f"{file}: not found (listed in model.safetensors.index.json)")
+    try:
+        return safe_open(file, framework=framework)
+    except Exception as err:  # noqa: BLE001  safetensors' SafetensorError is no ValueError
+        reason = " ".join(str(err).split()) or type(err).__name__
+        raise ValueError(f"{file}: not a complete safetensors file ({reason}); the download "
+                         "or copy was cut short or the file is not safetensors: copy it "
+                         "again") from None
+
+
 def _tensor_files(path: Path) -> dict[str, Path]:
     """Maps each tensor name to its safetensors file (single file or sharded with an index)."""
     index = path / "model.safetensors.index.json"
     if index.exists():
-        weight_map = json.loads(index.read_text())["weight_map"]
+        weight_map = _read_json(index)
+        weight_map = weight_map.get("weight_map") if isinstance(weight_map, dict) else None
+        if not isinstance(weight_map, dict):
+            raise ValueError(f"{index}: expected a JSON object with a 'weight_map' object")
         return {name: path / file for name, file in weight_map.items()}
     single = path / "model.safetensors"
     if single.exists():
-        with safe_open(single, framework="numpy") as f:
+        with _open(single, "numpy") as f:
             return {name: single for name in f.keys()}
     raise ValueError(f"{path}: no model.safetensors or model.safetensors.index.json found")
+
+
+def check_tensor_files(path) -> None:
+    """Every safetensors file of a checkpoint directory is there and complete (its header
+    reads and its data is as long as the header says), without reading the tensors; a
+    ValueError naming the file otherwise. Cheap: the headers only."""
+    path = Path(path)
+    files = set(_tensor_files(path).values())
+    if (path / _VALUE_HEAD_FILE).exists():
+        files.add(path / _VALUE_HEAD_FILE)
+    for file in sorted(files):
+        with _open(file, "numpy"):
+            pass
 
 
 def _read_tensors(files: dict[str, Path]) -> dict[str, jax.Array]:
     tensors = {}
     for file in sorted(set(files.values())):
-        with safe_open(file, framework="flax") as f:
+        with _open(file, "flax") as f:
             for name in f.keys():
                 tensors[name] = f.get_tensor(name)
     return tensors
@@ -308,7 +344,9 @@ def from_pretrained(path, *, dtype=None, param_dtype=None, value_head: bool | No
             f"{path}: config.json not found (expected a local Hugging Face checkpoint "
             "directory; download it beforehand, there is no network access at run time)"
         )
-    hf = json.loads(config_file.read_text())
+    hf = _read_json(config_file)
+    if not isinstance(hf, dict):
+        raise ValueError(f"{config_file}: expected a JSON object, got {type(hf).__name__}")
     value_file = path / _VALUE_HEAD_FILE
     if value_head is None:
         value_head = value_file.exists()
@@ -335,7 +373,7 @@ def from_pretrained(path, *, dtype=None, param_dtype=None, value_head: bool | No
         model.value_kernel.value = jnp.zeros((config.hidden_size,), config.parameter_dtype)
         model.value_bias.value = jnp.zeros((), config.parameter_dtype)
     elif value_head:
-        with safe_open(value_file, framework="flax") as f:
+        with _open(value_file, "flax") as f:
             model.value_kernel.value = f.get_tensor("value_head.weight").astype(
                 config.parameter_dtype
             )

@@ -159,6 +159,9 @@ def multi_process_environment() -> str | None:
     return None
 
 
+HEARTBEAT_TIMEOUT_SECONDS = 30
+
+
 def initialize_distributed(**kwargs: Any) -> bool:
     """Calls `jax.distributed.initialize(**kwargs)` when a multi-process launch is detected.
 
@@ -182,5 +185,9 @@ def initialize_distributed(**kwargs: Any) -> bool:
     # CPU devices of several processes talk through gloo (the default CPU client has no
     # cross-process collectives); GPU and TPU clients ignore this setting.
     jax.config.update("jax_cpu_collectives_implementation", "gloo")
+    # A process that stops answering (its host gone) ends the others after this long
+    # rather than JAX's default 100 s; heartbeats come from a thread of their own, so long
+    # compilations do not miss them.
+    kwargs.setdefault("heartbeat_timeout_seconds", HEARTBEAT_TIMEOUT_SECONDS)
     jax.distributed.initialize(**kwargs)
     return True

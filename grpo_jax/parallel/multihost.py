@@ -18,13 +18,35 @@ from collections.abc import Sequence
 import jax
 import numpy as np
 
-__all__ = ["allgather_rows", "allgather_strings", "is_primary", "local_rows", "process_rows",
-           "sync", "to_global"]
+__all__ = ["allgather_rows", "allgather_strings", "is_primary", "local_rows", "lost_peer",
+           "process_rows", "sync", "to_global"]
+
+# What XLA's CPU (Gloo), GPU (NCCL) and TPU runtimes and JAX's coordination service say when
+# another process of the run has died or stopped answering.
+_LOST_PEER = ("Gloo", "Connection reset by peer", "Connection closed by peer", "NCCL",
+              "heartbeat", "coordination service", "DEADLINE_EXCEEDED", "UNAVAILABLE")
 
 
 def is_primary() -> bool:
     """Whether this process writes files (metrics, reports, config.json): process 0."""
     return jax.process_index() == 0
+
+
+def lost_peer(err: BaseException) -> str | None:
+    """In a multi-process run, the first line of `err` (or of an exception it came from)
+    when it says that another process died or stopped answering; else None."""
+    if jax.process_count() == 1:
+        return None
+    seen = set()
+    while err is not None and id(err) not in seen:
+        seen.add(id(err))
+        text = str(err)
+        if any(marker in text for marker in _LOST_PEER):
+            line = next((ln.strip() for ln in text.splitlines() if
+                         any(marker in ln for marker in _LOST_PEER)), text.splitlines()[0])
+            return f"{type(err).__name__}: {line[:300]}"
+        err = err.__cause__ or err.__context__
+    return None
 
 
 def sync(name: str) -> None:

@@ -2,27 +2,30 @@
 
 Numbers are compared exactly as rationals after a tolerant normalisation (thousands commas,
 spaces, a leading "+", trailing ".0", "$" signs, "a/b" fractions, short decimal exponents).
-Other answers (LaTeX, symbolic) go through math-verify
-(https://github.com/huggingface/Math-Verify) in a worker process with a wall-clock timeout
-that works from any thread, on inputs pre-screened so that no call can build astronomically
-large numbers; a timeout scores 0 (and is counted: `math_verify_timeouts()`); when
-math-verify is unavailable or errors, a normalised string comparison decides.
+Other answers (LaTeX, symbolic) are equal when their normalised strings are, or else when
+math-verify (https://github.com/huggingface/Math-Verify) says so: on inputs pre-screened so
+that no call can build astronomically large numbers, in a bounded pool of worker processes
+(`grpo_jax.rewards.verifier`) with a hard wall-clock deadline per call that works from any
+thread. An undecided comparison (past the deadline, or no worker free within the wait
+bound) scores 0 and is counted (`verifier_stats()`, `math_verify_timeouts()`); decided
+verdicts and timeouts are cached per pair, so the same text gets the same score within a
+run.
 """
 
 from __future__ import annotations
 
-import functools
 import re
-import threading
 from fractions import Fraction
 
+from grpo_jax.rewards import verifier
 from grpo_jax.rewards.parsing import extract_answer, last_number
 
 # Longest answer string parsed as a number / passed to math-verify.
 MAX_NUMBER_CHARS = 100
 MAX_SYMBOLIC_CHARS = 256
-# math-verify timeout (seconds of wall clock, enforced from the calling thread).
-MATH_VERIFY_TIMEOUT_SECONDS = 2
+# math-verify deadline per comparison (seconds of wall clock, enforced from the calling
+# thread; `configure_verifier` sets it).
+MATH_VERIFY_TIMEOUT_SECONDS = 2.0
 
 _NUMBER = re.compile(r"[+-]?(?:\d+(?:\.\d*)?|\.\d+)(?:[eE][+-]?\d{1,3})?")
 _THOUSANDS = re.compile(r"[+-]?\d{1,3}(?:,\d{3})+(?:\.\d*)?")
@@ -97,75 +100,69 @@ def _safe_for_symbolic(text: str) -> bool:
     return True
 
 
-_TIMED_OUT = "timeout"
+def configure_verifier(*, deadline_seconds: float | None = None, workers: int | None = None,
+                       wait_seconds: float | None = None, start: bool = False) -> dict:
+    """Sets the math-verify pool's limits (process-wide; counts and cached verdicts carry over).
+
+    A symbolic comparison returns within `wait_seconds + deadline_seconds` (plus
+    milliseconds), undecided (scored 0, counted in `verifier_stats()`) past either; the
+    calls made before the first worker of the process is ready wait up to
+    `verifier.STARTUP_SECONDS` for it instead of `wait_seconds` (`start=True` starts the
+    workers now, ahead of the first comparison).
+
+    Args:
+      deadline_seconds: longest wait for one verdict (MATH_VERIFY_TIMEOUT_SECONDS).
+      workers: number of worker processes (default 2).
+      wait_seconds: longest wait for an idle worker (default 2).
+      start: start the workers now.
+
+    Returns:
+      the settings now in force.
+    """
+    global MATH_VERIFY_TIMEOUT_SECONDS  # pylint: disable=global-statement
+    if deadline_seconds is not None:
+        if isinstance(deadline_seconds, bool) or not isinstance(deadline_seconds, (int, float)) \
+                or not deadline_seconds > 0:
+            raise ValueError(f"deadline_seconds must be a number > 0, got {deadline_seconds!r}")
+        MATH_VERIFY_TIMEOUT_SECONDS = float(deadline_seconds)
+    pool = verifier.configure(workers=workers, wait_seconds=wait_seconds, start=start)
+    return {"deadline_seconds": float(MATH_VERIFY_TIMEOUT_SECONDS), "workers": pool.workers,
+            "wait_seconds": pool.wait_seconds, "startup_seconds": pool.startup_seconds}
 
 
-class _MathVerifyWorker:
-    """One worker process for math-verify (grpo_jax/rewards/math_verify_worker.py), so its
-    timeout is a wall-clock wait on a pipe that works in any thread (math-verify's own
-    timeout is a SIGALRM: main thread only). A call past the timeout kills the worker (a new
-    one starts on the next call) and counts as a timeout."""
+def verifier_stats() -> dict:
+    """Cumulative counts of this process's symbolic comparisons (ints):
 
-    def __init__(self):
-        self._lock = threading.Lock()
-        self._process = None
-        self.timeouts = 0
-        self.calls = 0
-
-    def _start(self) -> None:
-        import subprocess  # pylint: disable=import-outside-toplevel
-        import sys  # pylint: disable=import-outside-toplevel
-
-        self._process = subprocess.Popen(
-            [sys.executable, "-m", "grpo_jax.rewards.math_verify_worker"],
-            stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.DEVNULL,
-            text=True, bufsize=1)
-        self.calls = 0
-
-    def _stop(self) -> None:
-        if self._process is not None:
-            self._process.kill()
-            self._process.wait(timeout=5)
-        self._process = None
-
-    def compare(self, predicted: str, reference: str, timeout: float):
-        import json  # pylint: disable=import-outside-toplevel
-        import select  # pylint: disable=import-outside-toplevel
-
-        with self._lock:
-            try:
-                if self._process is None or self._process.poll() is not None:
-                    self._start()
-                self._process.stdin.write(json.dumps([predicted, reference]) + "\n")
-                self._process.stdin.flush()
-                # The first call also waits for the worker to import math-verify.
-                wait = timeout + (60.0 if self.calls == 0 else 0.0)
-                ready, _, _ = select.select([self._process.stdout], [], [], wait)
-                if ready:
-                    self.calls += 1
-                    return json.loads(self._process.stdout.readline())
-            except (OSError, ValueError):  # the worker died: undecided, restart next time
-                self._stop()
-                return None
-            self._stop()
-            self.timeouts += 1
-            return _TIMED_OUT
+    calls = decided + timeouts + timeouts_cached + busy + errors. "decided": a verdict that
+    does not depend on timing (math-verify's, or its "cannot parse"); "timeouts": no verdict
+    within the deadline (the first time for that pair; the worker was replaced);
+    "timeouts_cached": a pair that timed out before (cached for the run, scored 0 again);
+    "busy": no worker free within the wait bound; "errors": the worker died mid-call (both
+    not cached; the normalised string comparison decided). Also "cache_hits",
+    "worker_restarts" and "worker_start_failures". Undecided calls score 0 unless the
+    normalised strings are equal.
+    """
+    return verifier.get_pool().stats()
 
 
-_WORKER = _MathVerifyWorker()
+def undecided_comparisons() -> int:
+    """How many symbolic comparisons of this process had no verdict (past the deadline, no
+    worker free, a worker that died), each scored 0 unless the normalised strings matched:
+    the RL loop logs the count of each step as `reward_undecided`."""
+    stats = verifier_stats()
+    return sum(stats[k] for k in ("timeouts", "timeouts_cached", "busy", "errors"))
 
 
 def math_verify_timeouts() -> int:
-    """How many math-verify comparisons timed out in this process (each scored 0)."""
-    return _WORKER.timeouts
+    """How many math-verify comparisons timed out in this process (each scored 0); the
+    first timeout of each pair (`verifier_stats()` has the repeats and the other counts)."""
+    return verifier_stats()["timeouts"]
 
 
-@functools.lru_cache(maxsize=65536)
 def _math_verify_equal(predicted: str, reference: str):
-    """math-verify equality (True / False), None when it cannot decide (missing or error),
-    or "timeout" (scored as no match). Cached: the same pair always gets the same verdict,
-    in any thread."""
-    return _WORKER.compare(predicted, reference, MATH_VERIFY_TIMEOUT_SECONDS)
+    """math-verify's verdict: True / False, None (cannot parse, not installed) or one of
+    verifier.TIMEOUT / BUSY / ERROR. Cached per pair (see grpo_jax.rewards.verifier)."""
+    return verifier.get_pool().compare(predicted, reference, MATH_VERIFY_TIMEOUT_SECONDS)
 
 
 def _as_latex(text: str) -> str:
@@ -176,8 +173,9 @@ def _as_latex(text: str) -> str:
 def answers_match(predicted: str | None, reference: str | None, *, symbolic: bool = True) -> bool:
     """Whether a predicted answer equals the reference answer.
 
-    Exact rational comparison when both parse as numbers; otherwise equal if math-verify
-    (when `symbolic`, on pre-screened short inputs) or normalised string equality says so.
+    Exact rational comparison when both parse as numbers; otherwise equal if the normalised
+    strings are equal or math-verify says so (when `symbolic`, on pre-screened short inputs,
+    within the deadline: `configure_verifier`).
 
     Args:
       predicted: the model's answer (e.g. from `extract_answer`), or None.
@@ -194,13 +192,10 @@ def answers_match(predicted: str | None, reference: str | None, *, symbolic: boo
     predicted_number, reference_number = parse_number(predicted), parse_number(reference)
     if predicted_number is not None and reference_number is not None:
         return predicted_number == reference_number
-    if symbolic and _safe_for_symbolic(predicted) and _safe_for_symbolic(reference):
-        verdict = _math_verify_equal(predicted, reference)
-        if verdict == _TIMED_OUT:
-            return False
-        if verdict:
-            return True
-    return normalize_text(predicted) == normalize_text(reference)
+    if normalize_text(predicted) == normalize_text(reference):
+        return True
+    return bool(symbolic and _safe_for_symbolic(predicted) and _safe_for_symbolic(reference)
+                and _math_verify_equal(predicted, reference) is True)
 
 
 def _reference_of(example) -> str | None:

@@ -1,12 +1,35 @@
-"""The math-verify worker process: one JSON request per stdin line, one JSON verdict per
-stdout line (`python -m grpo_jax.rewards.math_verify_worker`; started by
-`grpo_jax.rewards.accuracy`, which enforces the timeout by waiting on the pipe)."""
+"""The math-verify worker process of `grpo_jax.rewards.verifier`'s pool.
+
+`python -m grpo_jax.rewards.math_verify_worker --parent-pid PID`: imports math-verify,
+decides one warm-up pair, writes `{"ready": true, "math_verify": <installed>}`, then answers
+one JSON request `[id, predicted, reference]` per stdin line with one line `[id, verdict]`
+(verdict true / false / null) on its stdout. The pool enforces the deadline by waiting on
+the pipe and kills a worker that misses it.
+
+The worker never outlives its parent: it exits when stdin closes, asks Linux to SIGKILL it
+when the parent thread that started it ends (PR_SET_PDEATHSIG), and a watchdog thread exits
+it when its parent pid changes (other systems, or a parent that died before the prctl).
+It ignores SIGINT (a Ctrl-C in the terminal reaches the whole process group; the pool
+decides when its workers stop). Anything a library prints goes to stderr, not to the
+protocol's stdout.
+
+`--test-hang-prefix PREFIX` (tests and benchmarks/verifier_adversarial.py only): a request
+whose predicted answer starts with PREFIX never gets an answer, as a comparison stuck in
+sympy would.
+"""
 
 from __future__ import annotations
 
+import argparse
 import json
 import logging
+import os
+import signal
 import sys
+import threading
+import time
+
+_PR_SET_PDEATHSIG = 1
 
 
 def compare(predicted: str, reference: str) -> bool | None:
@@ -28,11 +51,60 @@ def compare(predicted: str, reference: str) -> bool | None:
         return None
 
 
-def main() -> None:
+def _die_with_parent(parent_pid: int) -> None:
+    if sys.platform.startswith("linux"):
+        try:
+            import ctypes  # pylint: disable=import-outside-toplevel
+
+            ctypes.CDLL(None, use_errno=True).prctl(_PR_SET_PDEATHSIG, signal.SIGKILL, 0, 0, 0)
+        except (OSError, AttributeError):
+            pass
+    if parent_pid <= 0:
+        return
+    if os.getppid() != parent_pid:  # the parent died before the prctl
+        os._exit(0)
+
+    def watch():
+        while True:
+            time.sleep(0.5)
+            if os.getppid() != parent_pid:
+                os._exit(0)
+
+    threading.Thread(target=watch, name="parent-watchdog", daemon=True).start()
+
+
+def main(argv=None) -> None:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n", 1)[0])
+    parser.add_argument("--parent-pid", type=int, default=0)
+    parser.add_argument("--test-hang-prefix", default=None)
+    args = parser.parse_args(argv)
+    _die_with_parent(args.parent_pid)
+    signal.signal(signal.SIGINT, signal.SIG_IGN)
+    # The protocol gets a private copy of stdout; fd 1 (print, C libraries) goes to stderr.
+    out = os.fdopen(os.dup(1), "w", encoding="ascii")
+    os.dup2(2, 1)
+    sys.stdout = sys.stderr
+
+    try:
+        import math_verify  # noqa: F401  pylint: disable=import-outside-toplevel,unused-import
+        installed = True
+    except ImportError:
+        installed = False
+    if installed:
+        compare("\\frac{1}{2}", "0.5")  # the lazy imports and sympy's first use happen here
+    out.write(json.dumps({"ready": True, "math_verify": installed}) + "\n")
+    out.flush()
     for line in sys.stdin:
-        predicted, reference = json.loads(line)
-        sys.stdout.write(json.dumps(compare(predicted, reference)) + "\n")
-        sys.stdout.flush()
+        try:
+            request_id, predicted, reference = json.loads(line)
+        except (ValueError, TypeError):
+            continue
+        if args.test_hang_prefix is not None and str(predicted).startswith(
+                args.test_hang_prefix):
+            while True:
+                time.sleep(3600)
+        out.write(json.dumps([request_id, compare(predicted, reference)]) + "\n")
+        out.flush()
 
 
 if __name__ == "__main__":

@@ -10,7 +10,6 @@ trains it (`with_tokenizer`). A problem is a ConfigError naming the field.
 from __future__ import annotations
 
 import dataclasses
-import json
 import os
 from typing import Any
 
@@ -21,6 +20,7 @@ from grpo_jax import tasks as tasks_lib
 from grpo_jax import text
 from grpo_jax.models import ModelConfig, Transformer, named_config
 from grpo_jax.runner.checks import ConfigError, check_vocabulary
+from grpo_jax.tasks.data import load_json_file
 
 # ModelConfig fields a config may override on top of config.model.name (None = the size's).
 MODEL_SHAPE_FIELDS = ("hidden_size", "num_layers", "num_heads", "num_kv_heads", "head_dim",
@@ -41,8 +41,7 @@ def run_directory_config(path) -> ml_collections.ConfigDict | None:
     if not path or not os.path.isfile(file) or \
             not os.path.isdir(os.path.join(path, "checkpoints")):
         return None
-    with open(file, encoding="utf-8") as f:
-        record = json.load(f)
+    record = load_json_file(file)  # a ValueError naming the file and line
     if not isinstance(record, dict) or "stages" not in record:
         return None
     record.pop(HISTORY_FIELD, None)
@@ -124,8 +123,7 @@ def run_model_config(config, tokenizer, meta: dict | None = None):
             return run_model_config(base, tokenizer, policy_meta(init))
         from grpo_jax.models.hf import config_from_hf
 
-        with open(os.path.join(init, "config.json"), encoding="utf-8") as f:
-            hf = json.load(f)
+        hf = load_json_file(os.path.join(init, "config.json"))
         return (config_from_hf(hf, dtype=config.model.dtype,
                                param_dtype=config.model.param_dtype, path=init),
                 hf.get("model_type"))
@@ -250,11 +248,44 @@ def build_task(config):
         raise ConfigError(f"task.kwargs{field}: {message}") from None
 
 
+def _prepare_init_from(path: str) -> str:
+    """How to make `path` something model.init_from can start from (the commands)."""
+    return (f"prepare it first: a base run with `python -m grpo_jax.main "
+            f"--config=configs/default.py --config.stages=pretrain --workdir={path}`, or a "
+            f"Hugging Face checkpoint with `hf download ORG/NAME --local-dir {path}` on a "
+            "machine with network (there is none at run time)")
+
+
 def init_from_missing(path: str) -> ConfigError:
     """The one-line error for a model.init_from that does not exist."""
     return ConfigError(f"model.init_from: {path!r} does not exist; expected a Hugging Face "
                        "checkpoint directory or a grpo_jax run directory (the workdir of an "
-                       "earlier run)")
+                       f"earlier run); {_prepare_init_from(path)}")
+
+
+def check_init_from(path: str) -> None:
+    """model.init_from is a directory a run can start from: a Hugging Face checkpoint
+    (config.json) or a grpo_jax run directory with checkpoints/ (a ConfigError saying how
+    to prepare one otherwise, or naming the file and line of an unreadable config.json)."""
+    if not os.path.exists(path):
+        raise init_from_missing(path)
+    file = os.path.join(path, CONFIG_FILE)
+    if not os.path.isfile(file):
+        raise ConfigError(f"model.init_from: {path!r} is neither a Hugging Face checkpoint "
+                          "directory (config.json) nor a grpo_jax run directory (config.json "
+                          f"and checkpoints/); {_prepare_init_from(path)}")
+    try:
+        record = load_json_file(file)
+    except (OSError, ValueError) as err:
+        raise ConfigError(f"model.init_from: {err}") from None
+    if not isinstance(record, dict):
+        raise ConfigError(f"model.init_from: {file}: expected a JSON object, got "
+                          f"{type(record).__name__}")
+    if "stages" in record and not os.path.isdir(os.path.join(path, "checkpoints")):
+        raise ConfigError(f"model.init_from: {path!r} is a grpo_jax run directory without "
+                          "checkpoints/ (that run saved none yet); train it first: `python -m "
+                          f"grpo_jax.main --config=<its config> --workdir={path}` (the same "
+                          "command resumes it)")
 
 
 def checkpoint_config(config) -> ModelConfig:
@@ -263,6 +294,7 @@ def checkpoint_config(config) -> ModelConfig:
     from grpo_jax.models.hf import config_from_hf
 
     path = config.model.init_from
+    check_init_from(path)
     base = run_directory_config(path)
     if base is not None:
         try:
@@ -275,17 +307,8 @@ def checkpoint_config(config) -> ModelConfig:
             raise ConfigError(f"model.max_seq_len: {config.model.max_seq_len} exceeds the "
                               f"base run's context {model_config.max_seq_len}")
         return model_config
-    file = os.path.join(path, CONFIG_FILE)
-    if not os.path.exists(path):
-        raise init_from_missing(path)
-    if not os.path.isfile(file):
-        raise ConfigError(f"model.init_from: {path!r} is neither a Hugging Face checkpoint "
-                          "directory (config.json) nor a grpo_jax run directory (config.json "
-                          "and checkpoints/); download the checkpoint beforehand, there is "
-                          "no network access at run time")
     try:
-        with open(file, encoding="utf-8") as f:
-            hf = json.load(f)
+        hf = load_json_file(os.path.join(path, CONFIG_FILE))
         model_config = config_from_hf(hf, dtype=config.model.dtype,
                                       param_dtype=config.model.param_dtype, path=path)
     except (ValueError, KeyError, TypeError) as err:
@@ -316,8 +339,10 @@ def prompt_bucket(config, task, tokenizer) -> int:
     for split, field in (("train", "train_size"), ("test", "eval_size")):
         try:
             examples += task.examples(split, config.task[field], seed=config.seed)
-        except ValueError as err:
-            raise ConfigError(f"task.{field}: {err}") from None
+        except ValueError as err:  # too few problems, or a data file that does not read
+            message = str(err)
+            in_file = os.path.isfile(message.split(":", 1)[0])  # "<file>:<line>: ..."
+            raise ConfigError(f"{'task' if in_file else f'task.{field}'}: {message}") from None
     longest, where = 0, None
     for ex in examples:
         try:
@@ -349,10 +374,26 @@ def build_inputs(config) -> RunInputs:
     task = build_task(config)
     checkpoint_model = checkpoint_config(config) if config.model.init_from else None
     inputs = RunInputs(task, None, None, checkpoint_model)
-    if tokenizer_kind(config) == "sentencepiece":  # trained in the workdir, by the Run
-        return inputs
+    if tokenizer_kind(config) != "sentencepiece":  # else trained in the workdir, by the Run
+        try:
+            tokenizer = build_tokenizer(config, task, None)
+        except ValueError as err:
+            raise ConfigError(f"tokenizer: {err}") from None
+        inputs = with_tokenizer(config, inputs, tokenizer)
+    check_checkpoint_files(config)
+    return inputs
+
+
+def check_checkpoint_files(config) -> None:
+    """model.init_from's safetensors files are there and complete (their headers against
+    their lengths: a download or copy cut short), before the workdir is touched: the Run
+    reads the tensors only after creating it."""
+    path = config.model.init_from
+    if not path or run_directory_config(path) is not None:
+        return
+    from grpo_jax.models.hf import check_tensor_files
+
     try:
-        tokenizer = build_tokenizer(config, task, None)
+        check_tensor_files(path)
     except ValueError as err:
-        raise ConfigError(f"tokenizer: {err}") from None
-    return with_tokenizer(config, inputs, tokenizer)
+        raise ConfigError(f"model.init_from: {err}") from None

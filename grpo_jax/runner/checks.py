@@ -22,6 +22,12 @@ from grpo_jax import parallel
 from grpo_jax.runner import rewards as rewards_lib
 
 TEMPLATES = ("plain", "r1_zero", "chat")
+# The smallest sampling temperature a section may set. The sampler and the loss divide the
+# float32 logits by it: below ~1e-36 that overflows to inf for ordinary logits (1e-45, a
+# float32 denormal, gives inf / NaN probabilities). Far above that floor nothing is lost:
+# 1e-4 practically samples the argmax already. There is no temperature 0 (greedy): the
+# sampler's greedy setting is not a section field.
+MIN_TEMPERATURE = 1e-4
 
 
 class ConfigError(ValueError):
@@ -90,6 +96,15 @@ class Fields:
 
     def positive(self, field: str) -> float:
         return self.number(field, low=0.0, low_open=True)
+
+    def temperature(self, field: str = "temperature") -> float:
+        """A sampling temperature: a finite number >= MIN_TEMPERATURE."""
+        value = self.number(field)
+        if value < MIN_TEMPERATURE:
+            self.fail(field, f"expected a temperature >= {MIN_TEMPERATURE:g} (below it "
+                             "logits / temperature overflows float32; greedy decoding is not "
+                             f"a temperature setting), got {value!r}")
+        return value
 
     def choice(self, field: str, options: Sequence[Any]):
         value = self.value(field)
@@ -218,6 +233,28 @@ class SectionCheck(Fields):
         if earlier.get(source) != "reward_model":
             self.fail(field, f"{source!r} is not an earlier stage of kind reward_model in "
                              f"stages (earlier: {list(earlier)})")
+
+
+def output_dir_problem(path: str) -> str | None:
+    """Why `path` cannot be a directory this process writes into (created when missing), in
+    a few words naming the path at fault; None when it can. Remote paths (`gs://...`) are
+    left to the storage library."""
+    if "://" in path:
+        return None
+    path = os.path.abspath(path)
+    if os.path.lexists(path) and not os.path.exists(path):
+        return f"{path!r} is a broken symbolic link"
+    if os.path.exists(path) and not os.path.isdir(path):
+        return f"{path!r} exists and is not a directory"
+    existing = path
+    while not os.path.exists(existing):  # the nearest ancestor there is: created below it
+        existing = os.path.dirname(existing)
+    if not os.path.isdir(existing):
+        return f"{existing!r} is a file, so {path!r} cannot be created"
+    if not os.access(existing, os.W_OK | os.X_OK):
+        what = "" if existing == path else f", so {path!r} cannot be created"
+        return f"{existing!r} is not writable by this user{what}"
+    return None
 
 
 def check_section_fields(check: SectionCheck, default) -> None:

@@ -2,10 +2,14 @@
 
 - `StopRequest`: SIGTERM / SIGINT (what schedulers send before preemption, and Ctrl-C) set a
   flag; the loops finish the current step, checkpoint and raise `Preempted`, which the
-  command line turns into one line and exit status 0. A second signal interrupts at once.
+  command line turns into one line and exit status 0. In a multi-process run the processes
+  agree on the flag at every step end (`agreed`: a notice reaching one host stops all of
+  them at the same step). A second signal to the same process interrupts at once.
 - `SkipCounter`: the update functions never apply a non-finite loss, gradient or update
   (`grpo_jax.training.apply_if_finite`); the loops count the skipped steps and stop with
   `NonFiniteError` after `config.max_consecutive_skips` in a row.
+- `CollapseWatch`: one warning line when the policy's entropy stays below a floor for
+  several steps (a collapsed policy explores nothing).
 - `WorkdirLock`: one run per workdir (an advisory `flock` on `<workdir>/.lock`, released by
   the kernel when the holder dies, so a stale lock is simply taken over).
 """
@@ -20,7 +24,12 @@ import threading
 
 
 class Preempted(Exception):
-    """The run stopped on a signal after writing a checkpoint (exit status 0)."""
+    """The run stopped on a signal: after writing a checkpoint (`status` 0), or at once on
+    a second signal (`status` 130; the last complete checkpoint is where a rerun resumes)."""
+
+    def __init__(self, line: str, status: int = 0):
+        super().__init__(line)
+        self.status = status
 
 
 class NonFiniteError(RuntimeError):
@@ -34,23 +43,53 @@ class WorkdirBusyError(RuntimeError):
 class StopRequest:
     """SIGTERM / SIGINT handlers that only set a flag (installed from the main thread).
 
-    Use as a context manager around a run; `requested` is the signal's name once one came.
-    A second signal while a stop is pending raises KeyboardInterrupt (stop now).
+    Use as a context manager around a run; `requested` is the signal's name once one came
+    (to this process, or to another process of the run once `agreed` has run). A second
+    signal to this process while a stop is pending raises KeyboardInterrupt (stop now).
     """
 
     SIGNALS = (signal.SIGTERM, signal.SIGINT)
 
     def __init__(self):
         self.requested: str | None = None
+        self.received = 0  # signals that reached this process
+        self._signum = 0  # the first of them
         self._previous = {}
 
     def _handler(self, signum, frame):
         del frame
-        if self.requested is not None:
-            raise KeyboardInterrupt(f"second {signal.Signals(signum).name}: stopping now")
-        self.requested = signal.Signals(signum).name
-        print(f"[grpo_jax] {self.requested} received: finishing the current step, then "
-              "saving a checkpoint (send it again to stop at once)", flush=True)
+        name = signal.Signals(signum).name
+        self.received += 1
+        if self.received > 1:  # stop now; a third signal ends the process outright
+            for sig in self.SIGNALS:
+                signal.signal(sig, signal.SIG_DFL)
+            raise KeyboardInterrupt(f"second {name}")
+        self._signum = int(signum)
+        self.requested = self.requested or name
+        print(f"[grpo_jax] {name} received: finishing the current step, then saving a "
+              "checkpoint (send it again to stop at once)", flush=True)
+
+    def agreed(self) -> str | None:
+        """The stop request every process of the run agrees on (None: go on).
+
+        With one process, `requested`. With several, a collective: every process must call
+        it at the same point of the same step (the loops do, at each step end, before
+        deciding to save), and all get the same answer: a signal that reached any one of
+        them stops every one at this step.
+        """
+        import jax  # pylint: disable=import-outside-toplevel
+
+        if jax.process_count() == 1:
+            return self.requested
+        import numpy as np  # pylint: disable=import-outside-toplevel
+
+        from grpo_jax.parallel import allgather_rows  # pylint: disable=import-outside-toplevel
+
+        codes = allgather_rows(np.asarray([self._signum], np.int32))
+        if self.requested is None and codes.any():
+            first = int(np.flatnonzero(codes)[0])
+            self.requested = f"{signal.Signals(int(codes[first])).name} to process {first}"
+        return self.requested
 
     def __enter__(self) -> StopRequest:
         if threading.current_thread() is threading.main_thread():
@@ -89,6 +128,35 @@ class SkipCounter:
                 f"{stage_name} step {stage_step}: non-finite {' and '.join(self.what)} in "
                 f"{self.consecutive} consecutive steps (max_consecutive_skips={self.limit}); "
                 "none of them was applied and every checkpoint holds finite parameters")
+
+
+class CollapseWatch:
+    """Warns once, in one line, when the policy's entropy per token (the `entropy` metric of
+    the update) stays below `floor` nats for `steps` steps in a row: the policy has collapsed
+    onto near-deterministic outputs and RL has nothing left to explore (typically a
+    learning rate far too high)."""
+
+    FLOOR, STEPS = 0.05, 5
+
+    def __init__(self, floor: float = FLOOR, steps: int = STEPS):
+        self.floor, self.steps = floor, steps
+        self.below, self.warned = 0, False
+
+    def check(self, stage_name: str, stage_step: int, metrics: dict) -> str | None:
+        """The warning (printed) the first time the condition holds, else None."""
+        entropy = metrics.get("entropy")
+        if entropy is None:
+            return None
+        self.below = self.below + 1 if entropy < self.floor else 0
+        if self.warned or self.below < self.steps:
+            return None
+        self.warned = True
+        line = (f"[grpo_jax] warning: {stage_name} step {stage_step}: the policy's entropy "
+                f"has stayed below {self.floor:g} nats per token for {self.below} steps (now "
+                f"{entropy:.3g}): it has collapsed onto near-deterministic completions; lower "
+                f"{stage_name}.lr, or raise {stage_name}.beta or {stage_name}.entropy_coef")
+        print(line, flush=True)
+        return line
 
 
 class WorkdirLock:

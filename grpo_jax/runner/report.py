@@ -10,19 +10,67 @@ PLOTS = ("reward_mean", "pass@1", "reward/format", "completion_length", "kl_ref"
          "clip_frac")
 
 
+# Kinds whose stages leave the policy as it is: an eval after one evaluates the stage before.
+POLICY_KEEPING_KINDS = ("eval", "reward_model")
+
+
+def eval_columns(stage_names, kinds, evals) -> list[tuple[str, str, str | None, str]]:
+    """One (column name, eval stage, evaluated stage, label) per finished eval, in run order.
+
+    Column names are roles that sweeps and callers read: "after" is the last eval (the
+    run's final figures; also a lone eval with no training after it, e.g. an eval-only
+    run), "before" the first one when there are two or more (or a lone eval that training
+    follows), and the evals in between keep their stage names. The evaluated stage is the
+    nearest earlier stage of a kind that trains the policy (None where none came before:
+    the initial policy, from model.init_from or a fresh init), and it labels the column
+    ("model" for None); two evals of the same stage add their own names, "rl (eval_t0)".
+
+    Args:
+      stage_names: the run's stages in order.
+      kinds: stage name -> kind name.
+      evals: eval stage name -> figures (only the finished ones are columns).
+    """
+    names = [n for n in stage_names if n in evals]
+    trains = [kinds[n] not in POLICY_KEEPING_KINDS for n in stage_names]
+    evaluated = {}
+    for name in names:
+        index = stage_names.index(name)
+        earlier = [s for s, t in zip(stage_names[:index], trains[:index]) if t]
+        evaluated[name] = earlier[-1] if earlier else None
+    out = []
+    for i, name in enumerate(names):
+        if i == len(names) - 1 and (i > 0 or not any(trains[stage_names.index(name):])):
+            column = "after"
+        elif i == 0:
+            column = "before"
+        else:
+            column = name
+        label = evaluated[name] or "model"
+        if sum(evaluated[n] == evaluated[name] for n in names) > 1:
+            label = f"{label} ({name})"
+        out.append((column, name, evaluated[name], label))
+    return out
+
+
 def write_run_report(run) -> dict:
     """report.md / report.json / plots; returns the summary (column -> figures).
 
-    The first eval stage is the "before" column and the last the "after" column; evals in
-    between keep their stage names, in run order. Curves come from the stages whose kind
-    logs RL curves (`StageKind.rl_curves`), one line per stage against the global step
-    (metrics.jsonl's "step"), so a later RL stage follows an earlier one on the x axis.
+    One column per finished eval stage, keyed by its role (`eval_columns`: "before",
+    "after", or the stage name in between) and headed in report.md by the stage it
+    evaluates ("model" for an eval of the initial policy, e.g. an eval-only run). Curves
+    come from the stages whose kind logs RL curves (`StageKind.rl_curves`), one line per
+    stage against the global step (metrics.jsonl's "step"), so a later RL stage follows an
+    earlier one on the x axis.
     """
-    names = [n for n in run.stage_names if n in run.evals]
-    summary = {}
-    for i, n in enumerate(names):
-        column = "before" if i == 0 else "after" if i == len(names) - 1 else n
-        summary[column] = run.evals[n]
+    columns = eval_columns(list(run.stage_names),
+                           {n: run.config[n].kind for n in run.stage_names}, run.evals)
+    summary = {column: run.evals[name] for column, name, _, _ in columns}
+    labels = {column: label for column, _, _, label in columns}
+    notes = ["Columns: " + "; ".join(
+        f"{label} = stage {name}, evaluating " + (
+            f"the policy after stage {of}" if of else
+            "the initial policy (model.init_from, or a fresh init)")
+        for _, name, of, label in columns) + "."] if columns else []
     rows = read_metrics(run.writer.path)
     rl_kinds = run.kinds.rl_kinds()
     history = [r for r in rows if r.get("stage") in
@@ -34,6 +82,7 @@ def write_run_report(run) -> dict:
         return summary
     evals_lib.write_report(
         run.workdir, title=f"grpo_jax run: {run.config.task.name}", summary=summary,
-        history=history, plots=PLOTS, step_key="step", group_key="stage",
+        history=history, plots=PLOTS, step_key="step", group_key="stage", labels=labels,
+        notes=notes,
     )
     return summary

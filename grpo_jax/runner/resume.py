@@ -51,7 +51,8 @@ def check_config_drift(config, workdir: str) -> list:
 
     Any difference is a ConfigError listing the fields, except raising the last stage's
     `steps` (an extension: the run continues that stage, and the change is recorded in
-    config.json's history)."""
+    config.json's history) and fields the recorded config does not have at all (added to
+    the library since that run started: recorded in the history as "added")."""
     path = os.path.join(workdir, CONFIG_FILE)
     checkpoints = os.path.join(workdir, "checkpoints")
     if not os.path.isdir(checkpoints) or not any(
@@ -69,6 +70,11 @@ def check_config_drift(config, workdir: str) -> list:
     changed = {k: (before.get(k, "<absent>"), after.get(k, "<absent>"))
                for k in sorted(set(before) | set(after))
                if before.get(k) != after.get(k) and k not in NOT_RESULTS}
+    # Fields the recorded config lacks came with a newer library: accepted and recorded.
+    added = {k: v[1] for k, v in changed.items() if k not in before}
+    changed = {k: v for k, v in changed.items() if k in before}
+    if added and not changed:
+        return history + [{"time": time.strftime("%Y-%m-%dT%H:%M:%S"), "added": added}]
     if not changed:
         return history
     names = stage_names(config)

@@ -18,10 +18,10 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-from grpo_jax.rewards.accuracy import math_verify_timeouts
+from grpo_jax.rewards.accuracy import undecided_comparisons
 from grpo_jax.rl.batch import RolloutBatch, rollout_batch, rollout_record
 from grpo_jax.rl.rollout import encode_prompts
-from grpo_jax.runner.guards import SkipCounter
+from grpo_jax.runner.guards import CollapseWatch, SkipCounter
 from grpo_jax.runner.rewards import resolve_reward_fns
 from grpo_jax.runner.rollouts import collect_rollout
 from grpo_jax.runner.toolkit import (SAMPLE_EVERY, StepTimer, device_batch, log_samples,
@@ -127,10 +127,11 @@ def rl_loop(run, stage, learner: Learner, *, sampling, dynamic: bool = False,
     weights = dict(section.rewards.to_dict())
     reward_fns = resolve_reward_fns(run, weights, section=section)
     skips = SkipCounter(cfg.max_consecutive_skips)
+    collapse = CollapseWatch()
     bar = progress(stage, section.steps, start)
     for step in range(start, section.steps):
         timer = StepTimer()
-        timeouts = math_verify_timeouts()
+        undecided = undecided_comparisons()
         ro, examples, info = collect_rollout(run, stage, iterator, step, sampling=sampling,
                                       weights=weights, reward_fns=reward_fns, dynamic=dynamic,
                                       overlong_cache=overlong_cache)
@@ -148,7 +149,7 @@ def rl_loop(run, stage, learner: Learner, *, sampling, dynamic: bool = False,
             "stage_step": step + 1,
             **{k: float(v) for k, v in jax.device_get(rollout_metrics).items()},
             **info,
-            "reward_timeouts": float(math_verify_timeouts() - timeouts),
+            "reward_undecided": float(undecided_comparisons() - undecided),
             **metrics,
             **timer.record(),
         }
@@ -157,6 +158,7 @@ def rl_loop(run, stage, learner: Learner, *, sampling, dynamic: bool = False,
         if step == 0 or (step + 1) % SAMPLE_EVERY == 0:
             log_samples(run, stage, examples, ro.texts, ro.rewards, ro.components)
         skips.check(stage.name, step + 1)
+        collapse.check(stage.name, step + 1, record)
         run.save_if_due(stage, learner.state, stage_step=step + 1, total=section.steps,
                         every=section.checkpoint_every, data_state=iterator.get_state(),
                         **learner.host_state())
@@ -179,6 +181,7 @@ def fused_rl_loop(run, stage, learner: Learner, *, program, chunk: int, answers_
     g = section.group_size
     iterator, start = start_stage(run, stage, learner)
     skips = SkipCounter(cfg.max_consecutive_skips)
+    collapse = CollapseWatch()
     bar = progress(stage, section.steps, start)
     spec = run.data_sharding.spec
     rows = jax.sharding.NamedSharding(run.mesh, jax.sharding.PartitionSpec(None, *spec))
@@ -212,6 +215,7 @@ def fused_rl_loop(run, stage, learner: Learner, *, program, chunk: int, answers_
             record.update(skips.count(record))
             log_step(run, stage, record, bar, reward="reward_mean", acc="pass@1")
             skips.check(stage.name, step + 1)
+            collapse.check(stage.name, step + 1, record)
         run.save_if_due(stage, learner.state, stage_step=first + chunk, total=section.steps,
                         every=section.checkpoint_every, data_state=iterator.get_state())
     bar.close()

@@ -3,14 +3,33 @@
 from __future__ import annotations
 
 import dataclasses
+import re
 
 import jax
 import numpy as np
 
 from grpo_jax.rewards import overlong_penalty
-from grpo_jax.rl.rollout import Rollout, rollout
+from grpo_jax.rl.rollout import Rollout
+from grpo_jax.rl.rollout import rollout as _rollout
+from grpo_jax.runner.guards import NonFiniteError
 from grpo_jax.runner.rewards import LENGTH_REWARDS
 from grpo_jax.runner.toolkit import prompt_text
+
+
+def rollout(*args, where: str, **kwargs) -> Rollout:
+    """`grpo_jax.rl.rollout.rollout`; non-finite logits in the sampler (parameters that are
+    finite but too large for the forward pass, e.g. after a learning rate far too high)
+    are a NonFiniteError naming `where`, one line: a rerun stops at the same place again
+    rather than training on garbage."""
+    try:
+        return _rollout(*args, **kwargs)
+    except FloatingPointError as err:
+        rows = re.search(r"in \d+ of \d+ rows", str(err))
+        raise NonFiniteError(
+            f"{where}: the sampler's logits are not finite{' ' + rows.group(0) if rows else ''}"
+            " although the parameters are finite: they are too large for the forward pass (a "
+            "learning rate far too high?); nothing more was trained or saved, and the same "
+            "command stops here again") from None
 
 
 def sample_and_score(run, examples, *, num_samples: int, batch_size: int, sampling, key,
@@ -31,7 +50,8 @@ def sample_and_score(run, examples, *, num_samples: int, batch_size: int, sampli
         ro = rollout(policy, params, run.tokenizer, chunk,
                      [prompt_text(run, ex) for ex in chunk], jax.random.fold_in(key, start),
                      sampling=sampling, prompt_len=run.config.task.prompt_len,
-                     reward_fns=reward_fns, weights=weights, sharding=run.data_sharding)
+                     reward_fns=reward_fns, weights=weights, sharding=run.data_sharding,
+                     where="sampling")
         for i in range(real):
             records.append({
                 "example": chunk[i],
@@ -93,7 +113,8 @@ def collect_rollout(run, stage, iterator, step: int, *, sampling, weights, rewar
         ro = rollout(run.policy, run.params, run.tokenizer, batch_examples,
                      [prompt_text(run, ex) for ex in batch_examples], key, sampling=sampling,
                      prompt_len=run.config.task.prompt_len, reward_fns=reward_fns,
-                     weights=text_weights, sharding=run.data_sharding)
+                     weights=text_weights, sharding=run.data_sharding,
+                     where=f"{stage.name} step {step + 1}")
         if overlong_cache > 0:
             penalty = overlong_penalty(ro.lengths, max_length=section.max_new_tokens,
                                        cache_length=overlong_cache)

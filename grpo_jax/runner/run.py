@@ -206,7 +206,7 @@ class Run:
         if (every and stage_step % every == 0 and stage_step < total) or \
                 (last and stage_step == total):
             self.save(stage, state, stage_step=stage_step, done=False, **extra)
-        if self.stop is not None and self.stop.requested and stage_step < total:
+        if self.stop is not None and self.stop.agreed() and stage_step < total:
             self.save(stage, state, stage_step=stage_step, done=False, **extra)
             self.checkpointer.wait()
             raise Preempted(self.stopped_line(f"{stage.name} step {stage_step}"))

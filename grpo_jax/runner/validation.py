@@ -20,7 +20,7 @@ from grpo_jax import parallel
 from grpo_jax import tasks as tasks_lib
 from grpo_jax.models.config import _DTYPES, available_models
 from grpo_jax.runner.build import (MODEL_SHAPE_FIELDS, TOKENIZERS, RunInputs, build_inputs,
-                                   init_from_missing, model_config_for, tokenizer_kind)
+                                   check_init_from, model_config_for, tokenizer_kind)
 from grpo_jax.runner.checks import (TEMPLATES, ConfigError, Fields, SectionCheck,
                                     check_section_fields, mesh_rules, mesh_size, stage_names)
 
@@ -140,13 +140,13 @@ def check_model_fields(config) -> None:
 def check_tokenizer_fields(config) -> None:
     """The tokenizer the config names can exist: a checkpoint tokenizer needs
     model.init_from with its tokenizer.json, the chat template a checkpoint tokenizer."""
+    if config.model.init_from:
+        check_init_from(config.model.init_from)  # before its files are read for the kind
     kind = tokenizer_kind(config)
     if kind == "checkpoint":
         if not config.model.init_from:
             raise ConfigError("tokenizer: 'checkpoint' needs model.init_from (a local Hugging "
                               "Face checkpoint directory with tokenizer.json)")
-        if not os.path.exists(config.model.init_from):
-            raise init_from_missing(config.model.init_from)
         if not os.path.isfile(os.path.join(config.model.init_from, "tokenizer.json")):
             raise ConfigError(
                 f"model.init_from: {config.model.init_from!r} has no tokenizer.json for "
@@ -169,6 +169,8 @@ def check_stages(config: ml_collections.ConfigDict, kinds, inputs: RunInputs) ->
                              task=inputs.task, kinds=kinds, earlier=list(earlier),
                              prompt_len=inputs.prompt_len, tokenizer=inputs.tokenizer)
         check_section_fields(check, kind.default_section())
+        if "temperature" in section:  # every kind that samples at a set temperature
+            check.temperature("temperature")
         if kind.validate is not None:
             kind.validate(check)
         earlier.append((name, section.kind))

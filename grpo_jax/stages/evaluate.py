@@ -1,10 +1,17 @@
-"""Stage kind "eval": pass@1, pass@k, maj@k, format rate and length on held-out problems.
+"""Stage kind "eval": pass@k, maj@k, format rate and length on held-out problems.
 
-Tasks with an "accuracy_lenient" reward (GSM8K) also get pass@k_lenient / maj@k_lenient:
-the same figures when the last number anywhere in the completion counts as its answer."""
+pass@k is the unbiased estimator of Chen et al. (2021) and maj@k the exact mean of a
+majority vote over every k-subset of a problem's samples (`grpo_jax.evals.metrics`), for
+each k in the section's `ks`. Tasks with an "accuracy_lenient" reward (GSM8K) also get
+pass@k_lenient / maj@k_lenient: the same figures when the last number anywhere in the
+completion counts as its answer. Budget forcing (s1, Muennighoff et al. 2025,
+https://arxiv.org/abs/2501.19393) sets how long the model thinks: `min_thinking_tokens`
+replaces an early end of thinking by `continuation` ("Wait"), `max_thinking_tokens` forces
+the end-of-thinking delimiter."""
 
 from __future__ import annotations
 
+import dataclasses
 import time
 
 import ml_collections
@@ -24,15 +31,82 @@ def default_section() -> ml_collections.ConfigDict:
     s.temperature = 1.0  # sampling temperature (1 = the distribution RL trains)
     s.max_new_tokens = 40  # completion budget
     s.batch_size = 256  # sequences per sampler call (compile once)
+    # The k of pass@k and maj@k (maj@k for k > 1), each <= num_samples, e.g. (1, 4, 16);
+    # () = 1, 2, 4, ... and num_samples.
+    s.ks = ()
+    # Budget forcing (s1, https://arxiv.org/abs/2501.19393); thinking is what the model
+    # writes before `end_thinking`. min_thinking_tokens: before this many thinking tokens,
+    # the delimiter and EOS are replaced by `continuation` ("" masks them out instead);
+    # max_thinking_tokens: after this many the delimiter is forced. 0 turns each off.
+    s.min_thinking_tokens = 0
+    s.max_thinking_tokens = 0
+    s.end_thinking = "</think>"  # the end-of-thinking delimiter, as text
+    s.continuation = "Wait"  # written in place of an early end of thinking, as text
     return s
 
 
+def resolved_ks(section) -> list[int]:
+    """The section's `ks` with () resolved: 1, 2, 4, ... and num_samples."""
+    if len(section.ks):
+        return sorted(set(section.ks))
+    ks, k = [], 1
+    while k < section.num_samples:
+        ks.append(k)
+        k *= 2
+    return ks + [section.num_samples]
+
+
 def validate(check) -> None:
-    check.integer("num_samples")
+    n = check.integer("num_samples")
     check.positive("temperature")
-    check.fits_context("max_new_tokens")
+    new = check.fits_context("max_new_tokens")
     check.integer("batch_size")
     check.divides("batch_size", check.section.batch_size, micro_field=None)
+    ks = check.value("ks")
+    if not isinstance(ks, (tuple, list)) or not all(
+            isinstance(k, int) and not isinstance(k, bool) and 1 <= k <= n for k in ks):
+        check.fail("ks", f"expected a tuple of ints in [1, num_samples = {n}] (pass@k and "
+                         f"maj@k need k of the num_samples samples), got {ks!r}")
+    low = check.integer("min_thinking_tokens", low=0)
+    high = check.integer("max_thinking_tokens", low=0)
+    if low > new:
+        check.fail("min_thinking_tokens", f"{low} exceeds max_new_tokens {new}")
+    if high >= new:
+        check.fail("max_thinking_tokens", f"{high} leaves no room for the delimiter it forces "
+                                          f"within max_new_tokens {new}")
+    if high and low > high:
+        check.fail("min_thinking_tokens", f"{low} exceeds max_thinking_tokens {high}")
+    check.string("continuation")
+    if check.string("end_thinking") == "" and (low or high):
+        check.fail("end_thinking", "budget forcing (min_thinking_tokens / "
+                                   "max_thinking_tokens) needs the delimiter's text")
+    if check.tokenizer is not None and (low or high):
+        for field in ("end_thinking", "continuation"):
+            _token_ids(check, field, check.tokenizer)
+
+
+def _token_ids(check, field: str, tokenizer) -> tuple[int, ...]:
+    """The ids of a text field in the run's tokenizer (ConfigError naming the field)."""
+    try:
+        ids = tuple(tokenizer.encode(check.section[field]))
+    except ValueError as err:
+        check.fail(field, f"the run's tokenizer cannot encode {check.section[field]!r}: {err}")
+    if field == "end_thinking" and not ids:
+        check.fail(field, f"{check.section[field]!r} encodes to no token")
+    return ids
+
+
+def eval_sampling(run, section):
+    """The sampler settings of an eval section, budget forcing included."""
+    sampling = sampling_config(run, max_new_tokens=section.max_new_tokens,
+                               temperature=section.temperature)
+    if not (section.min_thinking_tokens or section.max_thinking_tokens):
+        return sampling
+    return dataclasses.replace(
+        sampling, min_thinking_tokens=section.min_thinking_tokens,
+        max_thinking_tokens=section.max_thinking_tokens,
+        end_thinking_ids=tuple(run.tokenizer.encode(section.end_thinking)),
+        continuation_ids=tuple(run.tokenizer.encode(section.continuation)))
 
 
 def run_eval(run, stage) -> None:
@@ -40,13 +114,13 @@ def run_eval(run, stage) -> None:
     figures in the run (for the report) and the metrics log."""
     section, task = stage.section, run.task
     examples = task.examples("test", run.config.task.eval_size, seed=run.config.seed)
-    sampling = sampling_config(run, max_new_tokens=section.max_new_tokens,
-                               temperature=section.temperature)
+    sampling = eval_sampling(run, section)
     t0 = time.time()
     records = sample_and_score(run, examples, num_samples=section.num_samples,
                                batch_size=section.batch_size, sampling=sampling,
                                key=run.stage_key(stage.index, 0))
     k = section.num_samples
+    ks = resolved_ks(section)
 
     def figures_of(correct: str, answer_of):
         per_problem = []
@@ -58,8 +132,7 @@ def run_eval(run, stage) -> None:
                 "formatted": r["components"]["format"] >= 1.0,
                 "length": r["length"],
             } for r in group]})
-        return evals_lib.evaluate_samples(per_problem, ks=sorted({1, k}),
-                                          maj_ks=(k,) if k > 1 else ())
+        return evals_lib.evaluate_samples(per_problem, ks=ks, maj_ks=[j for j in ks if j > 1])
 
     figures = figures_of("accuracy", task.extract_answer)
     if "accuracy_lenient" in records[0]["components"]:

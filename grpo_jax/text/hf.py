@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import json
 import os
 from collections.abc import Iterable
 from pathlib import Path
@@ -66,7 +65,11 @@ class HFTokenizer:
                 f"{file}: tokenizer.json not found (copy it from the checkpoint "
                 "directory; there is no network access at run time)"
             )
-        self._tokenizer = _RustTokenizer.from_file(str(file))
+        try:  # bad JSON (serde's message names its line and column, and stops at 128 levels)
+            self._tokenizer = _RustTokenizer.from_file(str(file))
+        except Exception as error:  # noqa: BLE001  the Rust side raises a bare Exception
+            raise ValueError(f"{file}: not a tokenizer.json the tokenizers package can read "
+                             f"({' '.join(str(error).split())})") from None
         settings = {}
         config_file = file.parent / "tokenizer_config.json"
         if config_file.exists():
@@ -176,10 +179,12 @@ class HFTokenizer:
 
 
 def _read_json(file: Path) -> dict:
+    from grpo_jax.tasks.data import load_json_file
+
     try:
-        value = json.loads(file.read_text(encoding="utf-8"))
-    except (OSError, json.JSONDecodeError) as error:
-        raise ValueError(f"{file}: not readable JSON ({error})") from None
+        value = load_json_file(file)  # invalid or too deeply nested: names the line
+    except OSError as error:
+        raise ValueError(f"{file}: not readable ({error})") from None
     if not isinstance(value, dict):
         raise ValueError(f"{file}: expected a JSON object, got {type(value).__name__}")
     return value

@@ -36,6 +36,10 @@ def get_config(preset: str | None = None) -> ml_collections.ConfigDict:
     # Host malloc keeps freed memory for reuse, so XLA:CPU's per-call buffers are not faulted
     # in again at every step (grpo_jax/host_memory.py); False leaves the system's allocator.
     config.reuse_host_memory = True
+    # Symbolic answers (LaTeX, expressions) are compared by math-verify in worker processes:
+    # each comparison gets at most deadline_seconds (then it scores 0 and is counted as
+    # reward_undecided); a stuck worker is replaced without blocking the others.
+    config.math_verify = ml_collections.ConfigDict({"deadline_seconds": 2.0, "workers": 2})
     # Stages run in order and share one workdir. Each name is a section of this config
     # whose `kind` says what it does: pretrain | sft | eval | rl | ppo | trpo | reward_model |
     # rejection_sft | distill. Every field of a kind, with its comment, is in
@@ -163,6 +167,9 @@ def get_config(preset: str | None = None) -> ml_collections.ConfigDict:
         config.rl.max_new_tokens = 24
         config.rl.checkpoint_every = 1
         config.rl.fused_steps = 0  # the general host path (tests/test_device_rewards.py: fused)
+        # The untrained model earns no task reward; the soft overlong punishment on its
+        # completion lengths differs within groups, so the smoke steps have real gradients.
+        config.rl.overlong_cache = 8
         for section in (config.eval_base, config.eval_final):
             section.num_samples = 2
             section.batch_size = 16

@@ -104,6 +104,7 @@ def get_config(preset: str | None = None) -> ml_collections.ConfigDict:
         config.rl.max_new_tokens = 16
         config.rl.lr = 1e-3  # a tiny random model: a visible change in two steps
         config.rl.checkpoint_every = 1
+        config.rl.overlong_cache = 8  # rewards that differ within groups: real gradients
         for section in (config.eval_base, config.eval_final):
             section.num_samples = 2
             section.batch_size = 8

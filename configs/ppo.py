@@ -34,5 +34,7 @@ def get_config(preset: str | None = None):
     config.ppo.rewards = config.rl.rewards
     del config.rl
     if preset == "smoke":
-        config.ppo.update(dict(steps=2, num_prompts=16, max_new_tokens=24, checkpoint_every=1))
+        # overlong_cache: rewards that differ between completions (real gradients).
+        config.ppo.update(dict(steps=2, num_prompts=16, max_new_tokens=24, checkpoint_every=1,
+                               overlong_cache=8))
     return config

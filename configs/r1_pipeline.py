@@ -80,6 +80,7 @@ def get_config(preset: str | None = None) -> ml_collections.ConfigDict:
             config[name].group_size = 4
             config[name].max_new_tokens = 24
             config[name].checkpoint_every = 0
+            config[name].overlong_cache = 8  # rewards that differ within groups
         config.rejection_sft.num_problems = 8
         config.rejection_sft.num_samples = 2
         config.rejection_sft.sample_batch_size = 16

@@ -34,6 +34,7 @@ def get_config(preset: str | None = None):
     config.trpo.rewards = config.rl.rewards
     del config.rl
     if preset == "smoke":
+        # overlong_cache: rewards that differ within groups (real gradients).
         config.trpo.update(dict(steps=2, num_prompts=4, group_size=4, max_new_tokens=24,
-                                cg_iters=4, checkpoint_every=1))
+                                cg_iters=4, checkpoint_every=1, overlong_cache=8))
     return config

@@ -283,6 +283,8 @@ class MetricWriter:
             else:
                 later = [i for i, r in in_stage if r.get("step", -1) > step]
                 cut = later[0] if later else len(lines)
+        if stage is None:
+            self._truncate_samples(step)
         dropped = len(lines) - cut
         if dropped:
             self._file.close()
@@ -292,6 +294,27 @@ class MetricWriter:
             os.replace(tmp, self.path)  # atomic on POSIX
             self._file = open(self.path, "a", encoding="utf-8")
         return dropped
+
+    def _truncate_samples(self, step: int) -> None:
+        """Drops the samples.jsonl lines of global steps after `step` (a resumed run writes
+        them again)."""
+        path = os.path.join(self.workdir, SAMPLES_FILENAME)
+        if not os.path.isfile(path):
+            return
+        with open(path, encoding="utf-8") as f:
+            lines = f.readlines()
+        kept = []
+        for line in lines:
+            try:
+                later = json.loads(line).get("step", -1) > step
+            except (ValueError, AttributeError, TypeError):
+                later = True  # a line cut short by the crash
+            if not later:
+                kept.append(line)
+        if len(kept) < len(lines):
+            with open(path + ".tmp", "w", encoding="utf-8") as f:
+                f.writelines(kept)
+            os.replace(path + ".tmp", path)
 
     def flush(self) -> None:
         if self._file is not None:

@@ -19,6 +19,7 @@ import jax
 import ml_collections
 
 from grpo_jax import compilation, host_memory, parallel
+from grpo_jax.rewards.accuracy import configure_verifier
 from grpo_jax.runner import Run, StageSpec, validate
 from grpo_jax.runner.build import model_config_for
 from grpo_jax.runner.checks import mesh_size, stage_names
@@ -36,6 +37,9 @@ def train_and_evaluate(config: ml_collections.ConfigDict, workdir: str) -> dict:
     """
     parallel.initialize_distributed()  # before anything touches devices; no-op on one host
     inputs = validate(config, KINDS)  # task, tokenizer, prompt bucket: built once, here
+    if "math_verify" in config:
+        configure_verifier(deadline_seconds=config.math_verify.deadline_seconds,
+                           workers=config.math_verify.workers)
     if config.get("reuse_host_memory", True):
         host_memory.reuse_freed_memory()  # a no-op when main (or a benchmark) already did
     compilation.use_cache(config.get("compilation_cache_dir", compilation.DEFAULT_CACHE_DIR))

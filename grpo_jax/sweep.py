@@ -26,6 +26,7 @@ import itertools
 import json
 import math
 import os
+import signal
 import subprocess
 import sys
 import time
@@ -222,29 +223,55 @@ def _plot_curves(arms: dict, path: str) -> None:
 
 
 def _run_all(runs: list[Run], parallel: int, root: str) -> int:
+    """Runs the unfinished runs, `parallel` at a time. SIGTERM / SIGINT to the sweep reach
+    its running children (each in a session of its own, so a terminal's Ctrl-C arrives once,
+    through here): they save and stop, no new run starts, and the sweep exits 0 once they
+    have (a second signal is passed on too: they stop at once). The same command resumes."""
     todo = [r for r in runs if not r.finished]
     print(f"[sweep] {len(runs)} runs, {len(runs) - len(todo)} finished, {len(todo)} to run",
           flush=True)
-    failures, active = 0, []
-    while todo or active:
-        while todo and len(active) < parallel:
-            run = todo.pop(0)
-            os.makedirs(run.workdir, exist_ok=True)
-            log = open(os.path.join(run.workdir, "sweep.log"), "a")
-            print(f"[sweep] start {run.name}", flush=True)
-            active.append((run, subprocess.Popen(run.command, stdout=log,
-                                                 stderr=subprocess.STDOUT), log, time.time()))
-        time.sleep(0.5)
-        for item in list(active):
-            run, proc, log, t0 = item
+    failures, active, stopping = 0, [], []
+
+    def forward(signum, frame):
+        del frame
+        stopping.append(signum)
+        print(f"[sweep] {signal.Signals(signum).name}: passed to {len(active)} running "
+              "run(s), which save and stop; the same command resumes the sweep", flush=True)
+        for _, proc, _, _ in active:
             if proc.poll() is None:
-                continue
-            log.close()
-            active.remove(item)
-            status = "done" if proc.returncode == 0 else f"FAILED (exit {proc.returncode})"
-            failures += proc.returncode != 0
-            print(f"[sweep] {status} {run.name} in {time.time() - t0:.0f}s (log: "
-                  f"{os.path.join(run.workdir, 'sweep.log')})", flush=True)
+                os.kill(proc.pid, signum)
+
+    previous = {sig: signal.signal(sig, forward) for sig in (signal.SIGTERM, signal.SIGINT)}
+    try:
+        while (todo and not stopping) or active:
+            while todo and not stopping and len(active) < parallel:
+                run = todo.pop(0)
+                os.makedirs(run.workdir, exist_ok=True)
+                log = open(os.path.join(run.workdir, "sweep.log"), "a")
+                print(f"[sweep] start {run.name}", flush=True)
+                active.append((run, subprocess.Popen(run.command, stdout=log,
+                                                     stderr=subprocess.STDOUT,
+                                                     start_new_session=True), log,
+                               time.time()))
+            time.sleep(0.5)
+            for item in list(active):
+                run, proc, log, t0 = item
+                if proc.poll() is None:
+                    continue
+                log.close()
+                active.remove(item)
+                if proc.returncode == 0:
+                    status = "done" if run.finished else "stopped"
+                else:
+                    status = f"FAILED (exit {proc.returncode})"
+                failures += proc.returncode != 0
+                print(f"[sweep] {status} {run.name} in {time.time() - t0:.0f}s (log: "
+                      f"{os.path.join(run.workdir, 'sweep.log')})", flush=True)
+    finally:
+        for sig, handler in previous.items():
+            signal.signal(sig, handler)
+    if stopping:
+        return 1 if failures else 0
     summarize(runs, root)
     return 1 if failures else 0
 

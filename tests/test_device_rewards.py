@@ -135,6 +135,7 @@ def fused_config(fused_steps, **rl):
     config.rl.beta = 0.04  # the reference forward runs inside the program too
     config.rl.rewards = {"accuracy": 1.0, "format": 0.2, "digit_share": 1.0}
     config.rl.fused_steps = fused_steps
+    config.rl.overlong_cache = 0  # a host-side reward: the fused program has none
     config.rl.update(rl)
     return config
 

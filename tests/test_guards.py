@@ -224,37 +224,47 @@ def test_a_busy_workdir_is_refused_and_a_stale_lock_taken_over(tmp_path):
     assert (workdir / "report.md").exists()
 
 
-def test_config_drift_is_refused_and_raising_the_last_stage_steps_continues(tmp_path,
-                                                                             capsys):
+def test_config_drift_is_refused_and_raising_the_rl_steps_continues(tmp_path, capsys,
+                                                                    straight):
+    """Train longer: a finished run (RL, then an eval) whose rl.steps are raised continues
+    RL from its full-state checkpoint, evaluates again, and equals the run that had the
+    larger steps from the start."""
+    def config_of(steps):
+        config = rl_config(steps=steps)
+        config.stages = "rl,eval_final"
+        return config
+
     workdir = str(tmp_path / "run")
-    train_and_evaluate(rl_config(steps=2), workdir)
-    other_seed = rl_config(steps=2)
+    train_and_evaluate(config_of(2), workdir)
+    other_seed = config_of(2)
     other_seed.seed = 1
-    with pytest.raises(ConfigError, match=r"seed 0 -> 1"):
+    with pytest.raises(ConfigError, match=r"seed 0 -> 1; use another --workdir \(only raising "
+                                          r"rl\.steps continues this run\)"):
         train_and_evaluate(other_seed, workdir)
     with pytest.raises(ConfigError, match=r"rl\.steps 2 -> 1"):
-        train_and_evaluate(rl_config(steps=1), workdir)
+        train_and_evaluate(config_of(1), workdir)
     # Without config.json the checkpoints still carry the run's identity.
     os.remove(os.path.join(workdir, "config.json"))
     with pytest.raises(ConfigError, match=r"seed 0 -> 1"):
         train_and_evaluate(other_seed, workdir)
     before = final_params(workdir)
     capsys.readouterr()
-    train_and_evaluate(rl_config(steps=4), workdir)  # train longer: continues the run
+    train_and_evaluate(config_of(4), workdir)  # train longer: continues the run
     resumed = [line for line in capsys.readouterr().out.splitlines() if "resuming" in line]
     assert len(resumed) == 1 and "stage rl at step 2 of 4" in resumed[0], resumed
-    rows = [r for r in read_metrics(os.path.join(workdir, "metrics.jsonl"))
-            if r["stage"] == "rl"]
-    assert [r["stage_step"] for r in rows] == [1, 2, 3, 4]
+    rows = read_metrics(os.path.join(workdir, "metrics.jsonl"))
+    assert [r["stage_step"] for r in rows if r["stage"] == "rl"] == [1, 2, 3, 4]
+    assert [r["stage"] for r in rows].count("eval_final") == 1  # evaluated again, once
     after = final_params(workdir)
     assert any(not np.array_equal(np.asarray(a), np.asarray(b))
                for a, b in zip(jax.tree.leaves(before), jax.tree.leaves(after)))
+    assert_same_params(after, final_params(straight))  # = 4 steps from the start
     record = json.loads(open(os.path.join(workdir, "config.json")).read())
     assert record["rl"]["steps"] == 4
     assert record["_history"][-1]["changed"] == {"rl.steps": [2, 4]}
     # The same command again has nothing left to do and changes nothing, also with the
     # compilation cache elsewhere (where compiled programs are kept is not part of a result).
-    moved = rl_config(steps=4)
+    moved = config_of(4)
     moved.compilation_cache_dir = str(tmp_path / "elsewhere")
     capsys.readouterr()
     train_and_evaluate(moved, workdir)
@@ -300,10 +310,16 @@ def test_the_drift_message_offers_an_extension_only_where_there_is_one(tmp_path)
         (tmp_path / "config.json").write_text(config.to_json_best_effort())
         return str(tmp_path)
 
-    config = default_config.get_config("smoke")  # ends with eval_final: nothing to extend
+    config = default_config.get_config("smoke")
+    config.stages = "eval_final"  # an eval-only run: nothing to extend
     workdir = workdir_of(config)
     config.seed = 1
     with pytest.raises(ConfigError, match=r"seed 0 -> 1; use another --workdir$"):
+        check_config_drift(config, workdir)
+    config = default_config.get_config("smoke")  # the main job: rl, then an eval
+    workdir = workdir_of(config)
+    config.seed = 1
+    with pytest.raises(ConfigError, match=r"\(only raising rl\.steps continues this run\)"):
         check_config_drift(config, workdir)
     config = rl_config(steps=2)
     workdir = workdir_of(config)

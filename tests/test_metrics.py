@@ -166,3 +166,18 @@ def test_progress_off_a_terminal_is_plain_lines(capsys):
     quiet.close()
     (only,) = capsys.readouterr().out.splitlines()  # the interval held back all but the end
     assert only.startswith("[grpo_jax] rl: step 5/5,")
+
+
+def test_a_resume_drops_the_samples_of_steps_after_its_checkpoint(tmp_path):
+    import json as json_lib
+
+    with MetricWriter(str(tmp_path)) as writer:
+        for step in (1, 2, 3, 4):
+            writer.write(step, {"loss": float(step)}, stage="rl")
+            writer.write_samples(step, [{"completion": f"c{step}", "reward": 1.0}], stage="rl")
+    with open(tmp_path / "samples.jsonl", "a") as f:
+        f.write('{"step": 5, "comp')  # a line cut short by a crash
+    with MetricWriter(str(tmp_path)) as writer:
+        assert writer.truncate_after(2) == 2
+    rows = [json_lib.loads(line) for line in open(tmp_path / "samples.jsonl")]
+    assert [(r["step"], r["completion"]) for r in rows] == [(1, "c1"), (2, "c2")]

@@ -267,7 +267,8 @@ def test_initialize_distributed_passes_process_layout(clean_env, monkeypatch):
     monkeypatch.setenv("JAX_NUM_PROCESSES", "4")
     monkeypatch.setenv("JAX_PROCESS_ID", "2")
     assert parallel.initialize_distributed()
-    assert clean_env == [{"num_processes": 4, "process_id": 2}]
+    assert clean_env == [{"num_processes": 4, "process_id": 2,
+                          "heartbeat_timeout_seconds": parallel.mesh.HEARTBEAT_TIMEOUT_SECONDS}]
 
 
 def test_real_transformer_sharded_forward_matches():

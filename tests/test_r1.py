@@ -122,6 +122,9 @@ def test_r1_pipeline_smoke_runs_end_to_end(tmp_path):
     assert {"cold_start", "reasoning_rl", "rejection_sft", "final_rl"} <= seen
     rl = [r for r in read_metrics(tmp_path / "metrics.jsonl") if r["stage"] == "reasoning_rl"]
     assert "reward/language" in rl[0] and np.isfinite(rl[0]["loss"])
+    for stage in ("reasoning_rl", "final_rl"):  # the smoke preset has real gradients
+        rows = [r for r in read_metrics(tmp_path / "metrics.jsonl") if r["stage"] == stage]
+        assert all(r["reward_std"] > 0 and r["grad_norm"] > 0 for r in rows), stage
     # The two RL stages' curves are drawn against the global step: the second follows the
     # first (both start at their stage step 1).
     spans = json.loads((tmp_path / "report.json").read_text())["plot_steps"]["reward_mean"]

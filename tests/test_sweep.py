@@ -6,7 +6,10 @@ from __future__ import annotations
 import json
 import math
 import os
+import signal
 import sys
+import threading
+import time
 
 import pytest
 
@@ -136,3 +139,29 @@ def test_an_rl_only_run_starts_from_a_base_run(tmp_path):
                                          jax.device_get(last["params"]),
                                          jax.device_get(base_state["params"])))
     assert max(moved) > 0  # the RL steps trained it
+
+
+def test_a_signal_to_the_sweep_reaches_its_running_children(tmp_path, capsys):
+    """SIGTERM to the sweep: the running children get it (and stop on their own), no new run
+    starts, and the sweep returns 0 without a summary."""
+    root = str(tmp_path)
+    runs = sweep.expand(["rl.beta=0.0,0.1,0.2"], [0], root, "cfg.py")
+    script = ("import os, signal, sys, time; d = sys.argv[1]\n"
+              "def stop(signum, frame):\n"
+              "    open(os.path.join(d, 'signal'), 'w').write(signal.Signals(signum).name)\n"
+              "    sys.exit(0)\n"
+              "signal.signal(signal.SIGTERM, stop)\n"
+              "time.sleep(60)\n")
+    for run in runs:
+        run.command = [sys.executable, "-c", script, run.workdir]
+    timer = threading.Timer(2.0, os.kill, (os.getpid(), signal.SIGTERM))
+    timer.start()
+    t0 = time.time()
+    assert sweep._run_all(runs, parallel=2, root=root) == 0
+    assert time.time() - t0 < 30
+    for run in runs[:2]:
+        assert open(os.path.join(run.workdir, "signal")).read() == "SIGTERM"
+    assert not os.path.exists(runs[2].workdir)  # never started
+    assert not (tmp_path / "summary.json").exists()
+    out = capsys.readouterr().out
+    assert "passed to 2 running run(s)" in out and out.count("[sweep] stopped") == 2

@@ -53,6 +53,8 @@ def test_main_job_smoke_writes_report(tmp_path):
     for key in ("reward_mean", "clip_frac", "completion_length", "loss", "grad_norm",
                 "learning_rate", "step_time_s"):
         assert np.isfinite(rl_lines[-1][key]), key
+    # The smoke preset's steps have real gradients (rewards that differ within groups).
+    assert all(r["reward_std"] > 0 and r["grad_norm"] > 0 for r in rl_lines)
     # A few generated texts of each eval and of the first RL step, with their rewards.
     samples = [json.loads(line)
                for line in (tmp_path / "samples.jsonl").read_text().splitlines()]

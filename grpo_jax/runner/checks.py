@@ -38,6 +38,18 @@ def stage_names(config) -> list[str]:
     return [s.strip() for s in str(config.stages).split(",") if s.strip()]
 
 
+def extendable_stage(config) -> int | None:
+    """The index of the stage a finished run can continue ("train longer" by raising its
+    `steps`): the last stage that is not an eval, when it has `steps` (only evals follow
+    it; they run again after the extension). None when there is none."""
+    names = stage_names(config)
+    for index in range(len(names) - 1, -1, -1):
+        section = config[names[index]]
+        if section.get("kind") != "eval":
+            return index if "steps" in section else None
+    return None
+
+
 def _type_name(value) -> str:
     if isinstance(value, bool):
         return "a bool"
@@ -171,6 +183,8 @@ class SectionCheck(Fields):
         new = self.fits_context("max_new_tokens")
         self.rewards()
         self.integer("checkpoint_every", low=0)
+        if "overlong_cache" in self.section:
+            self.integer("overlong_cache", low=0, high=new)
         return new
 
     def minibatches(self) -> None:

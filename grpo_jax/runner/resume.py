@@ -17,7 +17,7 @@ import time
 
 from grpo_jax.checkpoint import latest_meta
 from grpo_jax.runner.build import CONFIG_FILE, HISTORY_FIELD
-from grpo_jax.runner.checks import ConfigError, stage_names
+from grpo_jax.runner.checks import ConfigError, extendable_stage, stage_names
 
 # Checkpoint meta field holding the run's config as config.json records it.
 RUN_CONFIG_FIELD = "run_config"
@@ -49,9 +49,9 @@ def check_config_drift(config, workdir: str) -> list:
     checkpoints: its config.json, or without one the config saved in the newest
     checkpoint's meta); returns config.json's history for the new config.json.
 
-    Any difference is a ConfigError listing the fields, except raising the last stage's
-    `steps` (an extension: the run continues that stage, and the change is recorded in
-    config.json's history) and fields the recorded config does not have at all (added to
+    Any difference is a ConfigError listing the fields, except raising the `steps` of the
+    last stage that is not an eval (an extension: the run continues that stage and runs
+    the evals after it again; the change is recorded in config.json's history) and fields the recorded config does not have at all (added to
     the library since that run started: recorded in the history as "added")."""
     path = os.path.join(workdir, CONFIG_FILE)
     checkpoints = os.path.join(workdir, "checkpoints")
@@ -77,16 +77,15 @@ def check_config_drift(config, workdir: str) -> list:
         return history + [{"time": time.strftime("%Y-%m-%dT%H:%M:%S"), "added": added}]
     if not changed:
         return history
-    names = stage_names(config)
-    extension = f"{names[-1]}.steps"
+    names, index = stage_names(config), extendable_stage(config)
+    extension = f"{names[index]}.steps" if index is not None else None
     if set(changed) == {extension} and isinstance(changed[extension][0], int) \
             and changed[extension][1] > changed[extension][0]:
         return history + [{"time": time.strftime("%Y-%m-%dT%H:%M:%S"),
                            "changed": {extension: list(changed[extension])}}]
     shown = ", ".join(f"{k} {a!r} -> {b!r}" for k, (a, b) in list(changed.items())[:8])
     more = f" (and {len(changed) - 8} more)" if len(changed) > 8 else ""
-    extend = (f" (only raising {extension} continues this run)"
-              if "steps" in config[names[-1]] else "")
+    extend = f" (only raising {extension} continues this run)" if extension else ""
     raise ConfigError(
         f"config: differs from the run in {workdir}: {shown}{more}; use another "
         f"--workdir{extend}")
@@ -138,23 +137,29 @@ def _resume_from(run, meta: dict):
 
 
 def _extension_meta(run, meta: dict) -> dict | None:
-    """The full-state checkpoint to continue from when the finished last stage's steps
-    were raised; None when this is not an extension."""
-    names = run.stage_names
-    last = len(names) - 1
-    if not (meta["stage_done"] and int(meta["stage_index"]) == last):
+    """The full-state checkpoint to continue from when the `steps` of the run's extendable
+    stage (`checks.extendable_stage`: the last that is not an eval) were raised after it
+    finished; None when this is not an extension. The checkpoints after it (the stage's
+    end, the evals that followed) are deleted: those stages run again."""
+    index = extendable_stage(run.config)
+    if index is None or not meta["stage_done"] or int(meta["stage_index"]) < index:
         return None
-    section = run.config[names[last]]
-    if int(section.get("steps", 0) or 0) <= int(meta["stage_step"]):
-        return None
+    name = run.stage_names[index]
     checkpointer = run.checkpointer
-    for step in reversed(checkpointer.all_steps()):
-        candidate = checkpointer.restore_meta(step)
-        if (candidate["stage_index"] == last and not candidate["stage_done"]
-                and candidate["stage_step"] == meta["stage_step"]):
-            for later in [s for s in checkpointer.all_steps() if s > step]:
-                checkpointer.delete(later)  # the old end of the stage
+    metas = {step: checkpointer.restore_meta(step) for step in checkpointer.all_steps()}
+    ends = [m for m in metas.values() if m["stage_index"] == index and m["stage_done"]]
+    done = int(ends[-1]["stage_step"]) if ends else None
+    if done is None:  # its end rotated out: the steps the run was configured with
+        done = int(((meta.get(RUN_CONFIG_FIELD) or {}).get(name) or {}).get("steps", 0))
+    if int(run.config[name].get("steps", 0) or 0) <= done:
+        return None
+    for step in sorted(metas, reverse=True):
+        candidate = metas[step]
+        if (candidate["stage_index"] == index and not candidate["stage_done"]
+                and candidate["stage_step"] == done):
+            for later in [s for s in metas if s > step]:
+                checkpointer.delete(later)  # the old end of the stage and the evals after
             return candidate
     raise ConfigError(
-        f"{names[last]}.steps: the run has no full-state checkpoint after its "
-        f"step {meta['stage_step']} to continue from (checkpoint.max_to_keep too small?)")
+        f"{name}.steps: the run has no full-state checkpoint after its step {done} to "
+        "continue from (checkpoint.max_to_keep too small?)")

@@ -28,7 +28,8 @@ from grpo_jax.models import Transformer
 from grpo_jax.runner import resume
 from grpo_jax.runner.build import (CONFIG_FILE, HISTORY_FIELD, RunInputs, build_model,
                                    build_tokenizer, model_config_for, with_tokenizer)
-from grpo_jax.runner.checks import check_vocabulary, mesh_rules, stage_names
+from grpo_jax.runner.checks import (check_vocabulary, extendable_stage, mesh_rules,
+                                    stage_names)
 from grpo_jax.runner.guards import NonFiniteError, Preempted, StopRequest, WorkdirLock
 from grpo_jax.runner.resume import CorruptCheckpointError, check_config_drift
 from grpo_jax.runner.validation import check_stages, validate
@@ -123,8 +124,7 @@ class Run:
                            out_shardings=parallel.replicated_sharding(self.mesh))()
         self.writer = MetricWriter(self.workdir, active=primary)
         self.checkpointer = Checkpointer(
-            os.path.join(self.workdir, "checkpoints"), max_to_keep=config.checkpoint.max_to_keep
-        )
+            os.path.join(self.workdir, "checkpoints"), max_to_keep=keep_count(config))
         self.global_step = 0  # checkpoint numbering: +1 per training step and per stage end
         self.evals: dict[str, dict] = {}  # finished eval stages' figures (kept in meta)
         self.extra_meta: dict[str, Any] = {}
@@ -196,13 +196,14 @@ class Run:
     def save_if_due(self, stage: StageSpec, state: dict, *, stage_step: int, total: int,
                     every: int, **extra) -> None:
         """A mid-stage checkpoint every `every` steps, and a full-state one after the last
-        step of the run's last stage (raising its steps later continues from it).
+        step of the run's extendable stage (`checks.extendable_stage`: the last that is not
+        an eval; raising its steps later continues from it).
 
         Then, if a stop was requested (SIGTERM / SIGINT), a checkpoint of this step and
         `Preempted`; at a stage's last step the stage finishes first (the pipeline stops
         between stages)."""
         self.checkpointer.check_errors()  # an asynchronous save failed: stop now
-        last = stage.index == len(self.stage_names) - 1
+        last = stage.index == extendable_stage(self.config)
         if (every and stage_step % every == 0 and stage_step < total) or \
                 (last and stage_step == total):
             self.save(stage, state, stage_step=stage_step, done=False, **extra)
@@ -253,6 +254,16 @@ class Run:
             self.checkpointer.close()
         finally:
             self.lock.release()
+
+
+def keep_count(config) -> int | None:
+    """Checkpoints kept: config.checkpoint.max_to_keep, and at least enough that the
+    full-state checkpoint of the extendable stage's last step outlives the checkpoints of
+    its end and of the evals after it (so a finished run can be extended)."""
+    index = extendable_stage(config)
+    after = len(stage_names(config)) - index if index is not None else 0
+    keep = config.checkpoint.max_to_keep
+    return None if keep is None else max(int(keep), after + 1)
 
 
 def mesh_devices(config) -> list:

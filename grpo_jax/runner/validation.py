@@ -68,6 +68,10 @@ def check_run_fields(config: ml_collections.ConfigDict, kinds) -> None:
         top.string("compilation_cache_dir")
     if "reuse_host_memory" in config:
         top.boolean("reuse_host_memory")
+    if "math_verify" in config:
+        verify = Fields(config.math_verify, "math_verify")
+        verify.positive("deadline_seconds")
+        verify.integer("workers")
 
     task = Fields(config.task, "task")
     task.choice("name", tasks_lib.available_tasks())

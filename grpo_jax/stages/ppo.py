@@ -49,6 +49,7 @@ def default_section() -> ml_collections.ConfigDict:
     s.rewards = ml_collections.ConfigDict({"accuracy": 1.0, "format": 0.2})
     s.reward_model = ""  # reward_model stage name (or directory) for the "reward_model" reward
     s.checkpoint_every = 20  # steps between checkpoints (0 = only at the end)
+    s.overlong_cache = 0  # soft overlong punishment ramp L_cache (tokens); 0 = off
     return s
 
 
@@ -144,7 +145,8 @@ class PPOLearner(Learner):
 
 
 def run_ppo(run, stage) -> None:
-    rl_loop(run, stage, PPOLearner(run, stage), sampling=section_sampling(run, stage.section))
+    rl_loop(run, stage, PPOLearner(run, stage), sampling=section_sampling(run, stage.section),
+            overlong_cache=stage.section.overlong_cache)
 
 
 KIND = StageKind("ppo", run_ppo, default_section, validate, rl_curves=True,

@@ -32,6 +32,7 @@ def default_section() -> ml_collections.ConfigDict:
     s.rewards = ml_collections.ConfigDict({"accuracy": 1.0, "format": 0.2})  # name -> weight
     s.reward_model = ""  # reward_model stage name (or directory) for the "reward_model" reward
     s.checkpoint_every = 10  # steps between checkpoints (0 = only at the end)
+    s.overlong_cache = 0  # soft overlong punishment ramp L_cache (tokens); 0 = off
     return s
 
 
@@ -76,7 +77,8 @@ class TRPOLearner(Learner):
 
 
 def run_trpo(run, stage) -> None:
-    rl_loop(run, stage, TRPOLearner(run, stage), sampling=section_sampling(run, stage.section))
+    rl_loop(run, stage, TRPOLearner(run, stage), sampling=section_sampling(run, stage.section),
+            overlong_cache=stage.section.overlong_cache)
 
 
 KIND = StageKind("trpo", run_trpo, default_section, validate, rl_curves=True,

@@ -12,9 +12,9 @@ Saves are atomic: orbax writes into ``<step>.orbax-checkpoint-tmp-*`` and rename
 ``<step>`` when complete, so an interrupted save never replaces the latest good checkpoint;
 unfinished temporary directories are ignored by `latest_step` and `restore`.
 
-Integrity: in a single-process run every array's checksum is saved in the metadata and
-checked on restore, so a checkpoint whose bytes changed on disk (a flipped bit that still
-decodes) is refused with `CheckpointIntegrityError` instead of restored silently.
+Integrity: every array's checksum is saved in the metadata and checked on restore, so a
+checkpoint whose bytes changed on disk (a flipped bit that still decodes) is refused with
+`CheckpointIntegrityError` instead of restored silently.
 
 PRNG keys: both typed keys (``jax.random.key``) and raw ``uint32`` keys
 (``jax.random.PRNGKey``) are supported. A typed key is stored as its ``key_data`` and its
@@ -96,17 +96,14 @@ def _block_checksum(block, starts, strides):
 
 
 def _leaf_blocks(x) -> list:
-    """The per-block checksums (device scalars) of one array, each distinct shard this
-    process holds once; their sum mod 2**32 is the array's checksum."""
+    """The per-block checksums (device scalars) of the blocks of one array whose replica 0
+    this process holds; their sum over every process, mod 2**32, is the array's checksum."""
     shape = tuple(np.shape(x))
     strides = tuple(int(np.prod(shape[d + 1:], dtype=np.int64)) for d in range(len(shape)))
     if isinstance(x, jax.Array):
-        blocks, seen = [], set()
-        for shard in x.addressable_shards:
-            starts = tuple(s.indices(n)[0] for s, n in zip(shard.index, shape))
-            if starts not in seen:
-                seen.add(starts)
-                blocks.append((shard.data, starts))
+        # Replica 0 of each distinct block: held by exactly one device of one process.
+        blocks = [(shard.data, tuple(s.indices(n)[0] for s, n in zip(shard.index, shape)))
+                  for shard in x.addressable_shards if shard.replica_id == 0]
     else:
         blocks = [(jnp.asarray(x), (0,) * len(shape))]
     return [_block_checksum(block, np.asarray(starts, np.uint32), strides)
@@ -118,12 +115,19 @@ def checksums(state: Any) -> dict[str, int]:
     their key data): a position-weighted sum of the array's bits mod 2**32, so any single
     flipped bit (and any swap of two different elements) changes it. Computed block by
     block on the devices that hold the array, without collectives (all dispatched, then
-    fetched at once), over the shards this process holds."""
+    fetched at once). With several processes each sums the blocks it holds and one small
+    all-gather of those sums (every process must call this) gives every process the
+    totals."""
     storable, _ = _to_storable(state)
     leaves = jax.tree_util.tree_flatten_with_path(storable)[0]
     values = jax.device_get([_leaf_blocks(x) for _, x in leaves])
-    return {_path_str(path): int(sum(int(v) for v in blocks) % 2**32)
-            for (path, _), blocks in zip(leaves, values)}
+    sums = np.asarray([sum(int(v) for v in blocks) % 2**32 for blocks in values], np.int64)
+    if jax.process_count() > 1 and len(sums):
+        from jax.experimental import multihost_utils  # pylint: disable=import-outside-toplevel
+
+        gathered = multihost_utils.process_allgather(sums.astype(np.uint32)[None], tiled=True)
+        sums = np.asarray(gathered).astype(np.int64).sum(0)  # uint32: jax has no int64 here
+    return {_path_str(path): int(total % 2**32) for (path, _), total in zip(leaves, sums)}
 
 
 def _save_error(step, directory, err) -> str:
@@ -231,10 +235,9 @@ def latest_meta(directory: str | os.PathLike) -> dict | None:
 class Checkpointer:
     """Saves and restores (state pytree, JSON metadata) pairs under one directory.
 
-    A single-process save records `checksums(state)` in the metadata and `restore` checks
-    every restored array against it. A multi-process run records none (each process holds
-    only its shards, and combining their sums would need a collective beside orbax's own):
-    there orbax's checks alone guard the files.
+    A save records `checksums(state)` in the metadata and `restore` checks every restored
+    array against it (in a multi-process run every process calls both, as orbax requires,
+    and the checksums combine the processes' shards).
 
     Args:
       directory: where step sub-directories are written (created if missing).
@@ -319,8 +322,7 @@ class Checkpointer:
             return False
         storable, typed = _to_storable(state)
         meta[_TYPED_KEYS_FIELD] = typed
-        if jax.process_count() == 1:  # see the class docstring
-            meta[_CHECKSUMS_FIELD] = checksums(storable)
+        meta[_CHECKSUMS_FIELD] = checksums(storable)
         try:
             json.dumps(meta)
         except TypeError as err:

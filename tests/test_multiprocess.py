@@ -150,6 +150,14 @@ def test_two_processes_match_one_and_survive_a_stop_and_a_dead_peer(tmp_path):
         assert a["grad_norm"] > 0
         np.testing.assert_allclose(a["grad_norm"], b["grad_norm"], rtol=1e-4)
         np.testing.assert_allclose(a["loss"], b["loss"], rtol=1e-4, atol=1e-6)
+    # Every checkpoint of the 2-process run holds the checksum of each array, computed over
+    # both processes' shards: restoring it in this one process checks them all.
+    from grpo_jax.checkpoint import _CHECKSUMS_FIELD, _META
+
+    last = max(int(n) for n in os.listdir(checkpoints) if n.isdigit())
+    sums = json.loads((checkpoints / str(last) / _META / "metadata").read_text())[
+        _CHECKSUMS_FIELD]
+    assert sums and all(isinstance(v, int) for v in sums.values())
     reference = _final_params(single)
     final = _final_params(multi, like=reference)
     jax.tree.map(lambda x, y: np.testing.assert_allclose(x, y, rtol=1e-4, atol=1e-6),

@@ -262,6 +262,24 @@ def test_multi_process_detection(clean_env, monkeypatch, env, expected):
     assert len(clean_env) == (0 if expected is None else 1)
 
 
+def test_a_tpu_vm_initialises_through_jax_detection(clean_env, monkeypatch):
+    """On a TPU VM the slice's layout is in the metadata server: jax.distributed.initialize()
+    is called without a layout (JAX reads it); off TPU, or with TPU_SKIP_MDS_QUERY, not."""
+    from grpo_jax.parallel import mesh as mesh_lib
+
+    assert mesh_lib.tpu_chips() == 0 or jax.default_backend() == "tpu"  # read from /sys
+    monkeypatch.delenv("TPU_SKIP_MDS_QUERY", raising=False)
+    monkeypatch.setattr(mesh_lib, "tpu_chips", lambda: 4)
+    assert parallel.multi_process_environment() == "cloud_tpu_vm"
+    assert parallel.initialize_distributed()
+    assert clean_env == [{"heartbeat_timeout_seconds": mesh_lib.HEARTBEAT_TIMEOUT_SECONDS}]
+    monkeypatch.setenv("TPU_SKIP_MDS_QUERY", "1")
+    assert parallel.multi_process_environment() is None
+    monkeypatch.delenv("TPU_SKIP_MDS_QUERY")
+    monkeypatch.setattr(mesh_lib, "tpu_chips", lambda: 0)
+    assert parallel.multi_process_environment() is None
+
+
 def test_initialize_distributed_passes_process_layout(clean_env, monkeypatch):
     monkeypatch.setenv("JAX_COORDINATOR_ADDRESS", "10.0.0.1:1234")
     monkeypatch.setenv("JAX_NUM_PROCESSES", "4")

@@ -144,7 +144,9 @@ def multi_process_environment() -> str | None:
     Detected: an explicit coordinator (``JAX_COORDINATOR_ADDRESS``, with
     ``JAX_NUM_PROCESSES`` > 1 when given), SLURM (``SLURM_NTASKS`` > 1), Open MPI
     (``OMPI_COMM_WORLD_SIZE`` > 1), multi-host Cloud TPU (``TPU_WORKER_HOSTNAMES`` listing
-    several hosts, or ``MEGASCALE_COORDINATOR_ADDRESS``).
+    several hosts, or ``MEGASCALE_COORDINATOR_ADDRESS``), and a Cloud TPU VM (TPU chips on the
+    PCI bus: a pod slice's hosts find each other through the metadata server, which
+    `jax.distributed.initialize()` reads; ``TPU_SKIP_MDS_QUERY`` turns this off).
     """
     if os.environ.get("JAX_COORDINATOR_ADDRESS"):
         if "JAX_NUM_PROCESSES" not in os.environ or _int_env("JAX_NUM_PROCESSES") > 1:
@@ -156,7 +158,21 @@ def multi_process_environment() -> str | None:
     hosts = [h for h in os.environ.get("TPU_WORKER_HOSTNAMES", "").split(",") if h.strip()]
     if len(hosts) > 1 or os.environ.get("MEGASCALE_COORDINATOR_ADDRESS"):
         return "cloud_tpu"
+    if tpu_chips() and not os.environ.get("TPU_SKIP_MDS_QUERY"):
+        # A TPU VM: the slice's layout is in the metadata server, not the environment, and
+        # JAX's own detection reads it (a single-host VM initialises as 1 process).
+        return "cloud_tpu_vm"
     return None
+
+
+def tpu_chips() -> int:
+    """TPU chips on this host's PCI bus (0 off TPU); reads /sys, starts no backend."""
+    try:
+        from jax._src import hardware_utils  # pylint: disable=import-outside-toplevel
+
+        return int(hardware_utils.num_available_tpu_chips_and_device_id()[0])
+    except Exception:  # noqa: BLE001  (a private module: absent or changed)
+        return 0
 
 
 HEARTBEAT_TIMEOUT_SECONDS = 30

@@ -10,12 +10,20 @@ SXM figure of 989).
 
     python benchmarks/gpu_gsm8k.py --steps 4 [--size qwen2.5-1.5b] [--scratch /tmp/gsm8k_gpu]
 
-Model FLOPs of the update per iteration: 6 x parameters x tokens for the policy's forward and
-backward, plus 2 x parameters x tokens for the reference forward (beta > 0), plus the
-attention score and value products (12 x layers x heads x head_dim x T^2 per sequence for
-forward + backward, 4 x ... for the forward-only reference pass), over the padded length;
-remat's recomputation is not counted (MFU counts model FLOPs, not hardware FLOPs). The
-first iteration (compilation) is reported separately and left out of the averages.
+Model FLOPs of the update per iteration (`update_model_flops`) are those of the passes the
+update runs, counted as the code computes them (`models.completion_logprobs`): each group's
+prompt once (the G rows of a group share it), every row's completion positions, the output
+head on completion positions only, causal attention (each query against the keys before it,
+not the full square), and per pass 1x forward, 3x for forward + backward: the policy's
+forward and backward plus the reference forward when beta > 0 (an on-policy GRPO step needs
+no separate old-policy pass). Remat's recomputation is not counted (MFU counts model FLOPs,
+not hardware FLOPs). The first iteration (compilation) is reported separately and left out
+of the averages.
+
+Sampling is measured as the rollout's time (`sample_time_s`), which includes host-side
+decoding and scoring: an upper bound on the device sampler's time. It is printed against the
+HBM bandwidth bound of decoding (`decode_bytes_per_step`: every decode step reads the bf16
+weights once and the KV cache of the batch; `--hbm_tbps`, default the H200's 4.8).
 """
 
 from __future__ import annotations
@@ -88,12 +96,51 @@ def write_assets(scratch: str, size: str) -> tuple[str, str]:
     return ckpt, data
 
 
+def _body_and_head(shape) -> tuple[int, int]:
+    """(parameters of the layers, parameters of the output head) of a ModelConfig: the head
+    is the embedding matrix when tied (it also embeds, a lookup without FLOPs)."""
+    embed = shape.vocab_size * shape.hidden_size
+    untied_head = 0 if shape.tie_embeddings else embed
+    return shape.num_params() - embed - untied_head, embed
+
+
+def update_model_flops(shape, *, prompts: int, group_size: int, prompt_len: int,
+                       new_tokens: int, reference: bool) -> dict:
+    """Model FLOPs of one GRPO update over `prompts` x `group_size` rows of `prompt_len` +
+    `new_tokens` tokens, as `completion_logprobs` computes them; a dict of the parts and
+    "total" (see the module docstring)."""
+    body, head = _body_and_head(shape)
+    p, c = prompt_len, new_tokens
+    per_head_layer = shape.num_layers * shape.num_heads * shape.head_dim
+    # Causal attention: the QK^T and AV products, 2 FLOPs per multiply-add, each query
+    # against the keys up to it: P^2 / 2 pairs in the prompt, C * P + C^2 / 2 for a completion.
+    prompt = 2 * body * p + 4 * per_head_layer * (p * p / 2)
+    row = 2 * body * c + 2 * head * c + 4 * per_head_layer * (c * p + c * c / 2)
+    forward = prompts * (prompt + group_size * row)
+    passes = 3 + (1 if reference else 0)
+    return {"forward": forward, "passes": passes, "total": passes * forward,
+            "prompt_share": prompts * prompt / forward,
+            "head_share": prompts * group_size * 2 * head * c / forward}
+
+
+def decode_bytes_per_step(shape, *, rows: int, context: int, weight_bytes: int = 2,
+                          cache_bytes: int = 2) -> float:
+    """Bytes one decode step reads: the weights once, and every row's KV cache of `context`
+    positions (keys and values of each layer's KV heads)."""
+    weights = weight_bytes * shape.num_params()
+    cache = (cache_bytes * 2 * shape.num_layers * shape.num_kv_heads * shape.head_dim
+             * context * rows)
+    return weights + cache
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--steps", type=int, default=4)
     parser.add_argument("--size", default="qwen2.5-0.5b")
     parser.add_argument("--scratch", default="/tmp/grpo_jax_gpu_bench")
     parser.add_argument("--peak_tflops", type=float, default=989.0)
+    parser.add_argument("--hbm_tbps", type=float, default=4.8,
+                        help="HBM bandwidth in TB/s (H200 4.8, H100 SXM 3.35)")
     parser.add_argument("--set", action="append", default=[],
                         help="extra config override, e.g. --set rl.num_prompts=32")
     args = parser.parse_args()
@@ -139,12 +186,23 @@ def main() -> None:
     prompt_len = prompt_bucket(config, task, build_tokenizer(config, task, None))
     rows_per_step = config.rl.num_prompts * config.rl.group_size
     seq = prompt_len + config.rl.max_new_tokens
-    attention = 4 * shape.num_layers * shape.num_heads * shape.head_dim * seq * seq
-    fwd = 2 * params * seq + attention  # one forward of one sequence (padded length)
-    update_flops = rows_per_step * (3 * fwd + fwd)  # policy forward + backward, reference
+    flops = update_model_flops(shape, prompts=config.rl.num_prompts,
+                               group_size=config.rl.group_size, prompt_len=prompt_len,
+                               new_tokens=config.rl.max_new_tokens,
+                               reference=config.rl.beta is not None and config.rl.beta != 0)
+    update_flops = flops["total"]
     print(f"\n{args.size}: {params / 1e6:.0f}M parameters, {jax.devices()[0].device_kind}, "
           f"{rows_per_step} sequences x {seq} tokens (prompt bucket {prompt_len} + "
           f"{config.rl.max_new_tokens} new) per iteration; wall {wall:.0f}s")
+    print(f"update model FLOPs {update_flops / 1e12:.0f} TFLOP per iteration ({flops['passes']} "
+          f"forward-equivalents; prompts {100 * flops['prompt_share']:.0f}%, output head "
+          f"{100 * flops['head_share']:.0f}% of a forward)")
+    # Decoding: the mean context over the completion, every row of the rollout at once.
+    step_bytes = decode_bytes_per_step(shape, rows=rows_per_step,
+                                       context=prompt_len + config.rl.max_new_tokens // 2)
+    bound_s = config.rl.max_new_tokens * step_bytes / (args.hbm_tbps * 1e12)
+    print(f"sampler bandwidth bound: {bound_s:.2f}s per rollout ({step_bytes / 1e9:.2f} GB "
+          f"per decode step x {config.rl.max_new_tokens} steps at {args.hbm_tbps} TB/s)")
     print("| step | sample s | update s | step s | generated tok/s | update MFU |")
     print("|---|---|---|---|---|---|")
     for r in rows:
@@ -159,7 +217,9 @@ def main() -> None:
     print(f"steady state (steps 2..{len(rows)}): sample {mean['sample_time_s']:.2f}s, update "
           f"{mean['update_time_s']:.2f}s, iteration {mean['step_time_s']:.2f}s, "
           f"{rows_per_step * seq / mean['step_time_s']:.0f} tokens/s overall, update MFU "
-          f"{100 * update_flops / mean['update_time_s'] / (args.peak_tflops * 1e12):.1f}%")
+          f"{100 * update_flops / mean['update_time_s'] / (args.peak_tflops * 1e12):.1f}%, "
+          f"sampling at {bound_s / mean['sample_time_s']:.2f} of the bandwidth bound (host "
+          "decoding and scoring included)")
 
 
 if __name__ == "__main__":

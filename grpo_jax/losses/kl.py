@@ -19,6 +19,16 @@ def kl_penalty(logp, ref_logp, *, kind: str = "k3"):
     http://joschu.net/blog/kl-approx.html; k3 is GRPO's penalty: Shao et al. 2024,
     https://arxiv.org/abs/2402.03300). k1 and k3 are unbiased: E_pi[k] = KL(pi || ref).
 
+    As a loss term (differentiated through logp, the sampled tokens held fixed) their
+    gradients are not those of their expectations (each line follows from
+    E_pi[grad log pi] = 0):
+      grad k1 = grad log pi:                  E_pi = 0 (no gradient in expectation);
+      grad k2 = (log pi - log ref) grad log pi: E_pi = grad KL(pi || ref);
+      grad k3 = (1 - ref / pi) grad log pi:     E_pi = -E_ref[grad log pi] = grad KL(ref || pi).
+    So GRPO's k3 in the loss pulls towards the reference in the forward direction, k2 in the
+    reverse one, and k1 belongs in the reward (where its value, not its gradient, acts), not
+    in the loss (`tests/test_losses_surrogate_kl.py` checks the three exactly).
+
     Args:
       logp: [..., T] log pi_theta of the sampled tokens.
       ref_logp: [..., T] log pi_ref of the same tokens.

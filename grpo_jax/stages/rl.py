@@ -157,6 +157,17 @@ def _validate_fused(check) -> None:
                 check.fail("fused_steps", str(err))
 
 
+def kl_warning(section) -> str | None:
+    """A warning for a KL term that does nothing: k1 in the loss has zero gradient in
+    expectation (`losses.kl_penalty`)."""
+    algorithm, resolved = settings(section)
+    if resolved.beta and resolved.kl_kind == "k1" and algorithm.kl_placement == "loss":
+        return ("kl_kind k1 in the loss has zero gradient in expectation, so beta "
+                f"{resolved.beta} pulls nothing towards the reference; use k3 (the gradient of "
+                "KL(ref || pi), GRPO's) or k2 (of KL(pi || ref))")
+    return None
+
+
 def summary(section) -> str:
     """The algorithm and its resolved hyper-parameters, for `--print_config`."""
     algorithm, resolved = settings(section)
@@ -167,7 +178,8 @@ def summary(section) -> str:
     return (f"{algorithm.name}: {algorithm.objective} objective, epsilon {resolved.epsilon} / "
             f"{resolved.epsilon_high}, {resolved.ratio_level} ratio, {kl}, "
             f"{resolved.loss_agg}, entropy_coef {section.entropy_coef}"
-            + (f", {' and '.join(switches)}" if switches else ""))
+            + (f", {' and '.join(switches)}" if switches else "")
+            + (f"; warning: {kl_warning(section)}" if kl_warning(section) else ""))
 
 
 def loss_settings(section, *, on_policy: bool) -> LossSettings:
@@ -261,6 +273,9 @@ def run_fused(run, stage) -> None:
 
 def run_rl(run, stage) -> None:
     section = stage.section
+    warning = kl_warning(section)
+    if warning:
+        print(f"[grpo_jax] warning: {stage.name}.{warning}", flush=True)
     if section.fused_steps:
         return run_fused(run, stage)
     rl_loop(run, stage, GRPOLearner(run, stage),

@@ -58,6 +58,9 @@ def get_config(preset: str | None = None) -> ml_collections.ConfigDict:
     config.task.format_error_rate = 0.15  # chance that a worked solution is malformed
     config.task.train_size = 20000  # distinct training problems for RL prompts
     config.task.eval_size = 128  # held-out problems for evaluation
+    # The held-out problems' own seed, not the run's: runs with different seeds evaluate the
+    # same problems, so arms of a sweep are paired by problem as well as by seed.
+    config.task.eval_seed = 0
     # Prompt bucket (tokens, incl. BOS); a longer prompt is an error at start-up. 0 = auto:
     # the longest training / held-out prompt, rounded up to a multiple of 8.
     config.task.prompt_len = 16

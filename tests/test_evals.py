@@ -470,3 +470,28 @@ def test_eval_runs_ks_budget_forcing_and_eval_only_report(tmp_path):
     assert list(summary) == ["after"]
     columns, _ = _parse_table((tmp_path / "eval_only" / "report.md").read_text())
     assert columns == ["model"]
+
+
+def test_runs_with_different_seeds_evaluate_the_same_problems(tmp_path):
+    """task.eval_seed, not the run's seed, draws the held-out problems: two seeds of a sweep
+    are paired problem by problem (their models, and so their completions, differ)."""
+    from configs import default as default_config
+    from grpo_jax.pipeline import run_stage
+
+    prompts = {}
+    for seed in (0, 1):
+        config = default_config.get_config("smoke")
+        config.seed = seed
+        config.model.num_layers = 1
+        run_stage(config, "eval_final", str(tmp_path / str(seed)))
+        rows = [json.loads(line) for line in open(tmp_path / str(seed) / "samples.jsonl")]
+        prompts[seed] = [r["prompt"] for r in rows]
+    assert prompts[0] and prompts[0] == prompts[1]
+    config = default_config.get_config("smoke")
+    from grpo_jax.runner.build import build_task, eval_seed
+
+    task = build_task(config)
+    config.seed, config.task.eval_seed = 1, 5
+    assert eval_seed(config) == 5
+    assert [e.id for e in task.examples("test", 8, seed=5)] != \
+        [e.id for e in task.examples("test", 8, seed=0)]  # the seed does choose the problems

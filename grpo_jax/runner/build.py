@@ -330,6 +330,12 @@ def check_tokenizer(config, tokenizer, checkpoint_model: ModelConfig | None) -> 
         check_vocabulary(tokenizer, checkpoint_model.vocab_size, config.model.init_from)
 
 
+def eval_seed(config) -> int:
+    """The seed of the held-out problems: task.eval_seed (fixed across a sweep's seeds), or
+    the run's seed for a config without the field."""
+    return int(config.task.get("eval_seed", config.seed))
+
+
 def prompt_bucket(config, task, tokenizer) -> int:
     """The prompt bucket: task.prompt_len, checked to hold the longest prompt (BOS included)
     of the training and held-out problems; with task.prompt_len = 0 that longest prompt
@@ -338,7 +344,8 @@ def prompt_bucket(config, task, tokenizer) -> int:
     examples = []
     for split, field in (("train", "train_size"), ("test", "eval_size")):
         try:
-            examples += task.examples(split, config.task[field], seed=config.seed)
+            examples += task.examples(split, config.task[field], seed=eval_seed(config)
+                                      if split == "test" else config.seed)
         except ValueError as err:  # too few problems, or a data file that does not read
             message = str(err)
             in_file = os.path.isfile(message.split(":", 1)[0])  # "<file>:<line>: ..."

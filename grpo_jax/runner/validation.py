@@ -81,6 +81,8 @@ def check_run_fields(config: ml_collections.ConfigDict, kinds) -> None:
                                 "or >= 2, got 1")
     task.integer("train_size")
     task.integer("eval_size")
+    if "eval_seed" in config.task:
+        task.integer("eval_seed", low=0)
     task.number("solution_error_rate", low=0.0, high=1.0)
     task.number("format_error_rate", low=0.0, high=1.0)
 

@@ -19,6 +19,7 @@ import ml_collections
 from grpo_jax import evals as evals_lib
 from grpo_jax.rewards.parsing import last_number
 from grpo_jax.runner import StageKind
+from grpo_jax.runner.build import eval_seed
 from grpo_jax.runner.rollouts import sample_and_score
 from grpo_jax.runner.toolkit import SAMPLES_PER_LOG, log_samples, sampling_config
 
@@ -113,7 +114,7 @@ def run_eval(run, stage) -> None:
     """Samples num_samples completions per task.eval_size held-out problem; records the
     figures in the run (for the report) and the metrics log."""
     section, task = stage.section, run.task
-    examples = task.examples("test", run.config.task.eval_size, seed=run.config.seed)
+    examples = task.examples("test", run.config.task.eval_size, seed=eval_seed(run.config))
     sampling = eval_sampling(run, section)
     t0 = time.time()
     records = sample_and_score(run, examples, num_samples=section.num_samples,

@@ -282,6 +282,12 @@ def test_rollout_record_by_hand():
     assert record["pass@1"] == pytest.approx(0.75) and record["reward/accuracy"] == 0.75
     assert record["completion_length"] == 4.0 and record["truncated_frac"] == 0.25
     assert record["zero_std_groups"] == 0.5  # the second group (1, 1) carries no signal
+    assert record["length_correct"] == pytest.approx(11 / 3)  # lengths 3, 4, 4
+    assert record["length_incorrect"] == 5.0
+    none_wrong = jax.device_get(rollout_record(
+        np.ones(2), {}, np.array([True, True]), np.array([2, 6]), np.zeros(2, bool),
+        group_size=2))
+    assert none_wrong["length_correct"] == 4.0 and np.isnan(none_wrong["length_incorrect"])
 
 
 def test_section_default_comment_matches_the_table():

@@ -128,7 +128,9 @@ def rollout_record(rewards, components: Mapping[str, jax.Array], correct, length
       group_size: G.
 
     Returns:
-      reward_mean, reward_std, reward/<name>, pass@1, completion_length, truncated_frac and,
+      reward_mean, reward_std, reward/<name>, pass@1, completion_length, length_correct and
+      length_incorrect (the mean length of the solved and of the unsolved completions; NaN
+      when there is none: Dr. GRPO's length bias shows in the second), truncated_frac and,
       for G > 1, zero_std_groups (the fraction of groups whose rewards are all equal: they
       carry no group-relative signal). Scalars (float32 arrays).
     """
@@ -142,6 +144,12 @@ def rollout_record(rewards, components: Mapping[str, jax.Array], correct, length
         "completion_length": jnp.mean(jnp.asarray(lengths, jnp.float32)),
         "truncated_frac": jnp.mean(jnp.asarray(truncated, jnp.float32)),
     }
+    solved = jnp.asarray(correct, bool)
+    lengths = jnp.asarray(lengths, jnp.float32)
+    for name, rows in (("length_correct", solved), ("length_incorrect", ~solved)):
+        count = jnp.sum(rows)
+        record[name] = jnp.where(count > 0, jnp.sum(jnp.where(rows, lengths, 0.0))
+                                 / jnp.maximum(count, 1), jnp.nan)
     if group_size > 1:
         groups = rewards.reshape(-1, group_size)
         record["zero_std_groups"] = jnp.mean(

@@ -301,3 +301,46 @@ def test_chunked_logprobs_in_the_update_match_unchunked():
     full = make_logp_fn(policy, prompt_len=4)(params, tokens, mask)
     parts = make_logp_fn(chunked, prompt_len=4)(params, tokens, mask)
     np.testing.assert_allclose(parts, full, rtol=1e-5, atol=1e-6)
+
+
+def test_per_sequence_score_grads_sum_to_the_batch_gradient_and_give_the_baseline():
+    """The vmapped one-row gradients of log pi(y_i | x_i) sum to the gradient of the batched
+    sum (another program: all rows in one forward), and their squared norms feed
+    losses.optimal_baseline."""
+    from flax import nnx
+
+    from grpo_jax import losses
+    from grpo_jax.models import Transformer, named_config
+    from grpo_jax.rl.update import (sequence_logp, sequence_score_grads,
+                                    sequence_score_sq_norms)
+    from grpo_jax.training import Policy
+
+    model = Transformer(named_config("tiny-1m", vocab_size=16, hidden_size=32, num_layers=1,
+                                     num_heads=2, num_kv_heads=1, head_dim=16, mlp_size=64,
+                                     max_seq_len=16), rngs=nnx.Rngs(0))
+    policy, params = Policy.from_model(model)
+    rng = np.random.default_rng(1)
+    rows, prompt_len, new = 4, 3, 5
+    tokens = jnp.asarray(rng.integers(0, 16, (rows, prompt_len + new)), jnp.int32)
+    attention = np.ones((rows, prompt_len + new), bool)
+    attention[1, 0] = False  # left padding
+    attention[2, -2:] = False  # a completion that ended early
+    attention = jnp.asarray(attention)
+
+    grads = sequence_score_grads(policy, params, tokens, attention, prompt_len)
+
+    def batch_logp(p):
+        logp, _ = sequence_logp(policy, p, tokens, attention, prompt_len)
+        return jnp.sum(jnp.where(attention[:, prompt_len:], logp, 0.0))
+
+    expected = jax.grad(batch_logp)(params)
+    jax.tree.map(lambda g, e: np.testing.assert_allclose(np.sum(g, axis=0), e, rtol=1e-4,
+                                                         atol=1e-5), grads, expected)
+    norms = sequence_score_sq_norms(policy, params, tokens, attention, prompt_len)
+    by_hand = [sum(float(np.sum(np.square(g[i]))) for g in jax.tree.leaves(grads))
+               for i in range(rows)]
+    np.testing.assert_allclose(norms, by_hand, rtol=1e-5)
+    assert len(set(np.round(np.asarray(norms), 4))) == rows  # rows differ
+    rewards = jnp.asarray([1.0, 0.0, 0.5, 2.0])
+    baseline = losses.optimal_baseline(rewards, norms)
+    assert float(baseline) == pytest.approx(float(jnp.sum(norms * rewards) / jnp.sum(norms)))

@@ -64,6 +64,33 @@ def sequence_logp(policy: Policy, params: Params, tokens, attention_mask, prompt
     return out["logp"], out.get("entropy")
 
 
+def sequence_score_grads(policy: Policy, params: Params, tokens, attention_mask,
+                         prompt_len: int, loss_mask=None, temperature: float = 1.0):
+    """Per-sequence score functions grad_theta log pi(y_i | x_i), one per row: a pytree like
+    `params` with a leading [B] axis. log pi(y_i | x_i) sums the completion's log-probs over
+    `loss_mask` (default: the completion's attention mask). For gradient-variance studies of
+    baselines on the language model (`losses.optimal_baseline` takes their squared norms);
+    memory grows with B x parameters, so use it on small models or few rows at a time."""
+    mask = attention_mask[:, prompt_len:] if loss_mask is None else loss_mask
+
+    def row_logp(p, row_tokens, row_attention, row_mask):
+        logp, _ = sequence_logp(policy, p, row_tokens[None], row_attention[None], prompt_len,
+                                temperature)
+        return jnp.sum(jnp.where(row_mask[None], logp, 0.0))
+
+    return jax.vmap(jax.grad(row_logp), in_axes=(None, 0, 0, 0))(
+        params, tokens, attention_mask, mask)
+
+
+def sequence_score_sq_norms(policy: Policy, params: Params, tokens, attention_mask,
+                            prompt_len: int, loss_mask=None, temperature: float = 1.0):
+    """[B] squared norms ||grad_theta log pi(y_i | x_i)||^2 (`sequence_score_grads`)."""
+    grads = sequence_score_grads(policy, params, tokens, attention_mask, prompt_len,
+                                 loss_mask, temperature)
+    return sum(jnp.sum(jnp.square(g.astype(jnp.float32)).reshape(g.shape[0], -1), axis=1)
+               for g in jax.tree.leaves(grads))
+
+
 def prompt_group_for(rows: int, group_size: int, micro_batches: int = 1) -> int:
     """The prompt group an update over `rows` rows in `micro_batches` can share: G when a
     micro-batch holds whole groups, else 1 (nothing shared)."""

@@ -6,6 +6,7 @@ import fractions
 import itertools
 import json
 import math
+import os
 import re
 import time
 
@@ -271,7 +272,8 @@ def test_write_report_files_and_same_numbers(tmp_path):
         history=history,
         plots=("reward_mean", "pass@1", "kl"),  # "kl" absent: skipped
     )
-    assert set(paths) == {"markdown", "json", "plot:reward_mean", "plot:pass@1"}
+    # evaluate_samples reports pass@k / maj@k for several k: their curve is drawn too.
+    assert set(paths) == {"markdown", "json", "plot:reward_mean", "plot:pass@1", "plot:at_k"}
     for key in ("plot:reward_mean", "plot:pass@1"):
         with open(paths[key], "rb") as f:
             assert f.read(8) == b"\x89PNG\r\n\x1a\n"
@@ -495,3 +497,18 @@ def test_runs_with_different_seeds_evaluate_the_same_problems(tmp_path):
     assert eval_seed(config) == 5
     assert [e.id for e in task.examples("test", 8, seed=5)] != \
         [e.id for e in task.examples("test", 8, seed=0)]  # the seed does choose the problems
+
+
+def test_write_report_plots_pass_and_maj_at_k_against_k(tmp_path):
+    summary = {"before": {"pass@1": 0.2, "pass@4": 0.5, "pass@2": 0.35, "maj@2": 0.2,
+                          "maj@4": 0.25, "format_rate": 1.0},
+               "after": {"pass@1": 0.6}}  # one k: no curve for this column
+    flat = {c: evals.flatten_metrics(m) for c, m in summary.items()}
+    assert evals.report.at_k_curves(flat) == {
+        "before": {"pass": [(1, 0.2), (2, 0.35), (4, 0.5)], "maj": [(2, 0.2), (4, 0.25)]}}
+    paths = evals.write_report(tmp_path, title="t", summary=summary,
+                               labels={"before": "pretrain"})
+    assert os.path.getsize(paths["plot:at_k"]) > 1000
+    report = json.loads((tmp_path / "report.json").read_text())
+    assert report["plots"]["pass@k, maj@k"] == "plot_at_k.png"
+    assert "![pass@k, maj@k](plot_at_k.png)" in (tmp_path / "report.md").read_text()

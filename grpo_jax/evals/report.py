@@ -100,6 +100,46 @@ def _plot_series(path: str, name: str, groups: Mapping[Any, tuple[list, list[flo
     figure.savefig(path)
 
 
+AT_K_FILE = "plot_at_k.png"
+_AT_K = re.compile(r"^(pass|maj)@(\d+)$")
+
+
+def at_k_curves(flat: Mapping[str, Mapping[str, Any]]) -> dict[str, dict[str, list]]:
+    """column -> {"pass" / "maj": [(k, value), ...] sorted by k} from flattened summaries
+    (only the curves with at least two k)."""
+    curves: dict[str, dict[str, list]] = {}
+    for column, metrics in flat.items():
+        for name, value in metrics.items():
+            match = _AT_K.match(name)
+            if match and isinstance(value, (int, float)):
+                curves.setdefault(column, {}).setdefault(match.group(1), []).append(
+                    (int(match.group(2)), float(value)))
+    return {c: {kind: sorted(points) for kind, points in kinds.items() if len(points) > 1}
+            for c, kinds in curves.items() if any(len(p) > 1 for p in kinds.values())}
+
+
+def _plot_at_k(path: str, curves, labels: Mapping[str, str], title: str) -> None:
+    from matplotlib.backends.backend_agg import FigureCanvasAgg
+    from matplotlib.figure import Figure
+
+    figure = Figure(figsize=(5.0, 3.2), dpi=100)
+    FigureCanvasAgg(figure)
+    axes = figure.add_subplot()
+    for column, kinds in curves.items():
+        for kind, points in kinds.items():
+            ks, values = zip(*points)
+            axes.plot(ks, values, marker="o", linestyle="-" if kind == "pass" else "--",
+                      label=f"{kind}@k, {labels.get(column, column)}")
+    axes.set_xscale("log", base=2)
+    axes.set_xlabel("k (samples per problem)")
+    axes.set_ylabel("fraction of problems")
+    axes.set_title(title)
+    axes.legend(fontsize=7)
+    axes.grid(alpha=0.3)
+    figure.tight_layout()
+    figure.savefig(path)
+
+
 def _file_name(series: str) -> str:
     return "plot_" + re.sub(r"[^A-Za-z0-9_.-]+", "_", series).strip("_") + ".png"
 
@@ -170,6 +210,12 @@ def write_report(
         spans[series] = {"all" if group is None else str(group): [min(steps), max(steps)]
                          for group, (steps, _) in groups.items()}
         paths[f"plot:{series}"] = os.path.join(workdir, file_name)
+
+    curves = at_k_curves(flat)
+    if curves:  # pass@k (unbiased) and maj@k against k, one line per eval column
+        _plot_at_k(os.path.join(workdir, AT_K_FILE), curves, labels, title)
+        plotted["pass@k, maj@k"] = AT_K_FILE
+        paths["plot:at_k"] = os.path.join(workdir, AT_K_FILE)
 
     headers = [format_value(labels[c]) for c in columns]
     lines = [f"# {title}", "", "| metric | " + " | ".join(headers) + " |"]

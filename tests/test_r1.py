@@ -130,3 +130,53 @@ def test_r1_pipeline_smoke_runs_end_to_end(tmp_path):
     spans = json.loads((tmp_path / "report.json").read_text())["plot_steps"]["reward_mean"]
     assert set(spans) == {"reasoning_rl", "final_rl"}
     assert spans["reasoning_rl"][1] < spans["final_rl"][0]
+
+
+def test_distill_into_a_pretrained_student_starts_from_its_parameters(tmp_path, monkeypatch):
+    """student_init_from: the student is a finished run's final policy (here a pretrained
+    tiny-1m), not a fresh init; a run of another size is refused with one line."""
+    import jax
+
+    from grpo_jax.runner.build import load_run_policy
+    from grpo_jax.stages import distill as distill_stage
+    from grpo_jax.training import Policy
+
+    def pretrained(name, **model):
+        config = default_config.get_config("smoke")
+        config.pretrain.steps = 1
+        config.model.update(model)
+        run_stage(config, "pretrain", tmp_path / name)
+        return str(tmp_path / name)
+
+    student_dir = pretrained("student")
+    _fake_sampler(monkeypatch)
+    started = []
+    original = distill_stage.train_on_rows
+
+    def train_on_rows(run, stage, *rows):
+        started.append(jax.device_get(run.params))
+        return original(run, stage, *rows)
+
+    monkeypatch.setattr(distill_stage, "train_on_rows", train_on_rows)
+
+    def distill_config(student_from):
+        config = default_config.get_config("smoke")
+        config.model.num_layers = 1  # the teacher (the run's model); the student is tiny-1m
+        config.distill = default_section("distill")
+        config.distill.update(dict(num_problems=8, num_samples=2, sample_batch_size=16,
+                                   max_new_tokens=24, steps=1, batch_size=8,
+                                   student_model="tiny-1m", student_init_from=student_from))
+        config.stages = "distill"
+        return config
+
+    run_stage(distill_config(student_dir), "distill", tmp_path / "distill")
+    _, model, _, _ = load_run_policy(student_dir)
+    _, expected = Policy.from_model(model)
+    jax.tree.map(lambda a, b: np.testing.assert_array_equal(np.asarray(a), np.asarray(b)),
+                 started[0], jax.device_get(expected))
+    two_layers = pretrained("two_layers", num_layers=2)
+    with pytest.raises(ConfigError, match=r"distill\.student_init_from: .* another shape"):
+        run_stage(distill_config(two_layers), "distill", tmp_path / "refused")
+    config = distill_config(str(tmp_path / "nowhere"))
+    with pytest.raises(ConfigError, match=r"distill\.student_init_from: .* \(no checkpoints/\)"):
+        validate(config, KINDS)

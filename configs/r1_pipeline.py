@@ -31,6 +31,10 @@ def get_config(preset: str | None = None) -> ml_collections.ConfigDict:
     # Arithmetic plus the language-consistency reward of R1 (sec. 2.3.2).
     config.task.name = "arithmetic"
     config.task.template = "plain"
+    # > 0: every step of a worked solution is introduced by a word, written in Greek with this
+    # probability in the cold-start data, so the language reward differs between completions
+    # and can act (at 0 the traces have no words and it is 1.0 for every output).
+    config.task.kwargs.mixed_script_rate = 0.0
 
     # ---- cold start: SFT on clean worked solutions (completion-only loss) ------------------
     config.cold_start = default_section("sft")

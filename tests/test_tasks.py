@@ -218,3 +218,35 @@ def test_example_dict_round_trip():
     assert Example.from_dict(example.to_dict()) == example
     with pytest.raises(ValueError, match="unknown fields"):
         Example.from_dict({**example.to_dict(), "extra": 1})
+
+
+def test_two_script_traces_give_the_language_reward_something_to_act_on():
+    import re
+
+    from grpo_jax.rewards.language import language_consistency_reward
+    from grpo_jax.text.char import CharTokenizer
+
+    plain = get_task("arithmetic", difficulty=1, max_operators=2)
+    mixed = get_task("arithmetic", difficulty=1, max_operators=2, mixed_script_rate=0.5)
+    examples = plain.examples("train", 200, seed=0)
+    assert [e.id for e in mixed.examples("train", 200, seed=0)] == [e.id for e in examples]
+    rng = np.random.default_rng(0)
+    rewards, greek = [], 0
+    for example in examples:
+        text, correct = plain.solution(example, rng=1, error_rate=0.3)
+        assert not re.search(r"[^\W\d_]{2,}", text.replace("think", "").replace("answer", ""))
+        assert language_consistency_reward(text) == 1.0  # no words: nothing to reward
+        text, correct = mixed.solution(example, rng=rng, error_rate=0.3)
+        assert correct == mixed.is_correct(text, example)
+        greek += text.count("πρώτα") + text.count("μετά")
+        rewards.append(language_consistency_reward(text))
+        assert mixed.extract_answer(text) is not None or not correct
+    words = sum(e.meta["steps"] for e in examples)
+    assert 0.4 < greek / words < 0.6  # each step word is Greek with probability 0.5
+    assert min(rewards) == 0.0 and max(rewards) == 1.0 and 0.3 < np.mean(rewards) < 0.7
+    clean = mixed.examples("test", 5, seed=0)[0].solution  # the reference stays English
+    assert clean.startswith("<think>first ") and language_consistency_reward(clean) == 1.0
+    tokenizer = CharTokenizer.for_task(mixed)  # the task's characters join the alphabet
+    assert tokenizer.decode(tokenizer.encode("πρώτα 2*9=18")) == "πρώτα 2*9=18"
+    with pytest.raises(ValueError, match="mixed_script_rate"):
+        get_task("arithmetic", mixed_script_rate=1.5)

@@ -16,6 +16,13 @@ instead (e.g. "9*6=15", adding instead of multiplying; an offset is used when no
 operator gives a wrong value). Those errors are a separate, exactly computable mode, so a
 model pretrained on them learns exact arithmetic plus a confusion rate: at temperature 1 it
 repeats the confusions (low pass@1, high pass@k), and sharpening removes them.
+
+Two scripts (`mixed_script_rate` p > 0): every step is introduced by a word, "first" /
+"then" ("<think>first 5*3=15 then 7+15=22</think>"), and in the noisy worked solutions each
+such word is written in Greek ("πρώτα" / "μετά") with probability p. A model trained on them
+mixes the two scripts in its thinking, so R1's language-consistency reward (the share of
+English words there, `rewards.language`) differs between its completions and can act; with
+p = 0 (the default) traces have no words and that reward is 1.0 for every output.
 """
 
 from __future__ import annotations
@@ -28,6 +35,8 @@ from grpo_jax.tasks.base import Example, Task, check_rate, perturb
 from grpo_jax.tasks.registry import register_task
 
 OPERATORS = "+-*"
+# Step words of `mixed_script_rate` traces: (English, Greek) for the first and later steps.
+STEP_WORDS = (("first", "πρώτα"), ("then", "μετά"))
 # difficulty -> (min operators, max operators, max operand)
 _LEVELS = {1: (2, 3, 9), 2: (3, 4, 20), 3: (4, 5, 50)}
 
@@ -74,12 +83,18 @@ class ArithmeticTask(Task):
     name = "arithmetic"
 
     def __init__(self, difficulty: int | Sequence[int] = 1, *, max_operators: int | None = None,
-                 error_mode: str = "offset"):
+                 error_mode: str = "offset", mixed_script_rate: float = 0.0):
         """Args: difficulty (int or list); max_operators caps the operator count of every
         level (e.g. 2 makes difficulty 1 "one or two operators": shorter traces for CPU runs);
-        error_mode "offset" | "operator" (how a noisy step is wrong, see the module doc).
+        error_mode "offset" | "operator" (how a noisy step is wrong, see the module doc);
+        mixed_script_rate: > 0 introduces each step with a word, written in Greek with this
+        probability in noisy solutions (see the module doc).
         """
         super().__init__(difficulty)
+        check_rate("mixed_script_rate", mixed_script_rate)
+        self.mixed_script_rate = float(mixed_script_rate)
+        if self.mixed_script_rate > 0:
+            self.characters = "".join(sorted(set("".join(w for _, w in STEP_WORDS))))
         if max_operators is not None and max_operators < 1:
             raise ValueError(f"max_operators: expected an int >= 1 or None, got {max_operators!r}")
         if error_mode not in ("offset", "operator"):
@@ -103,6 +118,7 @@ class ArithmeticTask(Task):
         expression = expression_text(operands, operators)
         thinking, answer = self._trace(operands, operators, errors=[False] * count, rng=None,
                                        error_mode=self.error_mode)
+        thinking = self._narrate(thinking, None)
         return Example(
             id=f"arithmetic:{expression}",
             prompt=expression,
@@ -164,4 +180,18 @@ class ArithmeticTask(Task):
         errors = list(rng.random(len(operators)) < error_rate)
         thinking, answer = self._trace(operands, operators, errors=errors, rng=rng,
                                        error_mode=self.error_mode)
+        thinking = self._narrate(thinking, rng)
         return self.finish_solution(example, thinking, str(answer), rng, format_error_rate)
+
+    def _narrate(self, thinking: str, rng) -> str:
+        """With mixed_script_rate > 0, each step after its word: English, or Greek with that
+        probability when `rng` is given (noisy solutions; the reference stays English)."""
+        if self.mixed_script_rate <= 0:
+            return thinking
+        out = []
+        for i, step in enumerate(thinking.split(" ")):
+            english, greek = STEP_WORDS[min(i, 1)]
+            word = greek if rng is not None and rng.random() < self.mixed_script_rate \
+                else english
+            out.append(f"{word} {step}")
+        return " ".join(out)

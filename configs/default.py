@@ -50,9 +50,12 @@ def get_config(preset: str | None = None) -> ml_collections.ConfigDict:
     config.task = ml_collections.ConfigDict()
     config.task.name = "arithmetic"  # registered task name (grpo_jax.tasks.available_tasks())
     # Task constructor args: difficulty 1 with one or two operators (operands 1-9); a noisy
-    # step confuses the operator ("9*6=15"), see grpo_jax/tasks/arithmetic.py.
+    # step confuses the operator ("9*6=15"), see grpo_jax/tasks/arithmetic.py. redo_rate > 0:
+    # noisy solutions check steps by redoing them (longer traces are more often right);
+    # mixed_script_rate > 0: step words, some in Greek (the language reward can act).
     config.task.kwargs = ml_collections.ConfigDict(
-        {"difficulty": 1, "max_operators": 2, "error_mode": "operator"})
+        {"difficulty": 1, "max_operators": 2, "error_mode": "operator", "redo_rate": 0.0,
+         "mixed_script_rate": 0.0})
     config.task.template = "plain"  # prompt template: plain | r1_zero | chat (checkpoint's)
     config.task.solution_error_rate = 0.3  # chance that a worked-solution step is wrong
     config.task.format_error_rate = 0.15  # chance that a worked solution is malformed

@@ -250,3 +250,29 @@ def test_two_script_traces_give_the_language_reward_something_to_act_on():
     assert tokenizer.decode(tokenizer.encode("πρώτα 2*9=18")) == "πρώτα 2*9=18"
     with pytest.raises(ValueError, match="mixed_script_rate"):
         get_task("arithmetic", mixed_script_rate=1.5)
+
+
+def test_redone_steps_make_longer_traces_more_often_right():
+    """redo_rate q: P(correct) = (1 - e (1 - q))^steps, and a trace's length grows with its
+    redos, so among noisy solutions the correct ones are longer on average."""
+    e, examples = 0.4, None
+    rates = {}
+    for q in (0.0, 0.5, 1.0):
+        task = get_task("arithmetic", difficulty=1, max_operators=2, error_mode="operator",
+                        redo_rate=q)
+        examples = examples or task.examples("train", 400, seed=0)
+        rng = np.random.default_rng(1)
+        solutions = [task.solution(ex, rng=rng, error_rate=e) for ex in examples]
+        expected = np.mean([(1 - e * (1 - q)) ** ex.meta["steps"] for ex in examples])
+        rates[q] = np.mean([correct for _, correct in solutions])
+        assert abs(rates[q] - expected) < 0.06, (q, rates[q], expected)
+        for (text, correct), ex in zip(solutions, examples):
+            assert correct == task.is_correct(text, ex)  # the redone value carries on
+        if q == 0.5:
+            right = np.mean([len(t) for t, c in solutions if c])
+            wrong = np.mean([len(t) for t, c in solutions if not c])
+            assert right > wrong
+    assert rates[1.0] == 1.0 and rates[0.0] < rates[0.5] < rates[1.0]
+    both = get_task("arithmetic", max_operators=2, redo_rate=1.0, mixed_script_rate=1.0)
+    text, _ = both.solution(both.examples("train", 1, seed=3)[0], rng=0, error_rate=1.0)
+    assert text.count("redo") == text.count("πρώτα") + text.count("μετά")  # one word a step

@@ -17,6 +17,13 @@ operator gives a wrong value). Those errors are a separate, exactly computable m
 model pretrained on them learns exact arithmetic plus a confusion rate: at temperature 1 it
 repeats the confusions (low pass@1, high pass@k), and sharpening removes them.
 
+Checking pays (`redo_rate` q > 0): in the noisy worked solutions each step is followed, with
+probability q, by "redo" and the step computed again, correctly ("9*6=15 redo 9*6=54"), and
+the trace goes on from the redone value. A redone wrong step is corrected, a redone right one
+only costs length, so P(correct) = (1 - error_rate (1 - q))^steps: longer traces are more
+often right, and a policy that checks more raises its accuracy by writing longer (the
+setting where response-length growth, and Dr. GRPO's length bias, can show at all).
+
 Two scripts (`mixed_script_rate` p > 0): every step is introduced by a word, "first" /
 "then" ("<think>first 5*3=15 then 7+15=22</think>"), and in the noisy worked solutions each
 such word is written in Greek ("πρώτα" / "μετά") with probability p. A model trained on them
@@ -83,14 +90,18 @@ class ArithmeticTask(Task):
     name = "arithmetic"
 
     def __init__(self, difficulty: int | Sequence[int] = 1, *, max_operators: int | None = None,
-                 error_mode: str = "offset", mixed_script_rate: float = 0.0):
+                 error_mode: str = "offset", mixed_script_rate: float = 0.0,
+                 redo_rate: float = 0.0):
         """Args: difficulty (int or list); max_operators caps the operator count of every
         level (e.g. 2 makes difficulty 1 "one or two operators": shorter traces for CPU runs);
         error_mode "offset" | "operator" (how a noisy step is wrong, see the module doc);
         mixed_script_rate: > 0 introduces each step with a word, written in Greek with this
-        probability in noisy solutions (see the module doc).
+        probability in noisy solutions; redo_rate: the probability that a noisy solution
+        checks a step by computing it again (see the module doc).
         """
         super().__init__(difficulty)
+        check_rate("redo_rate", redo_rate)
+        self.redo_rate = float(redo_rate)
         check_rate("mixed_script_rate", mixed_script_rate)
         self.mixed_script_rate = float(mixed_script_rate)
         if self.mixed_script_rate > 0:
@@ -129,8 +140,10 @@ class ArithmeticTask(Task):
         )
 
     @staticmethod
-    def _trace(operands, operators, *, errors, rng, error_mode="offset") -> tuple[str, int]:
-        """Step-by-step trace; steps flagged in `errors` are miscomputed (see module doc)."""
+    def _trace(operands, operators, *, errors, rng, error_mode="offset",
+               redo_rate=0.0) -> tuple[str, int]:
+        """Step-by-step trace; steps flagged in `errors` are miscomputed, and with `redo_rate`
+        a step is followed by its correct redo (see module doc)."""
         values, ops = list(operands), list(operators)
         true_final = evaluate(operands, operators)
         lines = []
@@ -155,7 +168,11 @@ class ArithmeticTask(Task):
             if wrong:
                 candidate = perturb(written, rng, exclude=excluded)
                 written = written if candidate is None else candidate
-            lines.append(f"{left}{operator}{right}={written}")
+            step = f"{left}{operator}{right}={written}"
+            if redo_rate > 0 and rng.random() < redo_rate:
+                written = _apply(left, operator, right)
+                step += f" redo {left}{operator}{right}={written}"
+            lines.append(step)
             values[i : i + 2] = [written]
             del ops[i]
         return " ".join(lines), values[0]
@@ -179,7 +196,7 @@ class ArithmeticTask(Task):
         operands, operators = example.meta["operands"], example.meta["operators"]
         errors = list(rng.random(len(operators)) < error_rate)
         thinking, answer = self._trace(operands, operators, errors=errors, rng=rng,
-                                       error_mode=self.error_mode)
+                                       error_mode=self.error_mode, redo_rate=self.redo_rate)
         thinking = self._narrate(thinking, rng)
         return self.finish_solution(example, thinking, str(answer), rng, format_error_rate)
 
@@ -188,8 +205,15 @@ class ArithmeticTask(Task):
         probability when `rng` is given (noisy solutions; the reference stays English)."""
         if self.mixed_script_rate <= 0:
             return thinking
+        steps = []
+        tokens = iter(thinking.split(" "))
+        for token in tokens:  # a step, with its redo if it has one
+            if token == "redo" and steps:
+                steps[-1] += f" redo {next(tokens, '')}"
+            else:
+                steps.append(token)
         out = []
-        for i, step in enumerate(thinking.split(" ")):
+        for i, step in enumerate(steps):
             english, greek = STEP_WORDS[min(i, 1)]
             word = greek if rng is not None and rng.random() < self.mixed_script_rate \
                 else english

@@ -437,6 +437,17 @@ class Transformer(nnx.Module):
             self.value_bias = _param(rngs, nnx.initializers.zeros, (), pdt, ())
         else:
             self.value_kernel = self.value_bias = None
+        # Set by grpo_jax.parallel when the parameters are sharded over several devices
+        # (a `parallel.ActivationSharding`): activations are then constrained to rows over
+        # the batch axes at block boundaries and in the output head (`constrain`).
+        self.activation_sharding = None
+
+    def constrain(self, x: jax.Array, names=("batch", "length", None)) -> jax.Array:
+        """x with its logical layout (default: rows over data x fsdp, the rest replicated)
+        when the model is sharded; x itself otherwise."""
+        if self.activation_sharding is None:
+            return x
+        return self.activation_sharding.constrain(x, names)
 
     def embed(self, tokens: jax.Array) -> jax.Array:
         return jnp.take(self.embedding.value, tokens, axis=0).astype(self.config.compute_dtype)
@@ -463,7 +474,7 @@ class Transformer(nnx.Module):
         default = positions is None
         if default:
             positions = default_positions(attention_mask)
-        x = self.embed(tokens)
+        x = self.constrain(self.embed(tokens))
 
         if default or segment_ids is not None:  # positions < T
             rope = gather_rope(rope_table(tokens.shape[1], self.inv_freq), positions)
@@ -476,7 +487,7 @@ class Transformer(nnx.Module):
         if self.config.remat:
             run_block = nnx.remat(run_block)
         for block in self.blocks:
-            x = run_block(block, x, rope, attention_mask, segment_ids)
+            x = self.constrain(run_block(block, x, rope, attention_mask, segment_ids))
         return self.final_norm(x)
 
     def suffix_hidden_states(self, tokens, attention_mask, prefix_len: int, group_size: int = 1):
@@ -527,7 +538,9 @@ class Transformer(nnx.Module):
             run_block = nnx.remat(run_block)
         xp, xs = self.embed(first(tokens[:, :p])), self.embed(tokens[:, p:])
         for block in self.blocks:
+            xp, xs = map(self.constrain, (xp, xs))
             xp, xs = run_block(block, xp, xs, prefix_rope, suffix_rope, prefix_valid, mask)
+        xp, xs = map(self.constrain, (xp, xs))
         return self.final_norm(jnp.concatenate([spread(xp[:, -1:]), xs], axis=1))
 
     def head_kernel(self) -> jax.Array:
@@ -608,10 +621,14 @@ def _chunked(fn, hidden, targets, chunk_size):
 
 def _head(model: Transformer, temperature: float, return_entropy: bool):
     """fn(hidden [B, C, D], targets [B, C]) -> (log p(target), [entropy]) in float32."""
-    kernel = model.head_kernel().astype(model.config.compute_dtype)
+    # When the model is sharded: gathered whole once for all chunks, not once per chunk.
+    kernel = model.constrain(model.head_kernel().astype(model.config.compute_dtype),
+                             (None, "vocab"))
 
     def head(h, y):
-        z = dense(h, kernel, preferred_element_type=jnp.float32)
+        h = model.constrain(h)
+        z = model.constrain(dense(h, kernel, preferred_element_type=jnp.float32),
+                            ("batch", "length", "vocab"))
         if temperature != 1.0:
             z = z / temperature
         log_probs = jax.nn.log_softmax(z, axis=-1)

@@ -28,6 +28,7 @@ from grpo_jax.parallel.multihost import (
 )
 from grpo_jax.parallel.sharding import (
     DEFAULT_RULES,
+    ActivationSharding,
     abstract_sharded_state,
     logical_to_mesh_spec,
     mesh_axis_sizes,
@@ -42,6 +43,7 @@ from grpo_jax.parallel.sharding import (
 shard_params = shard_model_state
 
 __all__ = [
+    "ActivationSharding",
     "allgather_rows",
     "allgather_strings",
     "is_primary",

@@ -16,10 +16,19 @@ Mapping of one array's names (`logical_to_mesh_spec`):
 * given the mesh and the array shape, mesh axes absent from the mesh are dropped, and so
   are axes that would not divide the dimension evenly (e.g. 2 kv heads over tensor=4), so
   any model fits any mesh: what cannot be split is replicated.
+
+Activations carry logical names too (("batch", "length", None) for the residual stream,
+("batch", "length", "vocab") for logits). A module with an ``activation_sharding``
+attribute (`grpo_jax.models.Transformer`) placed on a mesh of several devices by
+`shard_model_state`, `abstract_sharded_state` or `sharded_init` gets an
+`ActivationSharding` and constrains them with the same rules: under FSDP the rows stay
+split over data x fsdp and each layer's weights are gathered, instead of the weights
+staying in place and the activations (and the logits) being all-reduced.
 """
 
 from __future__ import annotations
 
+import dataclasses
 import math
 from collections.abc import Callable, Sequence
 from typing import Any
@@ -29,6 +38,7 @@ from flax import nnx
 from jax.sharding import Mesh, NamedSharding, PartitionSpec
 
 __all__ = [
+    "ActivationSharding",
     "DEFAULT_RULES",
     "abstract_sharded_state",
     "logical_to_mesh_spec",
@@ -139,6 +149,26 @@ def logical_to_mesh_spec(
     return PartitionSpec(*spec)
 
 
+@dataclasses.dataclass(frozen=True)
+class ActivationSharding:
+    """The mesh and rules by which a model constrains its activations (hashable: it is a
+    static attribute of a sharded `Transformer`).
+
+    `constrain(x, names)` is `jax.lax.with_sharding_constraint` to the logical names
+    resolved by the rules (e.g. ("batch", "length", None): rows over data x fsdp, as
+    `data_sharding` places batches), and the identity where nothing would be split.
+    """
+
+    mesh: Mesh
+    rules: tuple = DEFAULT_RULES
+
+    def constrain(self, x: jax.Array, names: Sequence[str | None]) -> jax.Array:
+        spec = logical_to_mesh_spec(names, self.rules, mesh=self.mesh, shape=x.shape)
+        if all(entry is None for entry in spec):
+            return x
+        return jax.lax.with_sharding_constraint(x, NamedSharding(self.mesh, spec))
+
+
 def variable_logical_names(variable: nnx.Variable) -> tuple[str | None, ...] | None:
     """The logical axis names an nnx Variable carries (its ``out_sharding`` metadata)."""
     names = variable.get_metadata().get("out_sharding")
@@ -183,6 +213,14 @@ def state_shardings(state: Any, mesh: Mesh, rules: Rules = DEFAULT_RULES) -> Any
     return jax.tree.map(leaf_sharding, state, is_leaf=_is_variable)
 
 
+def _set_activation_sharding(module: nnx.Module, mesh: Mesh, rules: Rules) -> None:
+    """Gives a model that constrains its activations (an `activation_sharding` attribute,
+    as `grpo_jax.models.Transformer` has) the mesh and rules; on one device, nothing."""
+    if hasattr(module, "activation_sharding"):
+        module.activation_sharding = (
+            ActivationSharding(mesh, validate_rules(rules)) if mesh.size > 1 else None)
+
+
 def shard_model_state(state: Any, mesh: Mesh, rules: Rules = DEFAULT_RULES) -> Any:
     """Places every array of an nnx state (or of a module, updated in place) on the mesh.
 
@@ -198,6 +236,7 @@ def shard_model_state(state: Any, mesh: Mesh, rules: Rules = DEFAULT_RULES) -> A
     if isinstance(state, nnx.Module):
         module = state
         nnx.update(module, shard_model_state(nnx.state(module), mesh, rules))
+        _set_activation_sharding(module, mesh, rules)
         return module
     shardings = state_shardings(state, mesh, rules)
     values, treedef = jax.tree.flatten(state)
@@ -215,6 +254,7 @@ def abstract_sharded_state(
     The abstract state is a restore target for `grpo_jax.checkpoint.Checkpointer.restore`.
     """
     abstract_model = nnx.eval_shape(model_factory)
+    _set_activation_sharding(abstract_model, mesh, rules)
     graphdef, abstract_state = nnx.split(abstract_model)
     shardings = state_shardings(abstract_state, mesh, rules)
     values, treedef = jax.tree.flatten(abstract_state)
@@ -240,7 +280,9 @@ def sharded_init(
       those of an unsharded ``nnx.split(model_factory())`` (same random bits; jit may
       round the initialiser's arithmetic differently by an ulp).
     """
-    graphdef, abstract_state = nnx.split(nnx.eval_shape(model_factory))
+    abstract_model = nnx.eval_shape(model_factory)
+    _set_activation_sharding(abstract_model, mesh, rules)
+    graphdef, abstract_state = nnx.split(abstract_model)
     shardings = state_shardings(abstract_state, mesh, rules)
     state = jax.jit(lambda: nnx.split(model_factory())[1], out_shardings=shardings)()
     return graphdef, state

@@ -94,6 +94,19 @@ def test_same_seed_same_metrics(tmp_path):
         read_metrics(tmp_path / "b" / "metrics.jsonl"))
 
 
+def _tiny_policy():
+    """(Policy, params) of a one-block model over 16 symbols (update-level tests)."""
+    from flax import nnx
+
+    from grpo_jax.models import Transformer, named_config
+    from grpo_jax.training import Policy
+
+    model = Transformer(named_config("tiny-1m", vocab_size=16, hidden_size=32, num_layers=1,
+                                     num_heads=2, num_kv_heads=1, head_dim=16, mlp_size=64,
+                                     max_seq_len=16), rngs=nnx.Rngs(0))
+    return Policy.from_model(model)
+
+
 def test_micro_batches_and_streams_give_the_same_update():
     """1, 2 or 4 micro-batches, each in 1 or 3 row groups (3 of 4 rows: uneven), with each
     prompt run once per group of 2 or 4 rows sharing it or not: the same update, loss and
@@ -102,18 +115,12 @@ def test_micro_batches_and_streams_give_the_same_update():
     in a near-zero gradient into a visible difference.)"""
     import dataclasses
 
-    from grpo_jax.models import Transformer, named_config
     from grpo_jax.rl.batch import rollout_batch
     from grpo_jax.rl.update import LossSettings, make_train_step
     from grpo_jax.sft.data import TokenBatch
     from grpo_jax.sft.loss import make_supervised_step
-    from grpo_jax.training import Policy
-    from flax import nnx
 
-    model = Transformer(named_config("tiny-1m", vocab_size=16, hidden_size=32, num_layers=1,
-                                     num_heads=2, num_kv_heads=1, head_dim=16, mlp_size=64,
-                                     max_seq_len=16), rngs=nnx.Rngs(0))
-    policy, params = Policy.from_model(model)
+    policy, params = _tiny_policy()
     rng = np.random.default_rng(0)
     rows, prompt_len, new = 8, 4, 6
     tokens = rng.integers(0, 16, (rows, prompt_len + new)).astype(np.int32)
@@ -307,18 +314,11 @@ def test_per_sequence_score_grads_sum_to_the_batch_gradient_and_give_the_baselin
     """The vmapped one-row gradients of log pi(y_i | x_i) sum to the gradient of the batched
     sum (another program: all rows in one forward), and their squared norms feed
     losses.optimal_baseline."""
-    from flax import nnx
-
     from grpo_jax import losses
-    from grpo_jax.models import Transformer, named_config
     from grpo_jax.rl.update import (sequence_logp, sequence_score_grads,
                                     sequence_score_sq_norms)
-    from grpo_jax.training import Policy
 
-    model = Transformer(named_config("tiny-1m", vocab_size=16, hidden_size=32, num_layers=1,
-                                     num_heads=2, num_kv_heads=1, head_dim=16, mlp_size=64,
-                                     max_seq_len=16), rngs=nnx.Rngs(0))
-    policy, params = Policy.from_model(model)
+    policy, params = _tiny_policy()
     rng = np.random.default_rng(1)
     rows, prompt_len, new = 4, 3, 5
     tokens = jnp.asarray(rng.integers(0, 16, (rows, prompt_len + new)), jnp.int32)

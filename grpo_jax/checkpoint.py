@@ -145,8 +145,9 @@ def _nbytes(storable) -> int:
 
 
 class _QuietSaveFailures(logging.Filter):
-    """Drops orbax's ERROR records about a failed save (one per thread and file, hundreds
-    of lines): the Checkpointer reports the failure itself, in one line."""
+    """Drops orbax's ERROR records and asyncio's (a failed save logs one per thread and
+    file, hundreds of lines): every orbax failure reaches the Checkpointer's caller as an
+    exception, which the Checkpointer reports in one line."""
 
     def filter(self, record: logging.LogRecord) -> bool:
         return not (record.levelno >= logging.ERROR and (

@@ -51,8 +51,9 @@ def check_config_drift(config, workdir: str) -> list:
 
     Any difference is a ConfigError listing the fields, except raising the `steps` of the
     last stage that is not an eval (an extension: the run continues that stage and runs
-    the evals after it again; the change is recorded in config.json's history) and fields the recorded config does not have at all (added to
-    the library since that run started: recorded in the history as "added")."""
+    the evals after it again; the change is recorded in config.json's history), and fields
+    the recorded config does not have at all (added to the library since that run started:
+    recorded in the history as "added")."""
     path = os.path.join(workdir, CONFIG_FILE)
     checkpoints = os.path.join(workdir, "checkpoints")
     if not os.path.isdir(checkpoints) or not any(

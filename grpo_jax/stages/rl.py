@@ -117,11 +117,10 @@ def validate(check) -> None:
     check.number("entropy_coef", low=0.0)
     check.positive("adv_eps")
     check.positive("temperature")
-    new = check.rl_loop_fields()
+    check.rl_loop_fields()  # also overlong_cache <= max_new_tokens
     check.integer("ref_reset_every", low=0)
     check.choice("dynamic_sampling", SWITCH)
     check.choice("overlong_filter", SWITCH)
-    check.integer("overlong_cache", low=0, high=new)
     _, resolved = settings(section)
     if algorithm.objective == "cispo":
         for field, off in (("ratio_level", resolved.ratio_level == "token"),

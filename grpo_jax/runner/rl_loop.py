@@ -114,14 +114,15 @@ def start_stage(run, stage, learner: Learner):
     return iterator, start
 
 
-def rl_loop(run, stage, learner: Learner, *, sampling, dynamic: bool = False,
-            overlong_cache: int = 0) -> None:
+def rl_loop(run, stage, learner: Learner, *, sampling, dynamic: bool = False) -> None:
     """Runs `stage.section.steps` RL iterations of `learner` and ends the stage.
 
     The section needs steps, num_prompts, group_size, rewards and checkpoint_every (and
-    max_sampling_rounds with `dynamic`).
+    max_sampling_rounds with `dynamic`); its overlong_cache, when it has one, turns on the
+    soft overlong punishment.
     """
     section, cfg = stage.section, run.config
+    overlong_cache = section.get("overlong_cache", 0)
     g = section.group_size
     iterator, start = start_stage(run, stage, learner)
     weights = dict(section.rewards.to_dict())

@@ -145,8 +145,7 @@ class PPOLearner(Learner):
 
 
 def run_ppo(run, stage) -> None:
-    rl_loop(run, stage, PPOLearner(run, stage), sampling=section_sampling(run, stage.section),
-            overlong_cache=stage.section.overlong_cache)
+    rl_loop(run, stage, PPOLearner(run, stage), sampling=section_sampling(run, stage.section))
 
 
 KIND = StageKind("ppo", run_ppo, default_section, validate, rl_curves=True,

@@ -279,8 +279,7 @@ def run_rl(run, stage) -> None:
         return run_fused(run, stage)
     rl_loop(run, stage, GRPOLearner(run, stage),
             sampling=section_sampling(run, section, temperature=section.temperature),
-            dynamic=settings(section)[1].dynamic_sampling,
-            overlong_cache=section.overlong_cache)
+            dynamic=settings(section)[1].dynamic_sampling)
 
 
 KIND = StageKind("rl", run_rl, default_section, validate, rl_curves=True,

@@ -77,8 +77,7 @@ class TRPOLearner(Learner):
 
 
 def run_trpo(run, stage) -> None:
-    rl_loop(run, stage, TRPOLearner(run, stage), sampling=section_sampling(run, stage.section),
-            overlong_cache=stage.section.overlong_cache)
+    rl_loop(run, stage, TRPOLearner(run, stage), sampling=section_sampling(run, stage.section))
 
 
 KIND = StageKind("trpo", run_trpo, default_section, validate, rl_curves=True,

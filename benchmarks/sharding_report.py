@@ -13,9 +13,12 @@ devices and lowers and compiles, never runs, three programs from abstract parame
   beta != 0, and the advantages);
 * ``decode``: one step of the sampler's decode loop (the body of the `lax.while_loop` in
   `sampling.sampler`: the cached forward pass of one token per row, the logits and the
-  sampling decision) for the rollout batch, with the KV cache at its final size. Its state
-  is replicated (``--decode_layout=replicated``, what `sampling.generate` gets today: numpy
-  prompts next to sharded parameters) or split by rows over the batch axes (``data``).
+  sampling decision) for the rollout batch, with the KV cache at its final size. With
+  ``--decode_layout=rollout`` (the default: what `sampling.generate` runs) the parameters
+  are its rollout copy (`parallel.rollout_rules`: whole over data x fsdp, matrices in the
+  compute dtype) and the loop state is split by rows over the batch axes; ``data`` keeps the
+  training layout of the parameters with rows split, ``replicated`` replicates the state
+  too (the sampler's layout before it had one of its own).
 
 Batches are split over the batch axes (``data`` x ``fsdp``) as the run places them.
 Per program one line:
@@ -65,6 +68,7 @@ if ROOT not in sys.path:
 
 GIB = 2**30
 PROGRAMS = ("update", "reference", "decode")
+DECODE_LAYOUTS = ("rollout", "data", "replicated")
 SHAPE_FIELDS = ("vocab_size", "hidden_size", "num_layers", "num_heads", "num_kv_heads",
                 "head_dim", "mlp_size", "max_seq_len")
 COLLECTIVES = ("all-reduce", "all-gather", "reduce-scatter")
@@ -399,17 +403,18 @@ def compile_reference(setup: Setup):
                                   *flags).compile()
 
 
-def compile_decode(setup: Setup, layout: str = "replicated"):
+def compile_decode(setup: Setup, layout: str = "rollout"):
     """The compiled decode step of the sampler (the body of its decode loop)."""
     import jax
     import jax.numpy as jnp
+    from flax import nnx
 
     from grpo_jax import parallel
     from grpo_jax.models.transformer import KVCache
     from grpo_jax.sampling import sampler
 
-    if layout not in ("replicated", "data"):
-        raise ValueError(f"decode layout: expected replicated or data, got {layout!r}")
+    if layout not in DECODE_LAYOUTS:
+        raise ValueError(f"decode layout: expected one of {DECODE_LAYOUTS}, got {layout!r}")
     section = setup.config.rl
     rows = section.num_prompts * section.group_size
     n = section.max_new_tokens
@@ -430,7 +435,16 @@ def compile_decode(setup: Setup, layout: str = "replicated"):
             queue_pos=jnp.zeros((rows,), jnp.int32), queue_len=jnp.zeros((rows,), jnp.int32))
 
     replicated = parallel.replicated_sharding(setup.mesh)
-    data = parallel.data_sharding(setup.mesh) if layout == "data" else replicated
+    data = replicated if layout == "replicated" else parallel.data_sharding(setup.mesh)
+    params = setup.params
+    if layout == "rollout":  # what `sampling.generate` hands its decode loop
+        shardings = parallel.state_shardings(setup.policy.template, setup.mesh,
+                                             parallel.rollout_rules(setup.rules))
+        shardings = nnx.to_pure_dict(shardings)
+        dtype = model_config.compute_dtype
+        params = jax.tree.map(
+            lambda p, s: _spec(p.shape, dtype if p.ndim >= 2 else p.dtype, s),
+            params, shardings)
     cache_rows = rows * model_config.num_kv_heads
 
     def place(x):
@@ -451,7 +465,7 @@ def compile_decode(setup: Setup, layout: str = "replicated"):
         return sampler._choose(s, model.logits(hidden[:, 0]), jax.random.fold_in(key, s.step),
                                config)
 
-    return jax.jit(decode_step, donate_argnums=(1,)).lower(setup.params, state, key).compile()
+    return jax.jit(decode_step, donate_argnums=(1,)).lower(params, state, key).compile()
 
 
 def model_config_for(config, name: str, **overrides):
@@ -468,7 +482,7 @@ def model_config_for(config, name: str, **overrides):
                         **fields)
 
 
-def report(setup: Setup, programs=PROGRAMS, *, decode_layout: str = "replicated",
+def report(setup: Setup, programs=PROGRAMS, *, decode_layout: str = "rollout",
            loops_once: bool = False, verbose: bool = False) -> dict[str, dict]:
     """{program: summary} for the named programs, printing one line per program."""
     compilers = {"update": compile_update, "reference": compile_reference,
@@ -502,7 +516,7 @@ def main() -> None:
     parser.add_argument("--prompt_len", type=int, default=None,
                         help="prompt bucket (default: the config's, else 256)")
     parser.add_argument("--programs", default=",".join(PROGRAMS))
-    parser.add_argument("--decode_layout", default="replicated", choices=("replicated", "data"))
+    parser.add_argument("--decode_layout", default="rollout", choices=DECODE_LAYOUTS)
     parser.add_argument("--set", action="append", default=[],
                         help="config override, e.g. --set rl.num_prompts=16")
     parser.add_argument("--loops_once", action="store_true",

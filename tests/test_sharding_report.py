@@ -77,7 +77,7 @@ def results():
                                            max_seq_len=PROMPT_LEN + NEW)
     setup = report.build_setup(config, model_config, num_devices=8, prompt_len=PROMPT_LEN)
     assert dict(setup.mesh.shape)["fsdp"] == 8
-    return setup, report.report(setup, ("update", "reference"))
+    return setup, report.report(setup, ("update", "reference", "decode"))
 
 
 def _arrays(collective):
@@ -88,7 +88,8 @@ def _arrays(collective):
 def test_fsdp_gathers_weights_and_never_all_reduces_activations(results):
     setup, summaries = results
     params = setup.model_config.num_params()
-    for name, summary in summaries.items():
+    for name in ("update", "reference"):
+        summary = summaries[name]
         gathered = {a for c in summary["collectives"] if c.kind == "all-gather"
                     for a in _arrays(c)}
         # FSDP: each block's MLP kernels are gathered whole from their embed shards.
@@ -109,6 +110,9 @@ def test_fsdp_gathers_weights_and_never_all_reduces_activations(results):
     assert update["all_reduce"] <= 2 * 4 * params + 4096, update["all_reduce"]
     # The reference pass has no gradients: only scalars and per-row values are reduced.
     assert reference["all_reduce"] <= 64 * 1024, reference["all_reduce"]
+    # The sampler's rollout layout: weights gathered once before the decode loop, rows
+    # split over the batch axes, so a decode step has no collective at all.
+    assert summaries["decode"]["collectives"] == [], summaries["decode"]["collectives"]
     for summary in summaries.values():
         assert summary["loops_unknown"] == 0
         assert math.isfinite(summary["temp"]) and summary["temp"] > 0
@@ -164,3 +168,40 @@ def test_sharded_model_constrains_activations_with_unchanged_numerics():
     got = jax.jit(run)(sharded, *placed)
     for a, b in zip(jax.tree.leaves(got), jax.tree.leaves(expected)):
         np.testing.assert_allclose(np.asarray(a), np.asarray(b), rtol=2e-5, atol=2e-5)
+
+
+def test_sampler_rollout_layout_gives_the_one_device_samples():
+    import jax
+    import jax.numpy as jnp
+    import numpy as np
+    from flax import nnx
+
+    from grpo_jax import models, parallel
+    from grpo_jax.sampling import sampler
+
+    config = models.named_config("tiny-1m", num_layers=2, vocab_size=VOCAB)
+    prompts = jnp.repeat(jax.random.randint(jax.random.key(1), (4, 6), 1, VOCAB), 4, axis=0)
+    mask = jnp.ones(prompts.shape, bool).at[:4, :2].set(False)
+    sampling = sampler.SamplingConfig(max_new_tokens=20, eos_ids=(3,), prompt_group=4,
+                                      cache_phases=2)
+
+    def sample(model):
+        return sampler.generate(*nnx.split(model), prompts, mask, jax.random.key(5),
+                                config=sampling)
+
+    expected = sample(models.Transformer(config, rngs=nnx.Rngs(0)))
+    mesh = parallel.make_mesh({"data": 2, "fsdp": 2, "tensor": 2})
+    got = sample(parallel.shard_model_state(models.Transformer(config, rngs=nnx.Rngs(0)), mesh))
+    assert got.tokens.sharding.spec == parallel.data_sharding(mesh).spec  # rows stay split
+    np.testing.assert_array_equal(np.asarray(got.tokens), np.asarray(expected.tokens))
+    np.testing.assert_allclose(np.asarray(got.logp), np.asarray(expected.logp), atol=1e-5)
+    assert int(np.asarray(expected.lengths).min()) < 20  # some rows ended early
+
+
+def test_rollout_rules_drop_the_batch_axes_from_parameters_only():
+    from grpo_jax import parallel
+
+    rules = dict(parallel.rollout_rules(parallel.DEFAULT_RULES))
+    assert rules["batch"] == ("data", "fsdp")
+    assert rules["embed"] is None and rules["mlp"] == "tensor"
+    assert dict(parallel.rollout_rules([("embed", ("fsdp", "tensor"))])) == {"embed": "tensor"}

@@ -34,6 +34,7 @@ from collections.abc import Callable, Sequence
 from typing import Any
 
 import jax
+import jax.numpy as jnp
 from flax import nnx
 from jax.sharding import Mesh, NamedSharding, PartitionSpec
 
@@ -42,6 +43,7 @@ __all__ = [
     "DEFAULT_RULES",
     "abstract_sharded_state",
     "logical_to_mesh_spec",
+    "rollout_rules",
     "shard_model_state",
     "sharded_init",
     "state_shardings",
@@ -65,6 +67,28 @@ DEFAULT_RULES: tuple[tuple[str, MeshAxes], ...] = (
     ("layers", None),             # stacked / scanned layers
     ("norm", None),
 )
+
+
+# Mesh axes over which batch rows are split (`grpo_jax.parallel.data_sharding`).
+_BATCH_AXES = ("data", "fsdp")
+
+
+def rollout_rules(rules: Rules = DEFAULT_RULES) -> tuple[tuple[str, MeshAxes], ...]:
+    """The rules of the sampler's rollout copy of the parameters: `rules` with the batch
+    axes (data, fsdp) removed from every name but "batch".
+
+    Parameters are then whole on every device of a data x fsdp group (still split over
+    tensor where the rules say so), and the decode loop, whose rows stay split over data x
+    fsdp, needs no collective but tensor-parallel ones: FSDP's per-layer weight gathers
+    would otherwise run at every decode step (or GSPMD would all-reduce the activations).
+    """
+    out = []
+    for name, axes in validate_rules(rules):
+        if name != "batch":
+            kept = tuple(a for a in _candidate_axes(axes) if a not in _BATCH_AXES)
+            axes = None if not kept else kept[0] if len(kept) == 1 else kept
+        out.append((name, axes))
+    return tuple(out)
 
 
 def validate_rules(rules: Rules) -> tuple[tuple[str, MeshAxes], ...]:
@@ -167,6 +191,26 @@ class ActivationSharding:
         if all(entry is None for entry in spec):
             return x
         return jax.lax.with_sharding_constraint(x, NamedSharding(self.mesh, spec))
+
+    def rollout_state(self, state: Any, dtype) -> Any:
+        """The sampler's copy of a model state (`rollout_rules`), inside a jitted program:
+        matrices cast to the compute `dtype` first (the forward pass casts them anyway, so
+        the samples are unchanged), then constrained whole over data x fsdp, so the one
+        gather happens before the decode loop in `dtype`. Vectors (norm scales) keep theirs."""
+        shardings = state_shardings(state, self.mesh, rollout_rules(self.rules))
+
+        def place(x, sharding):
+            value = x.get_value() if _is_variable(x) else x
+            if not isinstance(sharding, nnx.Variable) and not isinstance(
+                    sharding, NamedSharding):
+                return x
+            target = sharding.get_value() if _is_variable(sharding) else sharding
+            if value.ndim >= 2 and jnp.issubdtype(value.dtype, jnp.floating):
+                value = value.astype(dtype)
+            value = jax.lax.with_sharding_constraint(value, target)
+            return x.replace(value) if _is_variable(x) else value
+
+        return jax.tree.map(place, state, shardings, is_leaf=_is_variable)
 
 
 def variable_logical_names(variable: nnx.Variable) -> tuple[str | None, ...] | None:

@@ -319,8 +319,30 @@ def _choose(state: _State, logits, key, config: SamplingConfig):
     )
 
 
+def _rows(model, tree):
+    """Every array of `tree` with its rows (leading dim) split over the batch axes when the
+    model is sharded (`Transformer.constrain`); scalars and the rotary tables as they are."""
+    if model.activation_sharding is None:
+        return tree
+    return jax.tree.map(
+        lambda x: model.constrain(x, ("batch",) + (None,) * (x.ndim - 1)) if x.ndim else x,
+        tree)
+
+
+def _cache_rows(model, cache: KVCache) -> KVCache:
+    """The cache's buffers with their rows ((batch row, KV head) pairs) placed by `_rows`."""
+    return cache.replace(keys=_rows(model, cache.keys), values=_rows(model, cache.values),
+                         key_valid=_rows(model, cache.key_valid))
+
+
 def _generate_core(graphdef, state, prompts, prompt_mask, key, config: SamplingConfig):
     model = nnx.merge(graphdef, state)
+    if model.activation_sharding is not None:
+        # The rollout layout: one gather of the weights (in the compute dtype) before the
+        # loop, rows over the batch axes; the decode steps then need no collective.
+        state = model.activation_sharding.rollout_state(state, model.config.compute_dtype)
+        model = nnx.merge(graphdef, state)
+    prompts, prompt_mask = _rows(model, (prompts, prompt_mask))
     batch, prompt_len = prompts.shape
     n = config.max_new_tokens
     prompt_mask = prompt_mask.astype(bool)
@@ -339,6 +361,7 @@ def _generate_core(graphdef, state, prompts, prompt_mask, key, config: SamplingC
             values=tuple(spread_to_groups(v, g, kv_heads) for v in cache.values),
             key_valid=spread_to_groups(cache.key_valid, g))
         logits = spread_to_groups(logits, g)
+    cache = _cache_rows(model, cache)
 
     delimiter = max(len(config.end_thinking_ids), 1)
     queue_size = max(len(config.end_thinking_ids), len(config.continuation_ids), 1)
@@ -359,19 +382,25 @@ def _generate_core(graphdef, state, prompts, prompt_mask, key, config: SamplingC
         queue_pos=jnp.zeros((batch,), jnp.int32),
         queue_len=jnp.zeros((batch,), jnp.int32),
     )
-    sample_state = _choose(sample_state, logits, jax.random.fold_in(key, 0), config)
+    row_fields = ("last_token", "position", "done", "tokens", "logp", "mask", "forced",
+                  "thinking", "think_count", "history", "queue", "queue_pos", "queue_len")
+    sample_state = sample_state.replace(**_rows(model, {
+        name: getattr(sample_state, name) for name in row_fields}))
+    sample_state = _choose(sample_state, _rows(model, logits), jax.random.fold_in(key, 0),
+                           config)
 
     def body(s: _State):
         hidden, cache = model.decode(
             s.last_token[:, None], s.position[:, None], ~s.done[:, None], s.cache
         )
         s = s.replace(cache=cache, position=s.position + 1)
-        return _choose(s, model.logits(hidden[:, 0]), jax.random.fold_in(key, s.step), config)
+        logits = _rows(model, model.logits(hidden[:, 0]))
+        return _choose(s, logits, jax.random.fold_in(key, s.step), config)
 
     final = sample_state
     for phase, end in enumerate(phase_ends):
         if phase:
-            final = final.replace(cache=final.cache.grow(prompt_len + end))
+            final = final.replace(cache=_cache_rows(model, final.cache.grow(prompt_len + end)))
         cond = lambda s, end=end: (s.step < end) & ~jnp.all(s.done)
         final = jax.lax.while_loop(cond, body, final)
     return SampleOutput(

@@ -545,7 +545,8 @@ def main() -> None:
     rl = config.rl
     print(f"{args.config} on {dict(setup.mesh.shape)}: {args.model} {model_config.num_layers} "
           f"layers ({model_config.num_params() / 1e6:.0f}M parameters, "
-          f"{model_config.param_dtype} / {model_config.dtype}, remat {model_config.remat}), "
+          f"{model_config.param_dtype} / {model_config.dtype}, remat {model_config.remat}, "
+          f"scan_layers {model_config.scan_layers}), "
           f"{rl.num_prompts} x {rl.group_size} rows of {prompt_len} + {rl.max_new_tokens} "
           f"tokens, {rl.micro_batches} micro-batches, log-prob chunk "
           f"{config.model.logprob_chunk_size}", flush=True)

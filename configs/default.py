@@ -85,12 +85,24 @@ def get_config(preset: str | None = None) -> ml_collections.ConfigDict:
     # Row groups per update computed side by side in one program (training.accumulate_gradients);
     # 0 = training.default_batch_streams(): 2 on a single-device CPU, else 1.
     config.model.batch_streams = 0
+    # LoRA (arXiv 2106.09685): rank r > 0 freezes the model (kept in model.dtype, so
+    # param_dtype is unused) and trains float32 adapters A [in, r], B [r, out] (B = 0 at the
+    # start) on the kernels named in lora_targets: W + (lora_alpha / r) A B. The optimizer
+    # state covers the adapters only, checkpoints hold the adapters only, an RL reference
+    # shares the base, and export writes the merged weights. Stage kinds with LoRA: pretrain,
+    # sft, rl, rejection_sft, eval. 0 = full fine-tuning.
+    config.model.lora_rank = 0
+    config.model.lora_alpha = 16.0
+    # Kernels with adapters (--config.model.lora_targets=q_kernel,v_kernel on the command
+    # line); attention kernels [D, N, H] / [N, H, D] count their N x H axes as one.
+    config.model.lora_targets = ("q_kernel", "k_kernel", "v_kernel", "o_kernel",
+                                 "gate_kernel", "up_kernel", "down_kernel")
     # Shape overrides on top of the named size (None = the size's own value), e.g.
     # --config.model.hidden_size=192 --config.model.num_layers=6.
     for field, kind in (("hidden_size", int), ("num_layers", int), ("num_heads", int),
                         ("num_kv_heads", int), ("head_dim", int), ("mlp_size", int),
                         ("rope_theta", float), ("qkv_bias", bool), ("tie_embeddings", bool),
-                        ("rms_norm_eps", float), ("remat", bool)):
+                        ("rms_norm_eps", float), ("remat", bool), ("scan_layers", bool)):
         config.model[field] = config_dict.placeholder(kind)
 
     # ---- mesh -----------------------------------------------------------------------------

@@ -57,6 +57,7 @@ def get_config(preset: str | None = None) -> ml_collections.ConfigDict:
     config.model.max_seq_len = 1024  # context: the prompt bucket + max_new_tokens fit
     config.model.logprob_chunk_size = 256  # no [B, T, 152k] logits at once
     config.model.remat = True  # recompute each block in the backward pass
+    config.model.scan_layers = True  # one compiled block for all layers (see ModelConfig)
 
     config.optim.weight_decay = 0.0
     config.optim.clip_norm = 1.0
@@ -94,6 +95,7 @@ def get_config(preset: str | None = None) -> ml_collections.ConfigDict:
         config.model.max_seq_len = 256
         config.model.logprob_chunk_size = 0
         config.model.remat = False
+        config.model.scan_layers = False
         config.mesh.num_devices = 1
         config.task.train_size = 8
         config.task.eval_size = 4

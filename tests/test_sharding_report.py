@@ -92,8 +92,13 @@ def test_fsdp_gathers_weights_and_never_all_reduces_activations(results):
         summary = summaries[name]
         gathered = {a for c in summary["collectives"] if c.kind == "all-gather"
                     for a in _arrays(c)}
-        # FSDP: each block's MLP kernels are gathered whole from their embed shards.
+        # FSDP: each block's MLP kernels are gathered whole from their embed shards, inside
+        # the layer scan (the preset scans its layers): once per layer and pass.
         assert {(HIDDEN, MLP), (MLP, HIDDEN)} & gathered, (name, gathered)
+        for c in summary["collectives"]:
+            if c.kind == "all-gather" and {(HIDDEN, MLP), (MLP, HIDDEN)} & set(_arrays(c)):
+                assert not c.computation.startswith("main") and c.count % 2 == 0, (
+                    name, c.computation, c.count)
         for c in summary["collectives"]:
             if c.kind != "all-reduce":
                 continue

@@ -30,6 +30,11 @@ class ModelConfig:
       dtype: compute dtype name ("float32" | "bfloat16" | "float16").
       param_dtype: parameter storage dtype name.
       remat: rematerialise each block in the backward pass (jax.checkpoint).
+      scan_layers: run the blocks of the teacher-forced passes as one `lax.scan` over their
+        stacked weights (compiled once, not L times; under FSDP each layer's weights are
+        gathered inside the loop). The parameters keep one subtree per block; the stack is
+        built inside the program, a transient copy of the block weights (and of their
+        gradients). The sampler's decode step stays unrolled.
       value_head: add a scalar value head V(s_t) = w . h_t + b (PPO critic).
       rope_scaling: None, or Llama-3 frequency scaling as
         (factor, low_freq_factor, high_freq_factor, original_max_position_embeddings).
@@ -50,6 +55,7 @@ class ModelConfig:
     dtype: str = "float32"
     param_dtype: str = "float32"
     remat: bool = False
+    scan_layers: bool = False
     value_head: bool = False
     rope_scaling: tuple[float, float, float, int] | None = None
 

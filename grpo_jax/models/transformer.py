@@ -482,13 +482,35 @@ class Transformer(nnx.Module):
             rope = rope_tables(positions, self.inv_freq)
 
         def run_block(block, x, rope, attention_mask, segment_ids):
-            return block(x, rope, attention_mask, segment_ids)
+            return self.constrain(block(x, rope, attention_mask, segment_ids))
+
+        x = self.run_blocks(run_block, x, rope, attention_mask, segment_ids)
+        return self.final_norm(x)
+
+    def run_blocks(self, step, carry, *args):
+        """carry = step(block, carry, *args) for each block in order.
+
+        With config.remat each step is rematerialised in the backward pass; with
+        config.scan_layers the blocks run as one `lax.scan` over their weights stacked along
+        a new leading axis (one compiled step for all layers; the stack is a copy made
+        inside the program).
+        """
+        if not self.config.scan_layers:
+            if self.config.remat:
+                step = nnx.remat(step)
+            for block in self.blocks:
+                carry = step(block, carry, *args)
+            return carry
+        graphdef = nnx.graphdef(self.blocks[0])
+        stacked = jax.tree.map(lambda *layers: jnp.stack(layers),
+                               *(nnx.state(block) for block in self.blocks))
+
+        def body(carry, layer):
+            return step(nnx.merge(graphdef, layer), carry, *args), None
 
         if self.config.remat:
-            run_block = nnx.remat(run_block)
-        for block in self.blocks:
-            x = self.constrain(run_block(block, x, rope, attention_mask, segment_ids))
-        return self.final_norm(x)
+            body = jax.checkpoint(body, prevent_cse=False)
+        return jax.lax.scan(body, carry, stacked)[0]
 
     def suffix_hidden_states(self, tokens, attention_mask, prefix_len: int, group_size: int = 1):
         """Final-normed hidden states at positions prefix_len - 1 .. T - 1, [B, 1 + T - P, D].
@@ -529,18 +551,16 @@ class Transformer(nnx.Module):
         suffix_rope = tuple(r[:, p:] for r in rope)
         prefix_valid = first(mask[:, :p])
 
-        def run_block(block, xp, xs, prefix_rope, suffix_rope, prefix_valid, mask):
+        def run_block(block, streams, prefix_rope, suffix_rope, prefix_valid, mask):
+            xp, xs = map(self.constrain, streams)
             xp, kv = block.extend(xp, prefix_rope, prefix_valid)
             xs, _ = block.extend(xs, suffix_rope, mask, tuple(spread(a) for a in kv))
             return xp, xs
 
-        if self.config.remat:
-            run_block = nnx.remat(run_block)
-        xp, xs = self.embed(first(tokens[:, :p])), self.embed(tokens[:, p:])
-        for block in self.blocks:
-            xp, xs = map(self.constrain, (xp, xs))
-            xp, xs = run_block(block, xp, xs, prefix_rope, suffix_rope, prefix_valid, mask)
-        xp, xs = map(self.constrain, (xp, xs))
+        streams = self.embed(first(tokens[:, :p])), self.embed(tokens[:, p:])
+        streams = self.run_blocks(run_block, streams, prefix_rope, suffix_rope, prefix_valid,
+                                  mask)
+        xp, xs = map(self.constrain, streams)
         return self.final_norm(jnp.concatenate([spread(xp[:, -1:]), xs], axis=1))
 
     def head_kernel(self) -> jax.Array:

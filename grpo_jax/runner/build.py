@@ -25,7 +25,7 @@ from grpo_jax.tasks.data import load_json_file
 # ModelConfig fields a config may override on top of config.model.name (None = the size's).
 MODEL_SHAPE_FIELDS = ("hidden_size", "num_layers", "num_heads", "num_kv_heads", "head_dim",
                       "mlp_size", "rope_theta", "qkv_bias", "tie_embeddings", "rms_norm_eps",
-                      "remat")
+                      "remat", "scan_layers")
 
 
 TOKENIZERS = ("auto", "char", "sentencepiece", "checkpoint")
@@ -210,8 +210,10 @@ def build_model(config, tokenizer):
     else:
         model_config = model_config_for(config, tokenizer.vocab_size)
         return model_config, Transformer(model_config, rngs=nnx.Rngs(config.seed))
-    if config.model.get("remat") is not None and config.model.remat != model_config.remat:
-        model_config = model_config.replace(remat=config.model.remat)
+    numerics = {field: config.model.get(field) for field in ("remat", "scan_layers")
+                if config.model.get(field) is not None}
+    if any(getattr(model_config, field) != value for field, value in numerics.items()):
+        model_config = model_config.replace(**numerics)
         model.config = model_config
     return model_config, model
 

@@ -26,6 +26,9 @@ from grpo_jax.runner.checks import (TEMPLATES, ConfigError, Fields, SectionCheck
 
 __all__ = ["ConfigError", "check_run_fields", "check_stages", "validate"]
 
+# model fields of how the network is executed, not of its shape (allowed with init_from).
+_EXECUTION_FIELDS = ("remat", "scan_layers")
+
 
 def validate(config: ml_collections.ConfigDict, kinds) -> RunInputs:
     """Raises ConfigError with one line for the first invalid field of a run config.
@@ -120,11 +123,12 @@ def check_model_fields(config) -> None:
     model.integer("batch_streams", low=0)
     if config.model.init_from:
         for field in MODEL_SHAPE_FIELDS:
-            if field != "remat" and config.model.get(field) is not None:
+            if field not in _EXECUTION_FIELDS and config.model.get(field) is not None:
                 model.fail(field, "the shape comes from model.init_from's config.json; only "
-                                  "model.remat may be set with it")
-        if config.model.get("remat") is not None:
-            model.boolean("remat")
+                                  "model.remat and model.scan_layers may be set with it")
+        for field in _EXECUTION_FIELDS:
+            if config.model.get(field) is not None:
+                model.boolean(field)
         return
     for field in ("hidden_size", "num_layers", "num_heads", "num_kv_heads", "head_dim",
                   "mlp_size"):

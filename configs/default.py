@@ -98,11 +98,14 @@ def get_config(preset: str | None = None) -> ml_collections.ConfigDict:
     config.model.lora_targets = ("q_kernel", "k_kernel", "v_kernel", "o_kernel",
                                  "gate_kernel", "up_kernel", "down_kernel")
     # Shape overrides on top of the named size (None = the size's own value), e.g.
-    # --config.model.hidden_size=192 --config.model.num_layers=6.
+    # --config.model.hidden_size=192 --config.model.num_layers=6; and how it is executed
+    # (also with init_from): remat, scan_layers, attention ("auto" | "einsum" | "xla" |
+    # "cudnn"; see grpo_jax.models.ModelConfig).
     for field, kind in (("hidden_size", int), ("num_layers", int), ("num_heads", int),
                         ("num_kv_heads", int), ("head_dim", int), ("mlp_size", int),
                         ("rope_theta", float), ("qkv_bias", bool), ("tie_embeddings", bool),
-                        ("rms_norm_eps", float), ("remat", bool), ("scan_layers", bool)):
+                        ("rms_norm_eps", float), ("remat", bool), ("scan_layers", bool),
+                        ("attention", str)):
         config.model[field] = config_dict.placeholder(kind)
 
     # ---- mesh -----------------------------------------------------------------------------

@@ -87,6 +87,8 @@ HOSTILE = [
     (DEFAULT, "--config.model.num_heads=3", "model.num_heads"),
     (DEFAULT, "--config.model.head_dim=15", "model.head_dim"),
     (DEFAULT, "--config.model.hidden_size=0", "model.hidden_size"),
+    (DEFAULT, "--config.model.attention=flash", "model.attention"),
+    (DEFAULT, "--config.model.attention=cudnn", "model.attention='cudnn' needs dtype"),
     (DEFAULT, "--config.model.max_seq_len=20 --config.pretrain.pack_len=0",
      "max_new_tokens: task.prompt_len 16"),
     (DEFAULT, "--config.model.max_seq_len=20",

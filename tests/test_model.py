@@ -185,13 +185,17 @@ def test_completion_logprobs_with_shared_prompts_match_logprobs(remat, layouts):
             np.testing.assert_allclose(b, a, rtol=1e-4, atol=1e-6, err_msg=f"G={group}")
 
 
-@pytest.mark.parametrize("remat", [False, True])
-def test_scanned_layers_equal_unrolled_layers(remat):
-    """scan_layers runs the same blocks: the same log-probs, entropies and gradients (per
-    block, through the in-program stack) for full sequences, shared prompts and packed rows;
-    the parameter tree is unchanged."""
-    unrolled, config = make(tie_embeddings=False, remat=remat, num_layers=3)
-    scanned, _ = make(tie_embeddings=False, remat=remat, num_layers=3, scan_layers=True)
+@pytest.mark.parametrize("execution", [dict(scan_layers=True),
+                                       dict(scan_layers=True, remat=True),
+                                       dict(attention="xla")])
+def test_execution_variants_equal_the_plain_model(execution):
+    """scan_layers (the blocks as one scan over in-program stacked weights, with or without
+    remat) and attention through `jax.nn.dot_product_attention` compute the same function:
+    the same log-probs, entropies and gradients for left-padded full sequences, shared
+    prompts and packed rows; the parameter tree is unchanged."""
+    unrolled, config = make(tie_embeddings=False, remat=execution.get("remat", False),
+                            num_layers=3)
+    scanned, _ = make(tie_embeddings=False, num_layers=3, **execution)
     assert jax.tree.structure(nnx.state(unrolled)) == jax.tree.structure(nnx.state(scanned))
     rng = np.random.default_rng(7)
     prompts = np.repeat(rng.integers(1, config.vocab_size, (2, 4)), 2, 0)
@@ -219,6 +223,19 @@ def test_scanned_layers_equal_unrolled_layers(remat):
     assert all(np.any(leaf != 0) for leaf in leaves[:3])
     for a, b in zip(jax.tree.leaves(nnx.to_pure_dict(grads)), leaves):
         np.testing.assert_allclose(a, b, rtol=1e-4, atol=1e-6)
+
+
+def test_attention_implementation_choice():
+    from grpo_jax.models.transformer import attention_implementation
+
+    assert attention_implementation("auto", jnp.float32) == "einsum"
+    if jax.default_backend() != "gpu":
+        assert attention_implementation("auto", jnp.bfloat16) == "einsum"
+    assert attention_implementation("xla", jnp.float32) == "xla"
+    with pytest.raises(ValueError, match="needs dtype bfloat16 or float16"):
+        ModelConfig(**{**SMALL, "attention": "cudnn"})
+    with pytest.raises(ValueError, match="attention='flash'; expected one of"):
+        ModelConfig(**{**SMALL, "attention": "flash"})
 
 
 def test_completion_logprobs_errors():

@@ -8,6 +8,8 @@ from typing import Any
 import jax.numpy as jnp
 
 _DTYPES = ("float32", "bfloat16", "float16")
+# ModelConfig.attention (see `grpo_jax.models.transformer.attend`).
+ATTENTION_IMPLEMENTATIONS = ("auto", "einsum", "xla", "cudnn")
 
 
 @dataclasses.dataclass(frozen=True)
@@ -30,6 +32,10 @@ class ModelConfig:
       dtype: compute dtype name ("float32" | "bfloat16" | "float16").
       param_dtype: parameter storage dtype name.
       remat: rematerialise each block in the backward pass (jax.checkpoint).
+      attention: the teacher-forced passes' attention (`transformer.attend`): "einsum",
+        "xla" or "cudnn" (`jax.nn.dot_product_attention`), or "auto" (cuDNN's fused attention
+        on a GPU in a 16-bit dtype, else "einsum"). The sampler's cached decode attention is
+        the same everywhere.
       scan_layers: run the blocks of the teacher-forced passes as one `lax.scan` over their
         stacked weights (compiled once, not L times; under FSDP each layer's weights are
         gathered inside the loop). The parameters keep one subtree per block; the stack is
@@ -56,6 +62,7 @@ class ModelConfig:
     param_dtype: str = "float32"
     remat: bool = False
     scan_layers: bool = False
+    attention: str = "auto"
     value_head: bool = False
     rope_scaling: tuple[float, float, float, int] | None = None
 
@@ -87,6 +94,12 @@ class ModelConfig:
                 raise ValueError(
                     f"ModelConfig.{name}={getattr(self, name)!r}; expected one of {_DTYPES}"
                 )
+        if self.attention not in ATTENTION_IMPLEMENTATIONS:
+            raise ValueError(f"ModelConfig.attention={self.attention!r}; expected one of "
+                             f"{ATTENTION_IMPLEMENTATIONS}")
+        if self.attention == "cudnn" and self.dtype not in ("bfloat16", "float16"):
+            raise ValueError(f"ModelConfig.attention='cudnn' needs dtype bfloat16 or float16 "
+                             f"(cuDNN's fused attention), got {self.dtype!r}")
         if self.rope_scaling is not None and len(self.rope_scaling) != 4:
             raise ValueError(
                 "ModelConfig.rope_scaling must be (factor, low_freq_factor, "

@@ -10,7 +10,7 @@ import jax.numpy as jnp
 import numpy as np
 from flax import nnx
 
-from grpo_jax.models.config import ModelConfig
+from grpo_jax.models.config import ATTENTION_IMPLEMENTATIONS, ModelConfig
 
 _MASKED = -1e30  # finite, so a row with every key masked gives a uniform softmax, not NaN.
 
@@ -152,7 +152,19 @@ class KVCache:
         )
 
 
-def attend(q, k, v, query_slots, key_valid, segment_ids=None):
+def attention_implementation(name: str, dtype) -> str:
+    """The attention implementation `attend` uses for ModelConfig.attention (name) and the
+    compute dtype: "auto" is "cudnn" (fused flash attention) on a GPU in a 16-bit dtype,
+    "einsum" otherwise; other names are taken as they are."""
+    if name not in ATTENTION_IMPLEMENTATIONS:
+        raise ValueError(f"attention: expected one of {ATTENTION_IMPLEMENTATIONS}, got {name!r}")
+    if name != "auto":
+        return name
+    half = jnp.dtype(dtype).itemsize == 2
+    return "cudnn" if half and jax.default_backend() == "gpu" else "einsum"
+
+
+def attend(q, k, v, query_slots, key_valid, segment_ids=None, implementation="einsum"):
     """Grouped-query softmax(q k^T / sqrt(H) + mask) v with causal and padding masks.
 
     Args:
@@ -162,18 +174,30 @@ def attend(q, k, v, query_slots, key_valid, segment_ids=None):
       key_valid: [B, S] bool.
       segment_ids: optional [B, T] int (T == S) of packed rows: a query attends only to keys
         of its own segment.
+      implementation: "einsum" (float32 scores [B, K, G, T, S] from one einsum), or "xla" /
+        "cudnn", `jax.nn.dot_product_attention` with that implementation (cuDNN's fused
+        attention needs a GPU and 16-bit q, k, v). With the latter a query whose keys are
+        all masked (a padding position) attends to its own slot instead of uniformly to all;
+        every other query gets the same result.
 
     Returns:
       [B, T, N, H] in v.dtype.
     """
     b, t, n, h = q.shape
     s, kv_heads = k.shape[1], k.shape[2]
-    q = q.reshape(b, t, kv_heads, n // kv_heads, h)
-    scores = jnp.einsum("BTKGH,BSKH->BKGTS", q, k, preferred_element_type=jnp.float32)
-    scores = scores * (h**-0.5)
     mask = (jnp.arange(s)[None, :] <= query_slots[:, None])[None] & key_valid[:, None, :]
     if segment_ids is not None:
         mask = mask & (segment_ids[:, :, None] == segment_ids[:, None, :])
+    if implementation in ("xla", "cudnn"):
+        # Every query row keeps one key (fused kernels give NaN for an all-masked row).
+        mask = mask | (jnp.arange(s)[None, :] == query_slots[:, None])[None]
+        return jax.nn.dot_product_attention(q, k, v, mask=mask[:, None], scale=h**-0.5,
+                                            implementation=implementation)
+    if implementation != "einsum":
+        raise ValueError(f"attend: unknown implementation {implementation!r}")
+    q = q.reshape(b, t, kv_heads, n // kv_heads, h)
+    scores = jnp.einsum("BTKGH,BSKH->BKGTS", q, k, preferred_element_type=jnp.float32)
+    scores = scores * (h**-0.5)
     scores = jnp.where(mask[:, None, None], scores, _MASKED)
     probs = jax.nn.softmax(scores, axis=-1).astype(v.dtype)
     out = jnp.einsum("BKGTS,BSKH->BTKGH", probs, v)
@@ -248,6 +272,7 @@ class Attention(nnx.Module):
         init = nnx.initializers.normal(0.02)
         out_init = nnx.initializers.normal(0.02 / math.sqrt(2 * config.num_layers))
         self.dtype = config.compute_dtype
+        self.implementation = attention_implementation(config.attention, config.compute_dtype)
         self.q_kernel = _param(rngs, init, (d, n, h), pdt, ("embed", "heads", "head_dim"))
         self.k_kernel = _param(rngs, init, (d, k, h), pdt, ("embed", "kv_heads", "head_dim"))
         self.v_kernel = _param(rngs, init, (d, k, h), pdt, ("embed", "kv_heads", "head_dim"))
@@ -302,7 +327,7 @@ class Attention(nnx.Module):
     def __call__(self, x, rope, attention_mask, segment_ids=None):
         q, k, v = self.qkv(x, rope)
         return self.output(attend(q, k, v, jnp.arange(x.shape[1]), attention_mask,
-                                  segment_ids))
+                                  segment_ids, self.implementation))
 
     def extend(self, x, rope, key_valid, prefix=None):
         """Attention of T new tokens over the keys/values of P earlier ones and their own.
@@ -319,7 +344,8 @@ class Attention(nnx.Module):
         keys, values = (k, v) if prefix is None else (
             jnp.concatenate([prefix[0], k], axis=1), jnp.concatenate([prefix[1], v], axis=1))
         slots = keys.shape[1] - x.shape[1] + jnp.arange(x.shape[1])
-        return self.output(attend(q, keys, values, slots, key_valid)), (k, v)
+        return self.output(attend(q, keys, values, slots, key_valid,
+                                  implementation=self.implementation)), (k, v)
 
     def cached(self, x, rope, key_valid, index, cache_k, cache_v):
         q, k, v = self.fused_qkv(x, rope)

@@ -25,7 +25,10 @@ from grpo_jax.tasks.data import load_json_file
 # ModelConfig fields a config may override on top of config.model.name (None = the size's).
 MODEL_SHAPE_FIELDS = ("hidden_size", "num_layers", "num_heads", "num_kv_heads", "head_dim",
                       "mlp_size", "rope_theta", "qkv_bias", "tie_embeddings", "rms_norm_eps",
-                      "remat", "scan_layers")
+                      "remat", "scan_layers", "attention")
+# Of those, the fields of how the network is executed, not of its shape (a config may set
+# them with model.init_from too).
+EXECUTION_FIELDS = ("remat", "scan_layers", "attention")
 
 
 TOKENIZERS = ("auto", "char", "sentencepiece", "checkpoint")
@@ -210,7 +213,7 @@ def build_model(config, tokenizer):
     else:
         model_config = model_config_for(config, tokenizer.vocab_size)
         return model_config, Transformer(model_config, rngs=nnx.Rngs(config.seed))
-    numerics = {field: config.model.get(field) for field in ("remat", "scan_layers")
+    numerics = {field: config.model.get(field) for field in EXECUTION_FIELDS
                 if config.model.get(field) is not None}
     if any(getattr(model_config, field) != value for field, value in numerics.items()):
         model_config = model_config.replace(**numerics)

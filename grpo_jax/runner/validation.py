@@ -18,16 +18,14 @@ import ml_collections
 
 from grpo_jax import parallel
 from grpo_jax import tasks as tasks_lib
-from grpo_jax.models.config import _DTYPES, available_models
-from grpo_jax.runner.build import (MODEL_SHAPE_FIELDS, TOKENIZERS, RunInputs, build_inputs,
-                                   check_init_from, model_config_for, tokenizer_kind)
+from grpo_jax.models.config import _DTYPES, ATTENTION_IMPLEMENTATIONS, available_models
+from grpo_jax.runner.build import (EXECUTION_FIELDS, MODEL_SHAPE_FIELDS, TOKENIZERS,
+                                   RunInputs, build_inputs, check_init_from, model_config_for,
+                                   tokenizer_kind)
 from grpo_jax.runner.checks import (TEMPLATES, ConfigError, Fields, SectionCheck,
                                     check_section_fields, mesh_rules, mesh_size, stage_names)
 
 __all__ = ["ConfigError", "check_run_fields", "check_stages", "validate"]
-
-# model fields of how the network is executed, not of its shape (allowed with init_from).
-_EXECUTION_FIELDS = ("remat", "scan_layers")
 
 
 def validate(config: ml_collections.ConfigDict, kinds) -> RunInputs:
@@ -118,15 +116,18 @@ def check_model_fields(config) -> None:
         model.choice("name", available_models())
     model.choice("dtype", _DTYPES)
     model.choice("param_dtype", _DTYPES)
+    if config.model.get("attention") is not None:
+        model.choice("attention", ATTENTION_IMPLEMENTATIONS)
     model.integer("max_seq_len", low=2)
     model.integer("logprob_chunk_size", low=0)
     model.integer("batch_streams", low=0)
     if config.model.init_from:
         for field in MODEL_SHAPE_FIELDS:
-            if field not in _EXECUTION_FIELDS and config.model.get(field) is not None:
+            if field not in EXECUTION_FIELDS and config.model.get(field) is not None:
                 model.fail(field, "the shape comes from model.init_from's config.json; only "
-                                  "model.remat and model.scan_layers may be set with it")
-        for field in _EXECUTION_FIELDS:
+                                  f"{', '.join('model.' + f for f in EXECUTION_FIELDS)} "
+                                  "may be set with it")
+        for field in ("remat", "scan_layers"):
             if config.model.get(field) is not None:
                 model.boolean(field)
         return

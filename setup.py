@@ -19,6 +19,7 @@ setup(
         "flax>=0.12.8,<0.13",
         "optax>=0.2.8,<0.3",
         "orbax-checkpoint>=0.12.8,<0.13",
+        "etils[epath]>=1.7,<2",  # workdirs as paths or URLs (grpo_jax.storage)
         "chex>=0.1.92,<0.2",
         "ml-collections>=1.1,<2",
         "absl-py>=2.1,<3",
@@ -58,6 +59,8 @@ setup(
         ],
         "gpu": ["jax[cuda12]>=0.10.2,<0.11"],
         "tpu": ["jax[tpu]>=0.10.2,<0.11"],
+        # Workdirs on Google Cloud Storage (gs://): epath's backend and TensorBoard's writer.
+        "gcs": ["etils[epath-gcs]>=1.7,<2", "google-cloud-storage>=2,<4"],
     },
     entry_points={"console_scripts": ["grpo-jax=grpo_jax.main:run"]},
 )

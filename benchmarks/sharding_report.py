@@ -10,7 +10,7 @@ devices and lowers and compiles, never runs, three programs from abstract parame
   of one micro-batch, rl.num_prompts * rl.group_size / rl.micro_batches rows;
 * ``reference``: the batch preparation the RL stage runs before its updates
   (`rl.update.make_prepare_fn`: the reference log-probs over the whole rollout batch when
-  beta != 0, and the advantages);
+  beta != 0, in chunks of the update's micro-batch size, and the advantages);
 * ``decode``: one step of the sampler's decode loop (the body of the `lax.while_loop` in
   `sampling.sampler`: the cached forward pass of one token per row, the logits and the
   sampling decision) for the rollout batch, with the KV cache at its final size. With
@@ -288,7 +288,8 @@ def build_setup(config, model_config, *, num_devices: int | None = None,
     graphdef, state = parallel.abstract_sharded_state(
         lambda: Transformer(model_config, rngs=nnx.Rngs(0)), mesh, rules)
     streams = config.model.get("batch_streams") or default_batch_streams()
-    policy = Policy(graphdef, state, config.model.logprob_chunk_size or None, streams)
+    policy = Policy(graphdef, state, config.model.logprob_chunk_size or None, streams,
+                    config.model.get("logprob_chunk_rows") or None)
     prompt_len = prompt_len or config.task.prompt_len
     if not prompt_len:
         raise ValueError("the config measures its prompt bucket at start-up (prompt_len 0): "
@@ -395,7 +396,8 @@ def compile_reference(setup: Setup):
     prepare = make_prepare_fn(setup.policy, algorithm, resolved,
                               prompt_len=setup.prompt_len, temperature=section.temperature,
                               group_size=section.group_size, adv_eps=section.adv_eps,
-                              on_policy=on_policy)
+                              on_policy=on_policy,
+                              micro_batches=section.micro_batches * section.num_minibatches)
     rows = section.num_prompts * section.group_size
     data = parallel.data_sharding(setup.mesh)
     flags = (_spec((rows,), jnp.bool_, data), _spec((rows,), jnp.bool_, data))
@@ -548,8 +550,9 @@ def main() -> None:
           f"{model_config.param_dtype} / {model_config.dtype}, remat {model_config.remat}, "
           f"scan_layers {model_config.scan_layers}), "
           f"{rl.num_prompts} x {rl.group_size} rows of {prompt_len} + {rl.max_new_tokens} "
-          f"tokens, {rl.micro_batches} micro-batches, log-prob chunk "
-          f"{config.model.logprob_chunk_size}", flush=True)
+          f"tokens, {rl.micro_batches} micro-batches, log-prob tiles of "
+          f"{config.model.get('logprob_chunk_rows') or 'all'} rows x "
+          f"{config.model.logprob_chunk_size or 'all'} positions", flush=True)
     programs = [p for p in args.programs.split(",") if p]
     unknown = sorted(set(programs) - set(PROGRAMS))
     if unknown:

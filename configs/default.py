@@ -82,6 +82,9 @@ def get_config(preset: str | None = None) -> ml_collections.ConfigDict:
     # Output-head chunk (positions) for teacher-forced log-probs; 0 = whole sequence at once.
     # Use e.g. 256 with 150k-token vocabularies so full [B, T, V] logits never materialise.
     config.model.logprob_chunk_size = 0
+    # Rows per tile of that head (0 = all rows of a micro-batch): the logits then exist
+    # [logprob_chunk_rows, logprob_chunk_size, V] at a time.
+    config.model.logprob_chunk_rows = 0
     # Row groups per update computed side by side in one program (training.accumulate_gradients);
     # 0 = training.default_batch_streams(): 2 on a single-device CPU, else 1.
     config.model.batch_streams = 0

@@ -56,6 +56,7 @@ def get_config(preset: str | None = None) -> ml_collections.ConfigDict:
     config.model.param_dtype = "float32"  # master weights (and so the optimizer state)
     config.model.max_seq_len = 1024  # context: the prompt bucket + max_new_tokens fit
     config.model.logprob_chunk_size = 256  # no [B, T, 152k] logits at once
+    config.model.logprob_chunk_rows = 16  # tiles of 16 x 256 x 152k float32 logits: 2.3 GiB
     config.model.remat = True  # recompute each block in the backward pass
     config.model.scan_layers = True  # one compiled block for all layers (see ModelConfig)
 
@@ -94,6 +95,7 @@ def get_config(preset: str | None = None) -> ml_collections.ConfigDict:
         config.model.dtype = "float32"
         config.model.max_seq_len = 256
         config.model.logprob_chunk_size = 0
+        config.model.logprob_chunk_rows = 0
         config.model.remat = False
         config.model.scan_layers = False
         config.mesh.num_devices = 1

@@ -8,6 +8,10 @@ One checkpoint = one step directory holding two items:
 * ``meta``: a JSON-serialisable dict (stage name, step, data-iterator state, config hash),
   saved with ``ocp.args.JsonSave``.
 
+The directory is a local path or a URL that stays one (`grpo_jax.storage`): ``gs://`` (orbax
+writes through `etils.epath` and tensorstore's GCS driver; it has none for other object
+stores) or ``file://`` (a local directory).
+
 Saves are atomic: orbax writes into ``<step>.orbax-checkpoint-tmp-*`` and renames it to
 ``<step>`` when complete, so an interrupted save never replaces the latest good checkpoint;
 unfinished temporary directories are ignored by `latest_step` and `restore`.
@@ -46,6 +50,8 @@ import jax.numpy as jnp
 import numpy as np
 import orbax.checkpoint as ocp
 
+from grpo_jax import storage
+
 __all__ = ["CheckpointIntegrityError", "CheckpointNotFoundError", "CheckpointSaveError",
            "Checkpointer", "checksums", "latest_meta"]
 
@@ -56,6 +62,8 @@ _TYPED_KEYS_FIELD = "__typed_prng_keys__"
 # Reserved metadata field: {flattened key path: checksum} of every array in `state`.
 _CHECKSUMS_FIELD = "__checksums__"
 _RESERVED = (_TYPED_KEYS_FIELD, _CHECKSUMS_FIELD)
+# URL schemes orbax can write checkpoints to (file:// is a local directory).
+URL_SCHEMES = ("gs", "file")
 
 
 class CheckpointNotFoundError(FileNotFoundError):
@@ -214,16 +222,13 @@ def _wrap_typed_keys(tree: Any, typed: Mapping[str, str]) -> Any:
 def latest_meta(directory: str | os.PathLike) -> dict | None:
     """The metadata of the newest finished checkpoint under `directory` whose metadata
     reads, straight from its file (no manager, so any one process may call it); None when
-    there is none."""
+    there is none. `directory` may be a URL (`grpo_jax.storage`)."""
     directory = os.fspath(directory)
-    try:
-        steps = sorted(int(name) for name in os.listdir(directory) if name.isdigit())
-    except FileNotFoundError:
-        return None
+    steps = sorted(int(name) for name in storage.listdir(directory) if name.isdigit())
     for step in reversed(steps):  # unfinished saves have temporary, non-numeric names
         try:
-            with open(os.path.join(directory, str(step), _META, "metadata")) as f:
-                meta = json.load(f)
+            meta = json.loads(storage.read_text(storage.join(directory, str(step), _META,
+                                                             "metadata")))
         except (OSError, ValueError):
             continue
         if isinstance(meta, dict):
@@ -241,7 +246,8 @@ class Checkpointer:
     and the checksums combine the processes' shards).
 
     Args:
-      directory: where step sub-directories are written (created if missing).
+      directory: where step sub-directories are written (created if missing): a local path,
+        or a gs:// or file:// URL, which stays a URL (`self.directory`).
       max_to_keep: number of most recent checkpoints kept (None keeps all).
       save_interval_steps: when set, `save` only writes steps that are multiples of it
         (unless ``force=True``); None saves every call.
@@ -262,7 +268,10 @@ class Checkpointer:
             raise ValueError(
                 f"save_interval_steps: expected a positive int or None, got {save_interval_steps}"
             )
-        self.directory = os.path.abspath(os.fspath(directory))
+        self.directory = storage.normalize(directory)
+        if storage.is_url(self.directory) and storage.scheme(self.directory) not in URL_SCHEMES:
+            raise ValueError(f"directory: expected a local path or a gs:// or file:// URL "
+                             f"(orbax writes no other store), got {self.directory!r}")
         self.save_interval_steps = save_interval_steps
         options = ocp.CheckpointManagerOptions(
             max_to_keep=max_to_keep,
@@ -271,7 +280,7 @@ class Checkpointer:
             create=True,
         )
         self._manager = ocp.CheckpointManager(
-            self.directory, options=options, item_names=(_STATE, _META)
+            storage.path(self.directory), options=options, item_names=(_STATE, _META)
         )
         self._pending: tuple[int, int] | None = None  # (step, bytes) of an async save
         for logger in (logging.getLogger(), logging.getLogger("absl"),
@@ -355,12 +364,16 @@ class Checkpointer:
 
     def _check_space(self, step: int, storable) -> None:
         """CheckpointSaveError, before anything is written, when the disk cannot hold the
-        checkpoint's arrays (uncompressed size, plus a save still in flight)."""
+        checkpoint's arrays (uncompressed size, plus a save still in flight). Skipped on an
+        object store (no free space to ask for)."""
+        local = storage.local_path(self.directory)
+        if local is None:
+            return
         need = _nbytes(storable)
         if self._pending is not None and self._manager.is_saving_in_progress():
             need += self._pending[1]
         try:
-            free = shutil.disk_usage(self.directory).free
+            free = shutil.disk_usage(local).free
         except OSError:
             return
         if free < need:
@@ -465,15 +478,15 @@ class Checkpointer:
         """Moves checkpoint `step` out of the managed directory (into `<directory>_corrupt/`),
         so restores and saves no longer see it; returns where it went."""
         self.wait()
-        source = os.path.join(self.directory, str(step))
-        target_dir = self.directory.rstrip(os.sep) + "_corrupt"
-        os.makedirs(target_dir, exist_ok=True)
-        target = os.path.join(target_dir, str(step))
+        source = storage.join(self.directory, str(step))
+        target_dir = self.directory + "_corrupt"
+        storage.makedirs(target_dir)
+        target = storage.join(target_dir, str(step))
         suffix = 0
-        while os.path.exists(target):
+        while storage.exists(target):
             suffix += 1
-            target = os.path.join(target_dir, f"{step}.{suffix}")
-        os.replace(source, target)
+            target = storage.join(target_dir, f"{step}.{suffix}")
+        storage.move_tree(source, target)
         self._manager.reload()
         return target
 

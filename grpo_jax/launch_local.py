@@ -7,7 +7,8 @@ Each process is `python -m grpo_jax.main <main flags> --coordinator_address=loca
 --num_processes=N --process_id=i` with `devices_per_process` virtual CPU devices and CPU
 collectives (gloo), i.e. the program every host of a TPU pod or GPU cluster runs, with one
 global mesh over N x devices_per_process devices. Process 0's output is streamed; the others'
-go to `<workdir>/launch_local/process_<i>.log` (shown when a process fails).
+go to `<workdir>/launch_local/process_<i>.log` (shown when a process fails; for a workdir
+on an object store, to a local temporary directory).
 
 SIGTERM or Ctrl-C to the launcher reaches every process: they agree on a step, save it and
 exit 0, as one process does (a second signal kills them at once). A process that exits with
@@ -24,7 +25,10 @@ import signal
 import socket
 import subprocess
 import sys
+import tempfile
 import time
+
+from grpo_jax import storage
 
 __all__ = ["free_port", "launch", "main"]
 
@@ -52,7 +56,8 @@ def launch(main_flags: list[str], *, num_processes: int, devices_per_process: in
       main_flags: the flags of `python -m grpo_jax.main` (config, workdir, overrides).
       num_processes: processes (hosts) to start.
       devices_per_process: virtual CPU devices of each process.
-      log_dir: where processes 1.. write their output; default <workdir>/launch_local.
+      log_dir: where processes 1.. write their output; default <workdir>/launch_local
+        (a local temporary directory for a workdir on an object store).
       python: the interpreter.
       env: the environment (default os.environ).
 
@@ -70,7 +75,10 @@ def launch(main_flags: list[str], *, num_processes: int, devices_per_process: in
     base["XLA_FLAGS"] = " ".join(
         flags + [f"--xla_force_host_platform_device_count={devices_per_process}"])
     base["JAX_PLATFORMS"] = "cpu"
-    log_dir = log_dir or os.path.join(_workdir(main_flags) or ".", "launch_local")
+    if log_dir is None:
+        local = storage.local_path(_workdir(main_flags) or ".")
+        log_dir = os.path.join(local, "launch_local") if local is not None \
+            else tempfile.mkdtemp(prefix="grpo_jax_launch_local_")
     os.makedirs(log_dir, exist_ok=True)
     address = f"localhost:{free_port()}"
     procs, logs = [], []

@@ -88,8 +88,8 @@ def _config():
               "such as configs/default.py[:preset]")
 
 _WORKDIR = flags.DEFINE_string(
-    "workdir", None, "Run directory (checkpoints, metrics.jsonl, report). "
-    "Default: runs/<config name>[_<preset>]."
+    "workdir", None, "Run directory (checkpoints, metrics.jsonl, report): a path, or a "
+    "gs:// URL (file:// for a local directory). Default: runs/<config name>[_<preset>]."
 )
 _COORDINATOR = flags.DEFINE_string(
     "coordinator_address", None, "Multi-controller runs: host:port of process 0 (TPU pods, "
@@ -166,7 +166,9 @@ def main(argv) -> None:
         raise
     if jax_process_index() != 0:
         return
-    print(f"[grpo_jax] report: {os.path.join(workdir, 'report.md')}")
+    from grpo_jax import storage
+
+    print(f"[grpo_jax] report: {storage.join(workdir, 'report.md')}")
     labels = _report_labels(workdir)
     for name, figures in summary.items():
         shown = {k: round(v, 4) for k, v in figures.items() if isinstance(v, float)}
@@ -177,19 +179,22 @@ def _report_labels(workdir: str) -> dict:
     """The report's column headers (column key -> the stage it evaluates)."""
     import json
 
+    from grpo_jax import storage
+
     try:
-        with open(os.path.join(workdir, "report.json"), encoding="utf-8") as f:
-            return dict(json.load(f).get("labels") or {})
+        return dict(json.loads(storage.read_text(storage.join(workdir, "report.json")))
+                    .get("labels") or {})
     except (OSError, ValueError, AttributeError):
         return {}
 
 
 def _check_workdir(workdir: str) -> None:
-    """A --workdir that cannot hold the run (a file, under a file, not writable) is one line
-    and exit 2, before anything is built or written."""
-    from grpo_jax.runner.checks import output_dir_problem
+    """A --workdir that cannot hold the run (a file, under a file, not writable, a store
+    orbax cannot write checkpoints to) is one line and exit 2, before anything is built or
+    written."""
+    from grpo_jax.runner.checks import workdir_problem
 
-    problem = output_dir_problem(workdir)
+    problem = workdir_problem(workdir)
     if problem:
         print(f"error: --workdir: {problem}; expected a directory this process can write "
               "(existing, or created when missing)", file=sys.stderr)

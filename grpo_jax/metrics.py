@@ -17,6 +17,13 @@ Resume: reopening a writer appends to the existing file. Call ``truncate_after(s
 after restoring the checkpoint of that step: it drops the lines logged after the checkpoint,
 so a resumed run does not repeat steps in the log. (TensorBoard event files are append-only;
 TensorBoard shows the re-logged points after the old ones.)
+
+A workdir may be a URL (``gs://bucket/run``; `grpo_jax.storage`). An object store has no
+appends: there the writer keeps metrics.jsonl in memory and writes the object whole at most
+every `UPLOAD_INTERVAL_SECONDS` and on ``flush`` (which the Run calls before every checkpoint,
+so the log on the store always reaches the newest checkpoint) and ``close``. TensorBoard
+events go there only where tensorboardX has a writer for the scheme (``gs://`` with
+google-cloud-storage, ``s3://`` with boto3); elsewhere one line says they are skipped.
 """
 
 from __future__ import annotations
@@ -30,12 +37,15 @@ from typing import Any
 
 import numpy as np
 
+from grpo_jax import storage
+
 __all__ = ["MetricWriter", "flatten_hparams", "read_metrics", "to_python_scalar"]
 
 METRICS_FILENAME = "metrics.jsonl"
 SAMPLES_FILENAME = "samples.jsonl"  # generated texts, a few per eval and RL log point
 TENSORBOARD_DIRNAME = "tensorboard"  # the event files, under the workdir
 RUN_CONFIG_FILENAME = "config.json"  # the run's config, written by the Run before any step
+UPLOAD_INTERVAL_SECONDS = 30.0  # object stores: the longest metrics.jsonl waits for a write
 
 
 def to_python_scalar(name: str, value: Any) -> Any:
@@ -73,15 +83,14 @@ def read_metrics(path: str | os.PathLike) -> list[dict]:
     reader of the file (reports, sweeps, benchmarks, tests).
 
     A truncated last line (a run killed mid-write) is skipped; any other malformed line
-    raises ValueError naming the line number. No file reads as no rows.
+    raises ValueError naming the line number. No file reads as no rows. `path` may be a URL.
     """
     path = os.fspath(path)
-    if os.path.isdir(path):
-        path = os.path.join(path, METRICS_FILENAME)
-    if not os.path.exists(path):
+    if storage.isdir(path):
+        path = storage.join(path, METRICS_FILENAME)
+    if not storage.exists(path):
         return []
-    with open(path, encoding="utf-8") as f:
-        lines = f.read().split("\n")
+    lines = storage.read_text(path).split("\n")
     return [_restore_non_finite(record) for _, record in _parse_lines(lines, path)]
 
 
@@ -125,13 +134,72 @@ def flatten_hparams(record: Mapping[str, Any], prefix: str = "") -> dict[str, An
     return flat
 
 
+def _lines(text: str) -> list[str]:
+    """`text` split after every newline, as a file's `readlines` (the last line may lack
+    one)."""
+    lines = text.split("\n")
+    return [line + "\n" for line in lines[:-1]] + ([lines[-1]] if lines[-1] else [])
+
+
+class _ObjectLog:
+    """An append-only text file on an object store, which has no appends: the text is kept
+    here and the object written whole by `flush` (at most every `interval` seconds) and
+    `sync` (now). A last line without its newline (a write cut short) is dropped on open."""
+
+    def __init__(self, location: str, interval: float):
+        self.location, self.interval = location, interval
+        text = storage.read_text(location) if storage.exists(location) else ""
+        self.lines = _lines(text[:text.rfind("\n") + 1])
+        self.closed, self._dirty, self._written = False, False, time.monotonic()
+
+    def write(self, text: str) -> None:
+        self.lines.append(text)
+        self._dirty = True
+
+    def replace(self, lines: list[str]) -> None:
+        """Makes `lines` the file's content and writes it."""
+        self.lines, self._dirty = list(lines), True
+        self.sync()
+
+    def flush(self) -> None:
+        if self._dirty and time.monotonic() - self._written >= self.interval:
+            self.sync()
+
+    def sync(self) -> None:
+        if self._dirty:
+            storage.write_text(self.location, "".join(self.lines))
+            self._dirty, self._written = False, time.monotonic()
+
+    def close(self) -> None:
+        self.sync()
+        self.closed = True
+
+
+def _tensorboard_logdir(workdir: str) -> tuple[str | None, str]:
+    """(where TensorBoard events go, "") or (None, why there are none) for `workdir`."""
+    local = storage.local_path(workdir)
+    if local is not None:
+        return os.path.join(local, TENSORBOARD_DIRNAME), ""
+    from tensorboardX import record_writer  # lazy: optional dependency
+
+    scheme = storage.scheme(workdir)
+    client = {"gs": ("GCS_ENABLED", "google-cloud-storage"), "s3": ("S3_ENABLED", "boto3")}
+    if scheme not in client:
+        return None, f"tensorboardX has no writer for {scheme}://"
+    flag, package = client[scheme]
+    if not getattr(record_writer, flag, False):
+        return None, f"tensorboardX writes {scheme}:// only with {package} installed"
+    return storage.join(workdir, TENSORBOARD_DIRNAME), ""
+
+
 class MetricWriter:
     """Appends per-step metrics to ``<workdir>/metrics.jsonl`` and TensorBoard event files.
 
     Args:
-      workdir: run directory (created if missing).
+      workdir: run directory (created if missing), or a URL (see the module docstring).
       tensorboard: also write TensorBoard events under ``<workdir>/tensorboard`` when
-        tensorboardX is importable (scalars, sample texts, the run's hparams).
+        tensorboardX is importable (scalars, sample texts, the run's hparams) and, for a
+        URL, has a writer for its scheme.
       active: False makes a writer that writes nothing (the processes other than 0 of a
         multi-controller run: `write` still returns the record).
     """
@@ -139,29 +207,41 @@ class MetricWriter:
     def __init__(self, workdir: str | os.PathLike, *, tensorboard: bool = True,
                  active: bool = True):
         self.workdir = os.fspath(workdir)
-        self.path = os.path.join(self.workdir, METRICS_FILENAME)
+        self.path = storage.join(self.workdir, METRICS_FILENAME)
         self.active = active
         self._tb = None
         self._hparams_pending = False
         if not active:
             self._file = None
             return
-        os.makedirs(self.workdir, exist_ok=True)
-        self._drop_partial_last_line()
+        storage.makedirs(self.workdir)
+        self._local = storage.local_path(self.path)  # None on an object store
+        if self._local is None:
+            self._file = _ObjectLog(self.path, UPLOAD_INTERVAL_SECONDS)
+            empty = not self._file.lines
+        else:
+            self._drop_partial_last_line()
+            empty = not (os.path.exists(self._local) and os.path.getsize(self._local))
+            self._file = open(self._local, "a", encoding="utf-8")
         # A run's first metric line carries its hparams to TensorBoard; a resumed run (lines
         # already there) wrote them when it started.
-        self._hparams_pending = not (os.path.exists(self.path) and os.path.getsize(self.path))
-        self._file = open(self.path, "a", encoding="utf-8")
+        self._hparams_pending = empty
         if tensorboard:
             try:
                 from tensorboardX import FileWriter  # lazy: optional dependency
             except ImportError:
                 FileWriter = None
             if FileWriter is not None:
-                # The file is named after the second it was opened in; the suffix keeps a
-                # writer reopened within that second (a quick resume) from replacing it.
-                self._tb = FileWriter(logdir=os.path.join(self.workdir, TENSORBOARD_DIRNAME),
-                                      filename_suffix=f".{os.getpid()}.{time.time_ns()}")
+                logdir, why_not = _tensorboard_logdir(self.workdir)
+                if logdir is None:
+                    print(f"[grpo_jax] TensorBoard: no event files in {self.workdir} "
+                          f"({why_not}); metrics.jsonl has every metric", flush=True)
+                else:
+                    # The file is named after the second it was opened in; the suffix keeps
+                    # a writer reopened within that second (a quick resume) from replacing
+                    # it.
+                    self._tb = FileWriter(logdir=logdir,
+                                          filename_suffix=f".{os.getpid()}.{time.time_ns()}")
 
     @property
     def has_tensorboard(self) -> bool:
@@ -169,9 +249,9 @@ class MetricWriter:
 
     def _drop_partial_last_line(self) -> None:
         """A run killed mid-write can leave a line without its newline: cut it off."""
-        if not os.path.exists(self.path):
+        if not os.path.exists(self._local):
             return
-        with open(self.path, "rb+") as f:
+        with open(self._local, "rb+") as f:
             data = f.read()
             if data and not data.endswith(b"\n"):
                 f.truncate(data.rfind(b"\n") + 1)
@@ -228,8 +308,8 @@ class MetricWriter:
     def _write_run_hparams(self) -> None:
         self._hparams_pending = False
         try:
-            with open(os.path.join(self.workdir, RUN_CONFIG_FILENAME), encoding="utf-8") as f:
-                record = json.load(f)
+            record = json.loads(storage.read_text(storage.join(self.workdir,
+                                                               RUN_CONFIG_FILENAME)))
         except (OSError, ValueError, RecursionError):  # no run config: no hparams
             return
         if isinstance(record, dict):
@@ -243,11 +323,12 @@ class MetricWriter:
         format goes wrong."""
         if not self.active or not samples:
             return
-        with open(os.path.join(self.workdir, SAMPLES_FILENAME), "a", encoding="utf-8") as f:
-            for sample in samples:
-                row = {k: to_python_scalar(k, v) if not isinstance(v, str) else v
-                       for k, v in sample.items()}
-                f.write(json.dumps({"step": int(step), "stage": stage, **row}) + "\n")
+        lines = []
+        for sample in samples:
+            row = {k: to_python_scalar(k, v) if not isinstance(v, str) else v
+                   for k, v in sample.items()}
+            lines.append(json.dumps({"step": int(step), "stage": stage, **row}) + "\n")
+        storage.append_text(storage.join(self.workdir, SAMPLES_FILENAME), "".join(lines))
         if self._tb is not None:
             from tensorboardX.summary import text as text_summary
 
@@ -269,8 +350,11 @@ class MetricWriter:
         if not self.active:
             return 0
         self._file.flush()
-        with open(self.path, encoding="utf-8") as f:
-            lines = f.readlines()
+        if self._local is None:
+            lines = list(self._file.lines)
+        else:
+            with open(self._local, encoding="utf-8") as f:
+                lines = f.readlines()
         records = _parse_lines(lines, self.path)  # (line index, record)
         if stage is None:
             later = [i for i, r in records if r.get("step", -1) > step]
@@ -286,23 +370,21 @@ class MetricWriter:
         if stage is None:
             self._truncate_samples(step)
         dropped = len(lines) - cut
-        if dropped:
+        if dropped and self._local is None:
+            self._file.replace(lines[:cut])
+        elif dropped:
             self._file.close()
-            tmp = self.path + ".tmp"
-            with open(tmp, "w", encoding="utf-8") as f:
-                f.writelines(lines[:cut])
-            os.replace(tmp, self.path)  # atomic on POSIX
-            self._file = open(self.path, "a", encoding="utf-8")
+            storage.write_text(self._local, "".join(lines[:cut]))  # atomic
+            self._file = open(self._local, "a", encoding="utf-8")
         return dropped
 
     def _truncate_samples(self, step: int) -> None:
         """Drops the samples.jsonl lines of global steps after `step` (a resumed run writes
         them again)."""
-        path = os.path.join(self.workdir, SAMPLES_FILENAME)
-        if not os.path.isfile(path):
+        path = storage.join(self.workdir, SAMPLES_FILENAME)
+        if not storage.isfile(path):
             return
-        with open(path, encoding="utf-8") as f:
-            lines = f.readlines()
+        lines = _lines(storage.read_text(path))
         kept = []
         for line in lines:
             try:
@@ -312,13 +394,12 @@ class MetricWriter:
             if not later:
                 kept.append(line)
         if len(kept) < len(lines):
-            with open(path + ".tmp", "w", encoding="utf-8") as f:
-                f.writelines(kept)
-            os.replace(path + ".tmp", path)
+            storage.write_text(path, "".join(kept))  # atomic
 
     def flush(self) -> None:
+        """Everything written so far into the files (on an object store: written now)."""
         if self._file is not None:
-            self._file.flush()
+            getattr(self._file, "sync", self._file.flush)()
         if self._tb is not None:
             self._tb.flush()
 

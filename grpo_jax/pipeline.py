@@ -12,16 +12,15 @@ module that imports grpo_jax.stages.
 from __future__ import annotations
 
 import copy
-import os
 import time
 
 import jax
 import ml_collections
 
-from grpo_jax import compilation, host_memory, parallel
+from grpo_jax import compilation, host_memory, parallel, storage
 from grpo_jax.rewards.accuracy import configure_verifier
 from grpo_jax.runner import Run, StageSpec, validate
-from grpo_jax.runner.build import model_config_for
+from grpo_jax.runner.build import lora_summary, model_config_for
 from grpo_jax.runner.checks import mesh_size, stage_names
 from grpo_jax.runner.guards import Preempted, StopRequest
 from grpo_jax.runner.report import write_run_report
@@ -62,7 +61,7 @@ def train_and_evaluate(config: ml_collections.ConfigDict, workdir: str) -> dict:
                 raise
             raise Preempted(
                 f"[grpo_jax] stopped at once on a {err or 'second signal'}: the last complete "
-                f"checkpoint in {os.path.join(os.path.abspath(workdir), 'checkpoints')} is "
+                f"checkpoint in {storage.join(storage.normalize(workdir), 'checkpoints')} is "
                 "where the same command resumes", status=130) from None
 
 
@@ -149,6 +148,8 @@ def describe(config: ml_collections.ConfigDict) -> str:
         f"{model_config.num_kv_heads} kv heads of {model_config.head_dim}, mlp "
         f"{model_config.mlp_size}, {model_config.param_dtype} params, {model_config.dtype} "
         "compute)")
+    if lora_summary(config, model_config):
+        lines.append(lora_summary(config, model_config))
     devices = jax.devices()
     lines.append(f"devices: {len(devices)} x {devices[0].platform} "
                  f"({devices[0].device_kind}); process {jax.process_index()} of "

@@ -10,7 +10,9 @@ Every run is `python -m grpo_jax.main --config=CFG --workdir=DIR/<name> --config
 (`rl.beta=0.04,rl.algorithm=grpo,seed=1`). A run whose report.json exists is finished and
 skipped, so running the sweep again resumes it (an interrupted run resumes from its own
 checkpoints). `--print` prints one command per run instead, for a pod or a cluster queue,
-and `--summarize` only (re)writes the summary of the runs that finished.
+and `--summarize` only (re)writes the summary of the runs that finished. DIR may be a URL
+(gs://bucket/sweep; `grpo_jax.storage`): each run's log is then written locally while it
+runs and copied into its directory when it ends.
 
 The summary (`DIR/summary.md`, `DIR/summary.json`) has, per arm (a setting of the `--set`
 values), every figure of the final evaluation and the last training step's reward, KL to
@@ -22,6 +24,8 @@ interval over seeds (Student's t); `DIR/curves.png` draws each arm's training cu
 from __future__ import annotations
 
 import argparse
+import hashlib
+import io
 import itertools
 import json
 import math
@@ -29,8 +33,11 @@ import os
 import signal
 import subprocess
 import sys
+import tempfile
 import time
 from collections.abc import Sequence
+
+from grpo_jax import storage
 
 # The metrics reader only (json and numpy): the runs themselves are subprocesses, and the
 # sweep process never imports jax.
@@ -54,7 +61,7 @@ class Run:
         self.overrides, self.seed = tuple(overrides), seed
         self.arm = ",".join(f"{k}={v}" for k, v in self.overrides) or "base"
         self.name = ",".join([*(f"{k}={v}" for k, v in self.overrides), f"seed={seed}"])
-        self.workdir = os.path.join(root, self.name)
+        self.workdir = storage.join(root, self.name)
         self.command = [sys.executable, "-m", "grpo_jax.main", f"--config={config}",
                         f"--workdir={self.workdir}",
                         *(f"--config.{k}={v}" for k, v in self.overrides),
@@ -62,7 +69,25 @@ class Run:
 
     @property
     def finished(self) -> bool:
-        return os.path.isfile(os.path.join(self.workdir, "report.json"))
+        return storage.isfile(storage.join(self.workdir, "report.json"))
+
+    @property
+    def log(self) -> str:
+        """Where the run's output goes while it runs: `<workdir>/sweep.log`, or for a workdir
+        on an object store a local file (`copy_log` appends it to that one)."""
+        local = storage.local_path(storage.join(self.workdir, "sweep.log"))
+        if local is None:
+            local = os.path.join(tempfile.gettempdir(), "grpo_jax_sweep",
+                                 hashlib.sha1(self.workdir.encode()).hexdigest()[:16] + ".log")
+        return local
+
+    def copy_log(self) -> None:
+        """Appends the local log of a run on an object store to `<workdir>/sweep.log`."""
+        target = storage.join(self.workdir, "sweep.log")
+        if storage.local_path(target) is None and os.path.exists(self.log):
+            with open(self.log, encoding="utf-8", errors="replace") as f:
+                storage.append_text(target, f.read())
+            os.remove(self.log)
 
 
 def _parse_set(item: str) -> tuple[str, list[str]]:
@@ -117,8 +142,7 @@ def interval(values: Sequence[float]) -> dict:
 
 
 def _final_figures(run: Run) -> dict:
-    with open(os.path.join(run.workdir, "report.json"), encoding="utf-8") as f:
-        report = json.load(f)
+    report = json.loads(storage.read_text(storage.join(run.workdir, "report.json")))
     summary = report.get("summary", report)
     column = summary.get("after") or summary.get("last_step") or {}
     figures = {k: v for k, v in column.items() if isinstance(v, (int, float))
@@ -149,12 +173,10 @@ def summarize(runs: Sequence[Run], root: str) -> dict:
         names = sorted({k for figures in per_seed for k in figures})
         summary[arm] = {"seeds": [r.seed for r in members],
                         "figures": {k: interval([f.get(k) for f in per_seed]) for k in names}}
-    with open(os.path.join(root, "summary.json"), "w", encoding="utf-8") as f:
-        json.dump(summary, f, indent=2)
-    with open(os.path.join(root, "summary.md"), "w", encoding="utf-8") as f:
-        f.write(summary_markdown(summary))
+    storage.write_text(storage.join(root, "summary.json"), json.dumps(summary, indent=2))
+    storage.write_text(storage.join(root, "summary.md"), summary_markdown(summary))
     if summary:
-        _plot_curves(arms, os.path.join(root, "curves.png"))
+        _plot_curves(arms, storage.join(root, "curves.png"))
     return summary
 
 
@@ -218,8 +240,10 @@ def _plot_curves(arms: dict, path: str) -> None:
     axes[0].legend(fontsize=7)
     axes[0].set_title(f"{CURVES[0]} (mean over seeds, band: ±1 std)", fontsize=9)
     fig.tight_layout()
-    fig.savefig(path, dpi=110)
+    data = io.BytesIO()
+    fig.savefig(data, format="png", dpi=110)
     plt.close(fig)
+    storage.write_bytes(path, data.getvalue())
 
 
 def _run_all(runs: list[Run], parallel: int, root: str) -> int:
@@ -246,8 +270,9 @@ def _run_all(runs: list[Run], parallel: int, root: str) -> int:
         while (todo and not stopping) or active:
             while todo and not stopping and len(active) < parallel:
                 run = todo.pop(0)
-                os.makedirs(run.workdir, exist_ok=True)
-                log = open(os.path.join(run.workdir, "sweep.log"), "a")
+                storage.makedirs(run.workdir)
+                os.makedirs(os.path.dirname(run.log), exist_ok=True)
+                log = open(run.log, "a")
                 print(f"[sweep] start {run.name}", flush=True)
                 active.append((run, subprocess.Popen(run.command, stdout=log,
                                                      stderr=subprocess.STDOUT,
@@ -259,6 +284,7 @@ def _run_all(runs: list[Run], parallel: int, root: str) -> int:
                 if proc.poll() is None:
                     continue
                 log.close()
+                run.copy_log()
                 active.remove(item)
                 if proc.returncode == 0:
                     status = "done" if run.finished else "stopped"
@@ -266,7 +292,7 @@ def _run_all(runs: list[Run], parallel: int, root: str) -> int:
                     status = f"FAILED (exit {proc.returncode})"
                 failures += proc.returncode != 0
                 print(f"[sweep] {status} {run.name} in {time.time() - t0:.0f}s (log: "
-                      f"{os.path.join(run.workdir, 'sweep.log')})", flush=True)
+                      f"{storage.join(run.workdir, 'sweep.log')})", flush=True)
     finally:
         for sig, handler in previous.items():
             signal.signal(sig, handler)
@@ -301,7 +327,7 @@ def main(argv: list[str] | None = None) -> int:
             raise ValueError("--seeds: expected at least one seed")
         if args.parallel < 1:
             raise ValueError("--parallel: expected >= 1")
-        root = os.path.abspath(args.workdir)
+        root = storage.normalize(args.workdir)
         runs = expand(args.sets, seeds, root, args.config, extra)
     except ValueError as err:
         print(f"error: {err}", file=sys.stderr)
@@ -312,7 +338,7 @@ def main(argv: list[str] | None = None) -> int:
         for run in runs:
             print(shlex.join(run.command))
         return 0
-    os.makedirs(root, exist_ok=True)
+    storage.makedirs(root)
     if args.summarize:
         summarize(runs, root)
         return 0

@@ -19,7 +19,12 @@ import numpy as np
 import optax
 from flax import nnx
 
-Params = Any  # nested dict of arrays
+from grpo_jax.models import lora as lora_lib
+
+Params = Any  # nested dict of arrays, or a LoRA tree of them (`grpo_jax.models.lora`)
+
+# merge(base, adapters) as one program (the sampler binds a LoRA policy outside any jit).
+_merge = jax.jit(lora_lib.merge, static_argnames=("alpha", "rank"))
 
 
 @dataclasses.dataclass(frozen=True, eq=False)
@@ -34,18 +39,29 @@ class Policy:
     # Row groups of each (micro-)batch whose gradients the update steps compute side by side
     # in one program (`accumulate_gradients`); see `default_batch_streams`.
     batch_streams: int = 1
+    # Rows per tile of the output head (None: all rows): with logprob_chunk_size, the
+    # logits exist [rows, chunk, V] at a time (`models.logprobs`).
+    logprob_chunk_rows: int | None = None
+    # LoRA settings when the parameters are a LoRA tree {"base", "lora"}: the model then
+    # runs on `lora.merge(base, adapters)`; a plain tree binds as it is (e.g. the base).
+    lora: lora_lib.LoraConfig | None = None
 
     @classmethod
     def from_model(cls, model: nnx.Module, *, logprob_chunk_size: int | None = None,
-                   batch_streams: int = 1) -> tuple["Policy", Params]:
+                   batch_streams: int = 1, logprob_chunk_rows: int | None = None,
+                   ) -> tuple["Policy", Params]:
         if batch_streams < 1:
             raise ValueError(f"batch_streams must be >= 1, got {batch_streams}")
         graphdef, state = nnx.split(model)
-        return (cls(graphdef, state, logprob_chunk_size or None, batch_streams),
-                nnx.to_pure_dict(state))
+        return (cls(graphdef, state, logprob_chunk_size or None, batch_streams,
+                    logprob_chunk_rows or None), nnx.to_pure_dict(state))
 
     def state(self, params: Params):
-        """nnx.State of the model carrying `params` (works on tracers)."""
+        """nnx.State of the model carrying `params` (works on tracers); a LoRA tree is
+        merged first (W + (alpha / r) A B)."""
+        if self.lora is not None and lora_lib.is_lora(params):
+            params = _merge(params[lora_lib.BASE], params[lora_lib.ADAPTERS],
+                            alpha=self.lora.alpha, rank=self.lora.rank)
         state = jax.tree.map(lambda x: x, self.template)
         nnx.replace_by_pure_dict(state, params)
         return state
@@ -91,17 +107,36 @@ def make_optimizer(
     return optax.chain(*chain), schedule
 
 
-def split_micro_batches(batch: Any, num_micro_batches: int) -> Any:
-    """Reshape every [B, ...] leaf to [num_micro_batches, B / num_micro_batches, ...]."""
+def split_micro_batches(batch: Any, num_micro_batches: int, row_unit: int = 1) -> Any:
+    """Every [B, ...] leaf as [M, B / M, ...] (M = num_micro_batches), the batch's units of
+    `row_unit` rows dealt round-robin: micro-batch m holds units m, m + M, m + 2M, ...
+
+    Dealt, not cut into M contiguous blocks: when the rows are split over devices in
+    contiguous blocks, every micro-batch then has its share of rows on every device (a
+    contiguous cut would put micro-batch m on 1/M of the devices and make XLA gather the
+    batch). A unit (the completions of one prompt) stays whole and in order.
+    """
+    m, unit = num_micro_batches, row_unit
 
     def reshape(x):
-        if x.shape[0] % num_micro_batches:
-            raise ValueError(
-                f"batch of {x.shape[0]} rows is not divisible into {num_micro_batches} micro-batches"
-            )
-        return x.reshape(num_micro_batches, x.shape[0] // num_micro_batches, *x.shape[1:])
+        if x.shape[0] % (m * unit):
+            raise ValueError(f"batch of {x.shape[0]} rows is not divisible into {m} "
+                             f"micro-batches of whole {unit}-row units")
+        dealt = x.reshape(x.shape[0] // (m * unit), m, unit, *x.shape[1:]).swapaxes(0, 1)
+        return dealt.reshape(m, x.shape[0] // m, *x.shape[1:])
 
     return jax.tree.map(reshape, batch)
+
+
+def merge_micro_batches(micro: Any, row_unit: int = 1) -> Any:
+    """The inverse of `split_micro_batches`: [M, B / M, ...] leaves back to [B, ...]."""
+
+    def merge(x):
+        m, rows = x.shape[:2]
+        undealt = x.reshape(m, rows // row_unit, row_unit, *x.shape[2:]).swapaxes(0, 1)
+        return undealt.reshape(m * rows, *x.shape[2:])
+
+    return jax.tree.map(merge, micro)
 
 
 def default_batch_streams() -> int:
@@ -161,34 +196,40 @@ def accumulate_gradients(
     the sum over micro-batches equals the full-batch value exactly. Metrics whose name ends
     in `_max` are combined with a maximum instead of a sum. `metrics` must be a flat dict.
 
-    Micro-batches run one after another (a `lax.scan`: memory for one at a time). Each is
+    Micro-batches (`split_micro_batches`: units of `row_unit` rows dealt round-robin) run
+    one after another (a `lax.scan`: memory for one at a time). Each is
     further split into `streams` row groups whose gradients are computed independently in
     the same program, which XLA:CPU can run side by side (`default_batch_streams`); the sum
     is the same up to float rounding. Row groups are cut at multiples of `row_unit` rows
     (which must divide a micro-batch), so units such as the completions of one prompt stay
     together.
+
+    Gradients are taken with respect to `lora.trainable(params)` only: for a LoRA tree the
+    adapters (`grads` is adapter-shaped; the frozen base gets none), else all of `params`.
     """
     rows = jax.tree.leaves(batch)[0].shape[0]
     if (rows // max(num_micro_batches, 1)) % row_unit:
         raise ValueError(f"accumulate_gradients: row_unit {row_unit} does not divide a "
                          f"micro-batch of {rows} / {num_micro_batches} rows")
-    grad_fn = jax.value_and_grad(loss_fn, has_aux=True)
+    part = lora_lib.trainable(params)
+    grad_fn = jax.value_and_grad(
+        lambda p, b: loss_fn(lora_lib.with_trainable(params, p), b), has_aux=True)
     if streams > 1:
         grad_fn = _in_streams(grad_fn, streams, row_unit)
     if num_micro_batches == 1:
-        (loss, metrics), grads = grad_fn(params, batch)
+        (loss, metrics), grads = grad_fn(part, batch)
         return loss, grads, metrics
-    micro = split_micro_batches(batch, num_micro_batches)
+    micro = split_micro_batches(batch, num_micro_batches, row_unit)
 
     def body(carry, micro_batch):
-        (loss, metrics), grads = grad_fn(params, micro_batch)
+        (loss, metrics), grads = grad_fn(part, micro_batch)
         return _add_parts(carry, (loss, grads, metrics)), None
 
     first = jax.tree.map(lambda x: x[0], micro)
-    (_, metric_shapes), _ = jax.eval_shape(grad_fn, params, first)
+    (_, metric_shapes), _ = jax.eval_shape(grad_fn, part, first)
     zeros_metrics = {k: jnp.full(s.shape, -jnp.inf if k.endswith("_max") else 0, s.dtype)
                      for k, s in metric_shapes.items()}
-    zeros_grads = jax.tree.map(jnp.zeros_like, params)
+    zeros_grads = jax.tree.map(jnp.zeros_like, part)
     (loss, grads, metrics), _ = jax.lax.scan(
         body, (jnp.zeros((), jnp.float32), zeros_grads, zeros_metrics), micro
     )
@@ -211,17 +252,19 @@ def apply_if_finite(optimizer: optax.GradientTransformation, grads: Params, opt_
                     params: Params, *, loss: jax.Array, also_ok: jax.Array | None = None):
     """One optimizer update, applied only when the loss, the gradients and the updated
     parameters are all finite (and `also_ok`); otherwise params and opt_state stay as they
-    were.
+    were. `grads` and `opt_state` cover `lora.trainable(params)` (a LoRA tree's adapters;
+    its base is returned as it is).
 
     Returns:
       (params, opt_state, flags) with float flags "skipped" (1 = not applied),
       "nonfinite_loss", "nonfinite_grad" and "nonfinite_update".
     """
-    updates, new_opt_state = optimizer.update(grads, opt_state, params)
-    new_params = optax.apply_updates(params, updates)
+    part = lora_lib.trainable(params)
+    updates, new_opt_state = optimizer.update(grads, opt_state, part)
+    new_part = optax.apply_updates(part, updates)
     finite_loss = jnp.all(jnp.isfinite(loss))
     finite_grad = all_finite(grads)
-    finite_update = all_finite(new_params)
+    finite_update = all_finite(new_part)
     ok = finite_loss & finite_grad & finite_update
     if also_ok is not None:
         ok = ok & also_ok
@@ -229,17 +272,19 @@ def apply_if_finite(optimizer: optax.GradientTransformation, grads: Params, opt_
              "nonfinite_loss": (~finite_loss).astype(jnp.float32),
              "nonfinite_grad": (~finite_grad).astype(jnp.float32),
              "nonfinite_update": (~finite_update).astype(jnp.float32)}
-    return keep_if(ok, new_params, params), keep_if(ok, new_opt_state, opt_state), flags
+    return (lora_lib.with_trainable(params, keep_if(ok, new_part, part)),
+            keep_if(ok, new_opt_state, opt_state), flags)
 
 
 def init_opt_state(optimizer: optax.GradientTransformation, params: Params, mesh=None):
-    """optimizer.init(params) with every leaf on the mesh.
+    """optimizer.init(lora.trainable(params)) with every leaf on the mesh: the state of a
+    LoRA tree's adapters only.
 
     Moments inherit the parameters' shardings; scalars (step counts) would otherwise sit on
     one device and come back from the first jitted step as mesh-replicated arrays, which
     changes the input shardings and compiles the step a second time.
     """
-    opt_state = optimizer.init(params)
+    opt_state = optimizer.init(lora_lib.trainable(params))
     if mesh is None:
         return opt_state
     replicated = jax.sharding.NamedSharding(mesh, jax.sharding.PartitionSpec())
@@ -259,23 +304,41 @@ def jit_update(fn: Callable, *, num_state_args: int = 2) -> Callable:
     The first `num_state_args` arguments (params, optimizer state, ...) are donated and their
     outputs are pinned to the shardings the first call received. Without the pin the compiler
     may pick other output shardings (e.g. shard a norm scale over `fsdp`), and the next call,
-    fed those outputs, would compile the step a second time. `.jitted()` gives the underlying
-    jitted function (e.g. for `_cache_size()`), `.fn` the update function.
+    fed those outputs, would compile the step a second time. The frozen base of a LoRA tree
+    in the state (`lora.detach_bases`) is passed as an argument that is neither donated nor
+    returned: the caller's base arrays (shared with a reference, say) stay valid and are never
+    copied. `.jitted()` gives the underlying jitted function (e.g. for `_cache_size()`), `.fn`
+    the update function.
     """
     jitted = None
 
+    def with_bases(bases, *args):  # fn with the LoRA bases kept out of the donated state
+        state = lora_lib.attach_bases(tuple(args[:num_state_args]), bases)
+        out = fn(*state, *args[num_state_args:])
+        new_state, _ = lora_lib.detach_bases(tuple(out[:num_state_args]))
+        return (*new_state, *out[num_state_args:])
+
     def call(*args):
         nonlocal jitted
+        state, bases = lora_lib.detach_bases(tuple(args[:num_state_args]))
         if jitted is None:
             # Pin committed mesh-sharded leaves; leave the others (e.g. uncommitted arrays
             # made by jnp ops outside any mesh) to the compiler.
             state_shardings = tuple(jax.tree.map(
                 lambda x: x.sharding if isinstance(getattr(x, "sharding", None),
                                                    jax.sharding.NamedSharding) else None,
-                args[:num_state_args]))
-            jitted = jax.jit(fn, donate_argnums=tuple(range(num_state_args)),
-                             out_shardings=(*state_shardings, None))
-        return jitted(*args)
+                state))
+            if bases:
+                jitted = jax.jit(with_bases, out_shardings=(*state_shardings, None),
+                                 donate_argnums=tuple(range(1, num_state_args + 1)))
+            else:
+                jitted = jax.jit(fn, donate_argnums=tuple(range(num_state_args)),
+                                 out_shardings=(*state_shardings, None))
+        if not bases:
+            return jitted(*args)
+        out = jitted(bases, *state, *args[num_state_args:])
+        new_state = lora_lib.attach_bases(tuple(out[:num_state_args]), bases)
+        return (*new_state, *out[num_state_args:])
 
     call.jitted = lambda: jitted
     call.fn = fn  # the update itself (e.g. to lower it for other shardings)

@@ -225,6 +225,29 @@ def test_execution_variants_equal_the_plain_model(execution):
         np.testing.assert_allclose(a, b, rtol=1e-4, atol=1e-6)
 
 
+def test_head_tiles_of_rows_and_positions_give_the_same_logprobs_and_gradients():
+    model, config = make(tie_embeddings=False)
+    rng = np.random.default_rng(3)
+    tokens = jnp.asarray(rng.integers(1, config.vocab_size, (6, 9)))
+    mask = jnp.asarray(np.arange(9)[None] >= rng.integers(0, 3, (6, 1)))
+
+    def loss(model, chunk_size, chunk_rows):
+        tiles = dict(chunk_size=chunk_size, chunk_rows=chunk_rows)
+        out = logprobs(model, tokens, mask, return_entropy=True, **tiles)
+        part = completion_logprobs(model, tokens, mask, 4, group_size=1, **tiles)
+        return jnp.sum(out["logp"]) + jnp.sum(out["entropy"]) + jnp.sum(part["logp"]), (
+            out["logp"], out["entropy"], part["logp"])
+
+    grad = nnx.jit(nnx.grad(loss, has_aux=True), static_argnums=(1, 2))
+    expected_grads, expected = grad(model, None, None)
+    for tiles in ((3, 2), (None, 3), (4, 4)):  # 4 does not divide 6 rows: all rows
+        grads, got = grad(model, *tiles)
+        for a, b in zip(got, expected):
+            np.testing.assert_allclose(a, b, atol=2e-6, err_msg=str(tiles))
+        for a, b in zip(jax.tree.leaves(grads), jax.tree.leaves(expected_grads)):
+            np.testing.assert_allclose(a, b, rtol=1e-4, atol=1e-6, err_msg=str(tiles))
+
+
 def test_attention_implementation_choice():
     from grpo_jax.models.transformer import attention_implementation
 

@@ -1,5 +1,7 @@
 """Tests for grpo_jax.parallel on the 8 virtual CPU devices."""
 
+import os
+
 import jax
 import jax.numpy as jnp
 import numpy as np
@@ -228,7 +230,11 @@ def test_data_sharding_only_uses_axes_present():
 # --------------------------------------------------------------------------- distributed
 _LAUNCHER_VARS = ("JAX_COORDINATOR_ADDRESS", "JAX_NUM_PROCESSES", "JAX_PROCESS_ID",
                   "SLURM_NTASKS", "SLURM_NPROCS", "OMPI_COMM_WORLD_SIZE",
-                  "TPU_WORKER_HOSTNAMES", "MEGASCALE_COORDINATOR_ADDRESS")
+                  "TPU_WORKER_HOSTNAMES", "MEGASCALE_COORDINATOR_ADDRESS", "JAX_LOCAL_DEVICE_IDS",
+                  "SLURM_JOB_ID", "SLURM_STEP_NODELIST", "SLURM_PROCID", "SLURM_LOCALID",
+                  "SLURM_NODEID", "SLURM_NTASKS_PER_NODE", "SLURM_STEP_TASKS_PER_NODE",
+                  "SLURM_TASKS_PER_NODE", "CUDA_VISIBLE_DEVICES", "ROCR_VISIBLE_DEVICES",
+                  "HIP_VISIBLE_DEVICES")
 
 
 @pytest.fixture
@@ -289,6 +295,65 @@ def test_initialize_distributed_passes_process_layout(clean_env, monkeypatch):
                           "heartbeat_timeout_seconds": parallel.mesh.HEARTBEAT_TIMEOUT_SECONDS}]
 
 
+def test_explicit_flags_initialise_with_them_and_none_means_not_given(clean_env):
+    # main passes every flag, None where absent: one process, nothing detected, no init.
+    assert not parallel.initialize_distributed(coordinator_address=None, num_processes=None,
+                                               process_id=None)
+    assert clean_env == []
+    assert parallel.initialize_distributed(coordinator_address="10.0.0.1:1234",
+                                           num_processes=2, process_id=1)
+    assert clean_env == [{"coordinator_address": "10.0.0.1:1234", "num_processes": 2,
+                          "process_id": 1,
+                          "heartbeat_timeout_seconds": parallel.mesh.HEARTBEAT_TIMEOUT_SECONDS}]
+
+
+def test_an_initialised_runtime_is_not_initialised_again(clean_env, monkeypatch):
+    monkeypatch.setenv("SLURM_NTASKS", "4")
+    monkeypatch.setattr(jax.distributed, "is_initialized", lambda: True)
+    assert not parallel.initialize_distributed()
+    assert clean_env == []
+
+
+_SLURM_TWO_NODES = {"SLURM_JOB_ID": "4242", "SLURM_STEP_NODELIST": "node[001-002]",
+                    "SLURM_NTASKS": "8", "SLURM_PROCID": "5", "SLURM_LOCALID": "1",
+                    "SLURM_NODEID": "1", "SLURM_STEP_TASKS_PER_NODE": "4(x2)"}
+
+
+@pytest.mark.parametrize("env, passed, gpus", [
+    # One task per GPU, every task seeing the node's 4: JAX gives task 1 GPU 1.
+    ({"CUDA_VISIBLE_DEVICES": "0,1,2,3"}, None, [1]),
+    ({}, None, [1]),  # no visible-device list: JAX's choice as well
+    # --gpus-per-task=1: the task sees only its own GPU, as device 0.
+    ({"CUDA_VISIBLE_DEVICES": "5"}, [0], [0]),
+    # One task per node (SLURM_TASKS_PER_NODE) driving the 4 GPUs it sees.
+    ({"SLURM_NTASKS": "2", "SLURM_PROCID": "1", "SLURM_LOCALID": "0",
+      "SLURM_STEP_TASKS_PER_NODE": "1(x2)", "CUDA_VISIBLE_DEVICES": "0,1,2,3"},
+     [0, 1, 2, 3], [0, 1, 2, 3]),
+    # JAX_LOCAL_DEVICE_IDS is the user's word: left to JAX.
+    ({"CUDA_VISIBLE_DEVICES": "5", "JAX_LOCAL_DEVICE_IDS": "0"}, None, [0]),
+])
+def test_a_slurm_task_initialises_with_its_own_gpus(clean_env, monkeypatch, env, passed, gpus):
+    """SLURM's layout is left to JAX's detection (called here on what was passed): the
+    coordinator is the first node, the process is SLURM_PROCID of SLURM_NTASKS, and the
+    task drives the GPUs it should."""
+    from jax._src import clusters
+
+    for name, value in {**_SLURM_TWO_NODES, **env}.items():
+        monkeypatch.setenv(name, value)
+    assert parallel.multi_process_environment() == "slurm"
+    assert parallel.initialize_distributed()
+    (kwargs,) = clean_env
+    assert kwargs.get("local_device_ids") == passed
+    assert set(kwargs) <= {"local_device_ids", "heartbeat_timeout_seconds"}
+    local = passed or (list(map(int, env["JAX_LOCAL_DEVICE_IDS"].split(",")))
+                       if "JAX_LOCAL_DEVICE_IDS" in env else None)
+    address, count, process, devices = clusters.ClusterEnv.auto_detect_unset_distributed_params(
+        None, None, None, local, "slurm", 300)
+    assert address.startswith("node001:")
+    assert (count, process) == (int(os.environ["SLURM_NTASKS"]), int(os.environ["SLURM_PROCID"]))
+    assert list(devices) == gpus
+
+
 def test_real_transformer_sharded_forward_matches():
     models = pytest.importorskip("grpo_jax.models")
     config = models.named_config("tiny-1m", num_layers=1)
@@ -306,3 +371,36 @@ def test_real_transformer_sharded_forward_matches():
     logits = jax.jit(lambda s, t: nnx.merge(graphdef, s)(t))(
         sharded, jax.device_put(tokens, data_sharding(mesh)))
     np.testing.assert_allclose(logits, expected, rtol=1e-5, atol=1e-5)
+
+
+def test_micro_batches_are_dealt_so_each_keeps_its_rows_on_every_device():
+    """split_micro_batches deals units of G rows round-robin; over rows split on 8 devices in
+    contiguous blocks, the micro-batch loop then needs no collective beyond the sum (a
+    contiguous cut made XLA all-gather the batch), and the accumulated gradient equals the
+    whole batch's."""
+    from grpo_jax.training import accumulate_gradients, split_micro_batches
+
+    rows = np.arange(16)
+    dealt = np.asarray(split_micro_batches(rows, 2, row_unit=2))
+    np.testing.assert_array_equal(dealt, [[0, 1, 4, 5, 8, 9, 12, 13],
+                                          [2, 3, 6, 7, 10, 11, 14, 15]])
+    with pytest.raises(ValueError, match="not divisible into 4 micro-batches of whole 2-row"):
+        split_micro_batches(np.arange(12), 4, row_unit=2)
+
+    mesh = parallel.make_mesh({"data": 1, "fsdp": 8, "tensor": 1})
+    batch = jax.device_put(jax.random.normal(jax.random.key(0), (64, 16)),
+                           parallel.data_sharding(mesh))
+    weights = jnp.linspace(-1.0, 1.0, 16 * 4).reshape(16, 4)
+
+    def loss_fn(w, x):
+        return jnp.sum(jnp.tanh(x @ w) ** 2) / 64.0, {}
+
+    def step(w, x):
+        return accumulate_gradients(loss_fn, w, x, 2, row_unit=4)[:2]
+
+    text = jax.jit(step).lower(weights, batch).compile().as_text()
+    assert "all-gather" not in text and "all-to-all" not in text
+    loss, grads = jax.jit(step)(weights, batch)
+    expected_loss, expected_grads = jax.value_and_grad(lambda w: loss_fn(w, batch)[0])(weights)
+    np.testing.assert_allclose(loss, expected_loss, rtol=1e-5)
+    np.testing.assert_allclose(grads, expected_grads, rtol=1e-5, atol=1e-6)

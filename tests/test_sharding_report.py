@@ -149,7 +149,7 @@ def test_sharded_model_constrains_activations_with_unchanged_numerics():
 
     def loss(model, tokens, mask):
         out = models.completion_logprobs(model, tokens, mask, prompt, group_size=2,
-                                         chunk_size=4, return_entropy=True)
+                                         chunk_size=4, chunk_rows=1, return_entropy=True)
         return jnp.sum(out["logp"]) + 0.1 * jnp.sum(out["entropy"]), out["logp"]
 
     def run(model, tokens, mask):
@@ -162,17 +162,21 @@ def test_sharded_model_constrains_activations_with_unchanged_numerics():
     one = parallel.make_mesh({"data": 1}, devices=jax.devices()[:1])
     assert parallel.shard_model_state(model, one).activation_sharding is None
 
-    mesh = parallel.make_mesh({"data": 2, "fsdp": 2, "tensor": 2})
-    sharded = parallel.shard_model_state(
-        models.Transformer(config, rngs=nnx.Rngs(0)), mesh)
-    assert sharded.activation_sharding == parallel.ActivationSharding(
-        mesh, parallel.DEFAULT_RULES)
-    placed = jax.device_put((tokens, mask), parallel.data_sharding(mesh))
-    text = jax.jit(run).lower(sharded, *placed).as_text()
-    assert "sharding_constraint" in text or "@Sharding" in text  # Shardy or GSPMD
-    got = jax.jit(run)(sharded, *placed)
-    for a, b in zip(jax.tree.leaves(got), jax.tree.leaves(expected)):
-        np.testing.assert_allclose(np.asarray(a), np.asarray(b), rtol=2e-5, atol=2e-5)
+    # With the vocabulary split over tensor the head's tiles run under GSPMD; with it whole
+    # each device runs the tiles of its own rows (shard_map).
+    for shape in ({"data": 2, "fsdp": 2, "tensor": 2}, {"data": 2, "fsdp": 4, "tensor": 1}):
+        mesh = parallel.make_mesh(shape)
+        sharded = parallel.shard_model_state(
+            models.Transformer(config, rngs=nnx.Rngs(0)), mesh)
+        assert sharded.activation_sharding == parallel.ActivationSharding(
+            mesh, parallel.DEFAULT_RULES)
+        placed = jax.device_put((tokens, mask), parallel.data_sharding(mesh))
+        text = jax.jit(run).lower(sharded, *placed).as_text()
+        assert "sharding_constraint" in text or "@Sharding" in text  # Shardy or GSPMD
+        assert ("shard_map" in text or "manual" in text) == (shape["tensor"] == 1), shape
+        got = jax.jit(run)(sharded, *placed)
+        for a, b in zip(jax.tree.leaves(got), jax.tree.leaves(expected)):
+            np.testing.assert_allclose(np.asarray(a), np.asarray(b), rtol=2e-5, atol=2e-5)
 
 
 def test_sampler_rollout_layout_gives_the_one_device_samples():

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import io
 import json
 import math
 import numbers
@@ -9,6 +10,8 @@ import os
 import re
 from collections.abc import Mapping, Sequence
 from typing import Any
+
+from grpo_jax import storage
 
 __all__ = ["flatten_metrics", "format_value", "series_points", "write_report"]
 
@@ -97,7 +100,14 @@ def _plot_series(path: str, name: str, groups: Mapping[Any, tuple[list, list[flo
     axes.set_title(title)
     axes.grid(alpha=0.3)
     figure.tight_layout()
-    figure.savefig(path)
+    _save_png(figure, path)
+
+
+def _save_png(figure, path: str) -> None:
+    """The figure as a PNG file at `path` (a local path or a URL)."""
+    data = io.BytesIO()
+    figure.savefig(data, format="png")
+    storage.write_bytes(path, data.getvalue())
 
 
 AT_K_FILE = "plot_at_k.png"
@@ -137,7 +147,7 @@ def _plot_at_k(path: str, curves, labels: Mapping[str, str], title: str) -> None
     axes.legend(fontsize=7)
     axes.grid(alpha=0.3)
     figure.tight_layout()
-    figure.savefig(path)
+    _save_png(figure, path)
 
 
 def _file_name(series: str) -> str:
@@ -164,7 +174,7 @@ def write_report(
     JSON keeps them whole) and the headers under "labels".
 
     Args:
-      workdir: output directory (created).
+      workdir: output directory (created): a path or a URL (`grpo_jax.storage`).
       title: report heading.
       summary: column name -> metrics dict (nested dicts are flattened with "/").
       history: per-step metric dicts (e.g. `grpo_jax.metrics.read_metrics(workdir)`),
@@ -189,7 +199,7 @@ def write_report(
                 f"summary[{column!r}]: expected a metrics dict, got {type(metrics).__name__}"
             )
     workdir = os.fspath(workdir)
-    os.makedirs(workdir, exist_ok=True)
+    storage.makedirs(workdir)
     columns = [str(c) for c in summary]
     labels = {c: str((labels or {}).get(c, c)) for c in columns}
     flat = {str(c): flatten_metrics(m) for c, m in summary.items()}
@@ -205,17 +215,17 @@ def write_report(
         if not groups:
             continue
         file_name = _file_name(series)
-        _plot_series(os.path.join(workdir, file_name), series, groups, title, step_key)
+        _plot_series(storage.join(workdir, file_name), series, groups, title, step_key)
         plotted[series] = file_name
         spans[series] = {"all" if group is None else str(group): [min(steps), max(steps)]
                          for group, (steps, _) in groups.items()}
-        paths[f"plot:{series}"] = os.path.join(workdir, file_name)
+        paths[f"plot:{series}"] = storage.join(workdir, file_name)
 
     curves = at_k_curves(flat)
     if curves:  # pass@k (unbiased) and maj@k against k, one line per eval column
-        _plot_at_k(os.path.join(workdir, AT_K_FILE), curves, labels, title)
+        _plot_at_k(storage.join(workdir, AT_K_FILE), curves, labels, title)
         plotted["pass@k, maj@k"] = AT_K_FILE
-        paths["plot:at_k"] = os.path.join(workdir, AT_K_FILE)
+        paths["plot:at_k"] = storage.join(workdir, AT_K_FILE)
 
     headers = [format_value(labels[c]) for c in columns]
     lines = [f"# {title}", "", "| metric | " + " | ".join(headers) + " |"]
@@ -229,9 +239,8 @@ def write_report(
         lines += ["", f"Training history: {len(history)} logged steps."]
     for series, file_name in plotted.items():
         lines += ["", f"![{series}]({file_name})"]
-    markdown_path = os.path.join(workdir, "report.md")
-    with open(markdown_path, "w", encoding="utf-8") as f:
-        f.write("\n".join(lines) + "\n")
+    markdown_path = storage.join(workdir, "report.md")
+    storage.write_text(markdown_path, "\n".join(lines) + "\n")
 
     report = {
         "title": title,
@@ -243,9 +252,8 @@ def write_report(
         "plots": plotted,
         "plot_steps": spans,
     }
-    json_path = os.path.join(workdir, "report.json")
-    with open(json_path, "w", encoding="utf-8") as f:
-        json.dump(report, f, indent=2)
+    json_path = storage.join(workdir, "report.json")
+    storage.write_text(json_path, json.dumps(report, indent=2))
     paths["markdown"] = markdown_path
     paths["json"] = json_path
     return paths

@@ -649,32 +649,47 @@ class Transformer(nnx.Module):
         return self.final_norm(x), cache
 
 
-def _chunked(fn, hidden, targets, chunk_size):
-    """Applies fn(hidden [B,C,D], targets [B,C]) -> tuple of [B,C] over sequence chunks."""
+def _chunked(fn, hidden, targets, chunk_size, chunk_rows=None):
+    """Applies fn(hidden [R, C, D], targets [R, C]) -> tuple of [R, C] over tiles of C =
+    `chunk_size` positions and R = `chunk_rows` rows (None: all of them), one after another.
+
+    A tile's rows are dealt round-robin (tile i holds rows i, i + B/R, ...), so when the
+    rows are split over devices in contiguous blocks every tile has its share on every
+    device. `chunk_rows` must divide B (else all rows form one tile).
+    """
     b, t = targets.shape
-    if chunk_size is None or chunk_size >= t:
+    cols = t if chunk_size is None or chunk_size >= t else chunk_size
+    rows = b if chunk_rows is None or chunk_rows >= b or b % chunk_rows else chunk_rows
+    if cols == t and rows == b:
         return fn(hidden, targets)
-    num_chunks = -(-t // chunk_size)
-    pad = num_chunks * chunk_size - t
+    num_cols, num_rows = -(-t // cols), b // rows
+    pad = num_cols * cols - t
     hidden = jnp.pad(hidden, ((0, 0), (0, pad), (0, 0)))
     targets = jnp.pad(targets, ((0, 0), (0, pad)))
-    hidden = hidden.reshape(b, num_chunks, chunk_size, -1).swapaxes(0, 1)
-    targets = targets.reshape(b, num_chunks, chunk_size).swapaxes(0, 1)
-    # checkpoint: the backward pass recomputes each chunk's logits instead of storing them.
-    outputs = jax.lax.map(lambda xs: jax.checkpoint(fn)(*xs), (hidden, targets))
-    return tuple(o.swapaxes(0, 1).reshape(b, -1)[:, :t] for o in outputs)
+
+    def tiles(x):  # [B, T', ...] -> [num_rows * num_cols, rows, cols, ...]
+        x = x.reshape(rows, num_rows, num_cols, cols, *x.shape[2:])
+        return jnp.moveaxis(x, (1, 2), (0, 1)).reshape(num_rows * num_cols, rows, cols,
+                                                       *x.shape[4:])
+
+    def untile(x):  # the inverse, [.., rows, cols] -> [B, T]
+        x = x.reshape(num_rows, num_cols, rows, cols)
+        return jnp.moveaxis(x, (0, 1), (1, 2)).reshape(b, num_cols * cols)[:, :t]
+
+    # checkpoint: the backward pass recomputes each tile's logits instead of storing them.
+    outputs = jax.lax.map(lambda xs: jax.checkpoint(fn)(*xs), (tiles(hidden), tiles(targets)))
+    return tuple(untile(o) for o in outputs)
 
 
-def _head(model: Transformer, temperature: float, return_entropy: bool):
-    """fn(hidden [B, C, D], targets [B, C]) -> (log p(target), [entropy]) in float32."""
-    # When the model is sharded: gathered whole once for all chunks, not once per chunk.
-    kernel = model.constrain(model.head_kernel().astype(model.config.compute_dtype),
-                             (None, "vocab"))
+def _head_fn(kernel, temperature: float, return_entropy: bool, constrain=None):
+    """fn(hidden [R, C, D], targets [R, C]) -> (log p(target), [entropy]) in float32, for
+    the output `kernel` [D, V]; `constrain(x, names)` places the tiles (GSPMD), if given."""
+    place = constrain or (lambda x, names: x)
 
     def head(h, y):
-        h = model.constrain(h)
-        z = model.constrain(dense(h, kernel, preferred_element_type=jnp.float32),
-                            ("batch", "length", "vocab"))
+        h = place(h, ("batch", "length", None))
+        z = place(dense(h, kernel, preferred_element_type=jnp.float32),
+                  ("batch", "length", "vocab"))
         if temperature != 1.0:
             z = z / temperature
         log_probs = jax.nn.log_softmax(z, axis=-1)
@@ -684,6 +699,34 @@ def _head(model: Transformer, temperature: float, return_entropy: bool):
         return (logp,)
 
     return head
+
+
+def _tiled_head(model: Transformer, hidden, targets, *, temperature: float,
+                return_entropy: bool, chunk_size, chunk_rows):
+    """The output head over tiles of rows and positions (`_chunked`): (log p(target),
+    [entropy]) [B, C] in float32 for hidden [B, C, D] and targets [B, C].
+
+    On a sharded model whose vocabulary is not split, each device runs the tiles of its own
+    rows (`ActivationSharding.map_rows`; `chunk_rows` then counts a device's rows), with
+    the kernel gathered once: the kernel's gradient is summed over devices once, not once
+    per tile. Otherwise the tiles run under GSPMD with their rows over the batch axes.
+    """
+    kernel = model.head_kernel().astype(model.config.compute_dtype)
+    sharding = model.activation_sharding
+    if sharding is None:
+        return _chunked(_head_fn(kernel, temperature, return_entropy), hidden, targets,
+                        chunk_size, chunk_rows)
+    kernel = model.constrain(kernel, (None, "vocab"))  # gathered once for all tiles
+    if not sharding.splits(kernel, (None, "vocab")):
+        def local(h, y, k):
+            return _chunked(_head_fn(k, temperature, return_entropy), h, y, chunk_size,
+                            chunk_rows)
+
+        outputs = sharding.map_rows(local, (hidden, targets), (kernel,))
+        if outputs is not None:
+            return outputs
+    return _chunked(_head_fn(kernel, temperature, return_entropy, model.constrain), hidden,
+                    targets, chunk_size, chunk_rows)
 
 
 def logprobs(
@@ -697,18 +740,21 @@ def logprobs(
     temperature=1.0,
     segment_ids=None,
     positions=None,
+    chunk_rows=None,
 ):
     """Teacher-forced log p(tokens[:, t] | tokens[:, :t]) and entropies, in float32.
 
     log p_t = z_{t-1}[y_t] - logsumexp(z_{t-1}); H_t = -sum_v p_t(v) log p_t(v), where z_{t-1}
-    are the logits read after token t-1. With chunk_size the [B, T, V] logits exist one chunk
-    [B, chunk_size, V] at a time (also in the backward pass).
+    are the logits read after token t-1. With chunk_size (and chunk_rows) the [B, T, V] logits
+    exist one tile [chunk_rows, chunk_size, V] at a time (also in the backward pass).
 
     Args:
       model: the Transformer.
       tokens: [B, T] int token ids, left-padded.
       attention_mask: [B, T] bool, False at padding.
       chunk_size: sequence chunk for the output head; None computes all positions at once.
+      chunk_rows: rows per tile of the output head (None: all rows; it must divide B), so
+        the logits exist [chunk_rows, chunk_size, V] at a time.
       return_entropy: also return the entropy of the next-token distribution.
       return_values: also return the value head output V(s_t) on the hidden state at t.
       temperature: divide the logits by it first (the sampling distribution at that
@@ -729,8 +775,9 @@ def logprobs(
     attention_mask = attention_mask.astype(bool)
     hidden = model.hidden_states(tokens, attention_mask=attention_mask, positions=positions,
                                  segment_ids=segment_ids)
-    head = _head(model, temperature, return_entropy)
-    outputs = _chunked(head, hidden[:, :-1], tokens[:, 1:], chunk_size)
+    outputs = _tiled_head(model, hidden[:, :-1], tokens[:, 1:], temperature=temperature,
+                          return_entropy=return_entropy, chunk_size=chunk_size,
+                          chunk_rows=chunk_rows)
     valid = attention_mask[:, 1:] & attention_mask[:, :-1]
     if segment_ids is not None:  # no prediction across the boundary of two packed examples
         valid = valid & (segment_ids[:, 1:] == segment_ids[:, :-1])
@@ -745,7 +792,7 @@ def logprobs(
 
 def completion_logprobs(model: Transformer, tokens, attention_mask, prompt_len: int, *,
                         group_size: int = 1, chunk_size=None, return_entropy=False,
-                        temperature=1.0):
+                        temperature=1.0, chunk_rows=None):
     """`logprobs(...)[key][:, prompt_len:]` for the completions only, and cheaper.
 
     The output head runs on the C = T - P positions that predict completion tokens only (not
@@ -758,7 +805,7 @@ def completion_logprobs(model: Transformer, tokens, attention_mask, prompt_len: 
       prompt_len: P >= 1.
       group_size: G dividing B, with rows g*G .. g*G + G - 1 sharing tokens[:, :P] and
         attention_mask[:, :P] (the caller's guarantee; 1 shares nothing).
-      chunk_size, return_entropy, temperature: as in `logprobs`.
+      chunk_size, chunk_rows, return_entropy, temperature: as in `logprobs`.
 
     Returns:
       dict with logp [B, C] (0 where the token or the one before it is masked) and entropy
@@ -770,8 +817,9 @@ def completion_logprobs(model: Transformer, tokens, attention_mask, prompt_len: 
             f"got {tokens.shape} and {attention_mask.shape}")
     mask = attention_mask.astype(bool)
     hidden = model.suffix_hidden_states(tokens, mask, prompt_len, group_size)
-    outputs = _chunked(_head(model, temperature, return_entropy), hidden[:, :-1],
-                       tokens[:, prompt_len:], chunk_size)
+    outputs = _tiled_head(model, hidden[:, :-1], tokens[:, prompt_len:],
+                          temperature=temperature, return_entropy=return_entropy,
+                          chunk_size=chunk_size, chunk_rows=chunk_rows)
     valid = mask[:, prompt_len:] & mask[:, prompt_len - 1:-1]
     result = {"logp": jnp.where(valid, outputs[0], 0.0)}
     if return_entropy:

@@ -13,17 +13,23 @@ from collections.abc import Mapping, Sequence
 from typing import Any
 
 import jax
+import numpy as np
 from jax.sharding import AxisType, Mesh, NamedSharding, PartitionSpec
+
+from grpo_jax.parallel.multihost import _merged, row_layout_problem
 
 __all__ = [
     "BATCH_AXES",
     "DEFAULT_MESH_SHAPE",
+    "batch_row_layout",
     "data_parallel_size",
     "data_sharding",
     "initialize_distributed",
     "make_mesh",
     "multi_process_environment",
+    "order_by_process",
     "replicated_sharding",
+    "slurm_local_device_ids",
 ]
 
 DEFAULT_MESH_SHAPE = {"data": -1, "fsdp": 1, "tensor": 1}
@@ -85,6 +91,13 @@ def make_mesh(
 ) -> Mesh:
     """Builds a device mesh with `jax.make_mesh` from {axis name: size}.
 
+    With devices of several processes, batch rows (`data_sharding`) must lie on the
+    processes in one contiguous block each, block p on process p (`multihost.process_rows`).
+    `jax.make_mesh` orders devices by their physical topology, which on some TPU slices
+    interleaves the processes (as can a `devices` list in another order); the mesh then
+    takes the devices process by process instead, each process's own in the order jax gave
+    them (`order_by_process`).
+
     Args:
       shape: axis name -> size, e.g. ``{"data": -1, "fsdp": 1, "tensor": 1}`` (the default)
         or a config section such as ``config.mesh``; one size may be -1.
@@ -100,16 +113,63 @@ def make_mesh(
         raise ValueError(f"axis_types: expected one of {sorted(_AXIS_TYPES)}, got {axis_types!r}")
     devices = list(jax.devices() if devices is None else devices)
     sizes = resolve_mesh_shape(shape, len(devices))
-    return jax.make_mesh(
+    mesh = jax.make_mesh(
         tuple(sizes.values()),
         tuple(sizes.keys()),
         axis_types=(_AXIS_TYPES[axis_types],) * len(sizes),
         devices=devices,
     )
+    given = mesh.devices
+    grid = order_by_process(given, mesh.axis_names)
+    return mesh if grid is given else Mesh(grid, mesh.axis_names, axis_types=mesh.axis_types)
+
+
+def batch_row_layout(grid: np.ndarray, axis_names: Sequence[str],
+                     axes: Sequence[str] = BATCH_AXES) -> dict[int, list[tuple[int, int]]]:
+    """`multihost.process_row_layout` of `data_sharding` on a mesh with device grid `grid`,
+    in units of batch shards (one row per shard): {process: [start, stop) spans}. Rows
+    split over the batch axes present, the first of `axes` major."""
+    names = list(axis_names)
+    position = np.zeros(grid.shape, np.int64)
+    for axis in _present(names, axes):
+        dim = names.index(axis)
+        index = np.arange(grid.shape[dim]).reshape([-1 if d == dim else 1
+                                                    for d in range(grid.ndim)])
+        position = position * grid.shape[dim] + index
+    held: dict[int, set] = {}
+    for device, shard in zip(grid.flat, position.flat):
+        held.setdefault(int(device.process_index), set()).add(int(shard))
+    return {process: _merged((shard, shard + 1) for shard in shards)
+            for process, shards in sorted(held.items())}
+
+
+def order_by_process(grid: np.ndarray, axis_names: Sequence[str]) -> np.ndarray:
+    """A mesh's device grid as it is when the batch rows lie on the processes in one
+    contiguous block each in process order (always with one process); else the same devices
+    taken process by process (a stable sort: each process's devices keep their order) when
+    that lays the rows out so; else as it is (no order can: the tensor axis spans processes,
+    or the batch axes do not lead the mesh), for `process_rows` to name the layout."""
+    processes = {int(d.process_index) for d in grid.flat}
+    if len(processes) == 1:
+        return grid
+    shards = math.prod(grid.shape[list(axis_names).index(a)]
+                       for a in _present(list(axis_names), BATCH_AXES))
+    if not row_layout_problem(batch_row_layout(grid, axis_names), shards, len(processes)):
+        return grid
+    flat = list(grid.flat)
+    ordered = sorted(range(len(flat)), key=lambda i: (int(flat[i].process_index), i))
+    candidate = np.asarray([flat[i] for i in ordered], dtype=object).reshape(grid.shape)
+    if row_layout_problem(batch_row_layout(candidate, axis_names), shards, len(processes)):
+        return grid
+    return candidate
+
+
+def _present(names: Sequence[str], axes: Sequence[str]) -> list[str]:
+    return [axis for axis in axes if axis in names]
 
 
 def _batch_axes(mesh: Mesh, axes: Sequence[str]) -> tuple[str, ...]:
-    return tuple(axis for axis in axes if axis in mesh.axis_names)
+    return tuple(_present(mesh.axis_names, axes))
 
 
 def data_parallel_size(mesh: Mesh, axes: Sequence[str] = BATCH_AXES) -> int:
@@ -176,6 +236,49 @@ def tpu_chips() -> int:
 
 
 HEARTBEAT_TIMEOUT_SECONDS = 30
+# The variables through which a launcher (SLURM's GPU binding) says which GPUs a process sees.
+VISIBLE_DEVICE_VARS = ("CUDA_VISIBLE_DEVICES", "ROCR_VISIBLE_DEVICES", "HIP_VISIBLE_DEVICES")
+
+
+def _tasks_on_this_node() -> int | None:
+    """SLURM's task count on this node (SLURM_NTASKS_PER_NODE, else this node's entry of
+    SLURM_STEP_TASKS_PER_NODE / SLURM_TASKS_PER_NODE such as "2(x3),1"); None if unknown."""
+    if _int_env("SLURM_NTASKS_PER_NODE") > 0:
+        return _int_env("SLURM_NTASKS_PER_NODE")
+    spec = os.environ.get("SLURM_STEP_TASKS_PER_NODE") or os.environ.get("SLURM_TASKS_PER_NODE")
+    if not spec:
+        return None
+    counts: list[int] = []
+    try:
+        for part in spec.split(","):
+            count, _, repeat = part.partition("(x")
+            counts += [int(count)] * (int(repeat.rstrip(")")) if repeat else 1)
+    except ValueError:
+        return None
+    node = _int_env("SLURM_NODEID")
+    return counts[node] if node < len(counts) else None
+
+
+def slurm_local_device_ids() -> list[int] | None:
+    """Under SLURM, the GPUs this task should drive where JAX's own choice would be wrong;
+    None leaves the choice to JAX.
+
+    JAX gives task i of a node the i-th GPU it sees (SLURM_LOCALID): right when one task per
+    GPU runs and every task sees every GPU of the node. When SLURM binds GPUs to tasks
+    (--gpus-per-task, --gpu-bind) a task sees only its own, numbered from 0 (there is no
+    i-th), and a task alone on its node should drive every GPU it sees: then these are all
+    the GPUs the task sees (CUDA_VISIBLE_DEVICES, ROCR_VISIBLE_DEVICES or HIP_VISIBLE_DEVICES
+    lists them). Without such a list nothing says how many a task sees: JAX decides.
+    """
+    visible = next((os.environ[name] for name in VISIBLE_DEVICE_VARS
+                    if os.environ.get(name, "").strip()), None)
+    if visible is None or "SLURM_LOCALID" not in os.environ:
+        return None
+    count = len([entry for entry in visible.split(",") if entry.strip()])
+    tasks = _tasks_on_this_node()
+    if count <= _int_env("SLURM_LOCALID") or tasks == 1 or (tasks is not None and count < tasks):
+        return list(range(count))
+    return None
 
 
 def initialize_distributed(**kwargs: Any) -> bool:
@@ -183,7 +286,10 @@ def initialize_distributed(**kwargs: Any) -> bool:
 
     Also calls it when explicit `kwargs` (coordinator_address, num_processes, process_id)
     are given. Must run before any other JAX call that touches devices. A no-op for single-process
-    runs and when JAX's distributed runtime is already initialised.
+    runs and when JAX's distributed runtime is already initialised. The process layout comes
+    from the kwargs, else from JAX_NUM_PROCESSES / JAX_PROCESS_ID with JAX_COORDINATOR_ADDRESS,
+    else from JAX's own detection (SLURM, Open MPI, Cloud TPU); under SLURM a task's GPUs are
+    set where JAX's choice would be wrong (`slurm_local_device_ids`).
 
     Returns:
       True when `jax.distributed.initialize` was called.
@@ -198,6 +304,11 @@ def initialize_distributed(**kwargs: Any) -> bool:
         kwargs.setdefault("num_processes", _int_env("JAX_NUM_PROCESSES"))
         if "JAX_PROCESS_ID" in os.environ:
             kwargs.setdefault("process_id", _int_env("JAX_PROCESS_ID"))
+    if environment == "slurm" and "local_device_ids" not in kwargs \
+            and not os.environ.get("JAX_LOCAL_DEVICE_IDS"):
+        local_device_ids = slurm_local_device_ids()
+        if local_device_ids is not None:
+            kwargs["local_device_ids"] = local_device_ids
     # CPU devices of several processes talk through gloo (the default CPU client has no
     # cross-process collectives); GPU and TPU clients ignore this setting.
     jax.config.update("jax_cpu_collectives_implementation", "gloo")

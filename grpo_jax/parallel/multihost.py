@@ -2,13 +2,14 @@
 arrays, and gathers of host results.
 
 In a multi-controller run every process runs the same program over one global mesh. A batch
-sharded over the data axes puts a contiguous block of rows on each process's devices (the
-mesh orders devices by process); `process_rows` says which. A process encodes only its
-block, `to_global` assembles the global array from every process's block
-(`jax.make_array_from_process_local_data`), `local_rows` reads this process's block of a
-global array back to the host, and `allgather_rows` / `allgather_strings` give every
-process the whole batch of small host results (rewards, lengths, texts). With one process
-all of these are plain copies.
+sharded over the data axes puts a contiguous block of rows on each process's devices, block p
+on process p, when the mesh's devices run process by process (`make_mesh` orders them so);
+`process_rows` says which block, and `process_row_layout` where every process's rows are
+under any sharding. A process encodes only its block, `to_global` assembles the global
+array from every process's block (`jax.make_array_from_process_local_data`), `local_rows`
+reads this process's block of a global array back to the host, and `allgather_rows` /
+`allgather_strings` give every process the whole batch of small host results (rewards,
+lengths, texts). With one process all of these are plain copies.
 """
 
 from __future__ import annotations
@@ -19,7 +20,7 @@ import jax
 import numpy as np
 
 __all__ = ["allgather_rows", "allgather_strings", "is_primary", "local_rows", "lost_peer",
-           "process_rows", "sync", "to_global"]
+           "process_row_layout", "process_rows", "row_layout_problem", "sync", "to_global"]
 
 # What XLA's CPU (Gloo), GPU (NCCL) and TPU runtimes and JAX's coordination service say when
 # another process of the run has died or stopped answering.
@@ -57,27 +58,65 @@ def sync(name: str) -> None:
         multihost_utils.sync_global_devices(name)
 
 
+def _merged(spans) -> list[tuple[int, int]]:
+    """Sorted [start, stop) spans with overlapping and adjacent ones joined."""
+    out: list[tuple[int, int]] = []
+    for start, stop in sorted(spans):
+        if out and start <= out[-1][1]:
+            out[-1] = (out[-1][0], max(out[-1][1], stop))
+        else:
+            out.append((start, stop))
+    return out
+
+
+def process_row_layout(sharding, rows: int) -> dict[int, list[tuple[int, int]]]:
+    """{process index: the merged, sorted [start, stop) spans of the rows of a [rows, ...]
+    batch that its devices hold under `sharding`}, for every process of the sharding (read
+    from `sharding.devices_indices_map` and each device's `process_index`; no collective)."""
+    spans: dict[int, set] = {}
+    for device, index in sharding.devices_indices_map((rows,)).items():
+        start, stop, _ = index[0].indices(rows) if index else (0, rows, 1)
+        spans.setdefault(int(device.process_index), set()).add((start, stop))
+    return {process: _merged(held) for process, held in sorted(spans.items())}
+
+
+def row_layout_problem(layout: dict[int, list[tuple[int, int]]], rows: int,
+                       count: int) -> str | None:
+    """Why `layout` (`process_row_layout`) is not one contiguous block of rows per process,
+    block p on process p, over `count` processes, in a few words naming the layout; None
+    when it is."""
+    per = rows // count
+    expected = {p: [(p * per, (p + 1) * per)] for p in range(count)}
+    if rows % count == 0 and layout == expected:
+        return None
+    shown = "; ".join(f"process {p}: " + ", ".join(f"[{a}, {b})" for a, b in spans)
+                      for p, spans in list(layout.items())[:8])
+    more = f"; ... ({len(layout)} processes)" if len(layout) > 8 else ""
+    return f"the {rows} rows are held as {shown}{more}"
+
+
 def process_rows(sharding, rows: int) -> tuple[int, int]:
     """[start, stop) of the rows of a [rows, ...] batch under `sharding` on this process.
 
+    Holds for any order of the mesh's devices in which every process's rows form one block,
+    block p on process p (what `allgather_rows` assumes): a layout `make_mesh` gives unless
+    the tensor axis spans processes or the batch axes do not lead the mesh.
+
     Raises:
-      ValueError: the rows do not split into equal contiguous blocks in process order.
+      ValueError: the rows do not split over the processes, or not into such blocks (the
+        message names every process's rows).
     """
     count, index = jax.process_count(), jax.process_index()
     if rows % count:
         raise ValueError(f"a batch of {rows} rows does not split over {count} processes")
-    slices = sharding.addressable_devices_indices_map((rows,)).values()
-    spans = sorted({(s[0].start or 0, rows if s[0].stop is None else s[0].stop)
-                    for s in slices})
-    start, stop = spans[0][0], spans[-1][1]
-    covered = sum(b - a for a, b in spans)
-    per = rows // count
-    if covered != stop - start or (start, stop) != (index * per, (index + 1) * per):
+    problem = row_layout_problem(process_row_layout(sharding, rows), rows, count)
+    if problem:
         raise ValueError(
-            f"process {index}: its devices hold rows {spans} of {rows}, not the contiguous "
-            f"block [{index * per}, {(index + 1) * per}) in process order; build the mesh "
-            "from jax.devices() in their order")
-    return start, stop
+            f"data sharding: {problem}; expected one contiguous block per process in process "
+            "order: build the mesh with grpo_jax.parallel.make_mesh (it orders the devices "
+            "by process) with the data axes first and the tensor axis within a host")
+    per = rows // count
+    return index * per, (index + 1) * per
 
 
 def to_global(local: np.ndarray, sharding, rows: int) -> jax.Array:

@@ -192,6 +192,36 @@ class ActivationSharding:
             return x
         return jax.lax.with_sharding_constraint(x, NamedSharding(self.mesh, spec))
 
+    def splits(self, x: jax.Array, names: Sequence[str | None]) -> bool:
+        """Whether the logical `names` split any dimension of x over more than one device."""
+        spec = logical_to_mesh_spec(names, self.rules, mesh=self.mesh, shape=x.shape)
+        return any(n > 1 for n in mesh_axis_sizes(spec, self.mesh))
+
+    def map_rows(self, fn: Callable, rows: tuple, shared: tuple) -> Any | None:
+        """fn(*rows, *shared) run by each device on its own rows (`jax.shard_map`): `rows`
+        are arrays [B, ...] split over the batch axes, `shared` are whole on every device,
+        and so are the outputs' rows. A gradient with respect to `shared` is summed over
+        the devices once, after fn (under GSPMD a loop inside fn would all-reduce it at
+        every iteration). None when B does not split over the batch axes (the caller then
+        runs fn as it is)."""
+        b = rows[0].shape[0]
+        axes = logical_to_mesh_spec(("batch",), self.rules, mesh=self.mesh, shape=(b,))[0]
+        if axes is None:
+            return None
+        spec = PartitionSpec(axes)
+        names = (axes,) if isinstance(axes, str) else tuple(axes)
+
+        def local(*args):
+            # Marked as varying over the batch axes on entry, so that the transpose (the
+            # sum of `shared`'s gradient over the devices) happens here, once, rather than
+            # wherever fn first combines it with the rows (inside a loop: every iteration).
+            mine, whole = args[:len(rows)], args[len(rows):]
+            return fn(*mine, *(jax.lax.pcast(x, names, to="varying") for x in whole))
+
+        in_specs = (spec,) * len(rows) + (PartitionSpec(),) * len(shared)
+        return jax.shard_map(local, mesh=self.mesh, in_specs=in_specs, out_specs=spec)(
+            *rows, *shared)
+
     def rollout_state(self, state: Any, dtype) -> Any:
         """The sampler's copy of a model state (`rollout_rules`), inside a jitted program:
         matrices cast to the compute `dtype` first (the forward pass casts them anyway, so

@@ -100,7 +100,7 @@ def completion_logp(policy: Policy, params: Params, tokens, attention_mask, prom
     """Log-probs of the completion tokens [B, N] (and entropies) at temperature 1, with the
     policy's output-head chunking."""
     out = logprobs(policy.bind(params), tokens, attention_mask, return_entropy=return_entropy,
-                   chunk_size=policy.logprob_chunk_size)
+                   chunk_size=policy.logprob_chunk_size, chunk_rows=policy.logprob_chunk_rows)
     logp = out["logp"][:, prompt_len:]
     return (logp, out["entropy"][:, prompt_len:]) if return_entropy else logp
 

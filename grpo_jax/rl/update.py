@@ -19,7 +19,7 @@ from grpo_jax.models import completion_logprobs
 from grpo_jax.rl.algorithms import Algorithm, EstimatorInputs, Settings, compute_advantages
 from grpo_jax.rl.batch import RolloutBatch
 from grpo_jax.training import (Params, Policy, accumulate_gradients, apply_if_finite,
-                               jit_update)
+                               jit_update, merge_micro_batches, split_micro_batches)
 
 
 @dataclasses.dataclass(frozen=True)
@@ -60,7 +60,8 @@ def sequence_logp(policy: Policy, params: Params, tokens, attention_mask, prompt
     """
     out = completion_logprobs(policy.bind(params), tokens, attention_mask, prompt_len,
                               group_size=prompt_group, return_entropy=return_entropy,
-                              temperature=temperature, chunk_size=policy.logprob_chunk_size)
+                              temperature=temperature, chunk_size=policy.logprob_chunk_size,
+                              chunk_rows=policy.logprob_chunk_rows)
     return out["logp"], out.get("entropy")
 
 
@@ -194,7 +195,7 @@ def make_logp_fn(policy: Policy, *, prompt_len: int, temperature: float = 1.0,
 
 def make_prepare_fn(policy: Policy, algorithm: Algorithm, settings: Settings, *,
                     prompt_len: int, temperature: float = 1.0, group_size: int = 1,
-                    adv_eps: float = 1e-6, on_policy: bool = True):
+                    adv_eps: float = 1e-6, on_policy: bool = True, micro_batches: int = 1):
     """fn(params, ref_params, batch, correct, truncated) -> (batch, metrics): a GRPO-family
     batch made ready for its update (pure; jit it, or call it inside a bigger program).
 
@@ -206,15 +207,25 @@ def make_prepare_fn(policy: Policy, algorithm: Algorithm, settings: Settings, *,
     indicator (expert iteration); `truncated` [B] bool marks completions without an end
     token. Metrics: logp_diff_max / logp_diff_mean of the recomputed
     log-probs against the sampler's, and kl_ref (token mean) when the KL is in the reward.
+    The log-prob passes run over `micro_batches` chunks of whole groups, one after another
+    (`training.split_micro_batches`), so their memory is that of one chunk.
     """
     kl_in_reward = algorithm.kl_placement == "reward" and settings.beta != 0.0
     needs_old = not on_policy or kl_in_reward
 
     def logp_of(params, batch):
         group = prompt_group_for(batch.rows, group_size)
-        logp, _ = sequence_logp(policy, params, batch.tokens, batch.attention_mask,
-                                prompt_len, temperature, prompt_group=group)
-        return logp
+
+        def chunk_logp(rows):
+            tokens, attention_mask = rows
+            return sequence_logp(policy, params, tokens, attention_mask, prompt_len,
+                                 temperature, prompt_group=group)[0]
+
+        if micro_batches == 1:
+            return chunk_logp((batch.tokens, batch.attention_mask))
+        rows = split_micro_batches((batch.tokens, batch.attention_mask), micro_batches,
+                                   group_size)
+        return merge_micro_batches(jax.lax.map(chunk_logp, rows), group_size)
 
     def prepare(params, ref_params, batch: RolloutBatch, correct, truncated):
         metrics = {}

@@ -11,14 +11,17 @@ from __future__ import annotations
 
 import dataclasses
 import os
+import tempfile
 from typing import Any
 
 import ml_collections
 from flax import nnx
 
+from grpo_jax import parallel, storage
 from grpo_jax import tasks as tasks_lib
 from grpo_jax import text
 from grpo_jax.models import ModelConfig, Transformer, named_config
+from grpo_jax.models import lora
 from grpo_jax.runner.checks import ConfigError, check_vocabulary
 from grpo_jax.tasks.data import load_json_file
 
@@ -67,7 +70,9 @@ def build_tokenizer(config, task, workdir: str | None):
     """The run's tokenizer. "checkpoint" is model.init_from's tokenizer.json with its special
     tokens and chat template. sentencepiece is trained once on the training problems and
     their clean solutions and kept in `<workdir>/tokenizer`, so a resumed run has the same
-    vocabulary; `workdir=None` gives None for it (nothing is written)."""
+    vocabulary; `workdir=None` gives None for it (nothing is written). SentencePiece reads
+    and writes local files only: for a workdir on an object store the model is trained in,
+    or copied to, a local temporary directory and copied to or from the workdir."""
     kind = tokenizer_kind(config)
     if kind == "run":  # the base run's own tokenizer, built as that run built it
         base = run_directory_config(config.model.init_from)
@@ -85,16 +90,32 @@ def build_tokenizer(config, task, workdir: str | None):
 
         if workdir is None:
             return None
-        directory = os.path.join(workdir, "tokenizer")
-        if os.path.isfile(os.path.join(directory, MODEL_FILE)):
-            return text.SentencePieceTokenizer.load(directory)
+        directory = storage.join(workdir, "tokenizer")
+        local = storage.local_path(directory) or tempfile.mkdtemp(prefix="grpo_jax_spm_")
+        remote = storage.local_path(directory) is None
+        if storage.isfile(storage.join(directory, MODEL_FILE)):
+            if remote:  # the model stays there for the process (the tokenizer names it)
+                _copy_files(directory, local, [MODEL_FILE])
+            return text.SentencePieceTokenizer.load(local)
         examples = task.examples("train", min(config.task.train_size, 4000), seed=config.seed)
         texts = [tasks_lib.apply_template(ex, template=config.task.template) + (ex.solution or "")
                  for ex in examples]
-        return text.SentencePieceTokenizer.train(texts, directory,
-                                                 vocab_size=config.tokenizer_vocab_size)
+        tokenizer = text.SentencePieceTokenizer.train(texts, local,
+                                                      vocab_size=config.tokenizer_vocab_size)
+        if remote:
+            storage.makedirs(directory)
+            _copy_files(local, directory, os.listdir(local))
+        return tokenizer
     raise ValueError(f"tokenizer: unknown tokenizer {config.tokenizer!r}; expected one of "
                      f"{list(TOKENIZERS)}")
+
+
+def _copy_files(source: str, target: str, names) -> None:
+    """Copies the files `names` of directory `source` into directory `target` (either may
+    be a URL)."""
+    for name in names:
+        storage.write_bytes(storage.join(target, name),
+                            storage.read_bytes(storage.join(source, name)))
 
 
 def model_config_for(config, vocab_size: int, name: str | None = None):
@@ -161,7 +182,9 @@ def load_run_policy(workdir: str, *, stage: str | None = None, tokenizer=None,
                     dtype: str | None = None, param_dtype: str | None = None):
     """The policy of a grpo_jax run: (ModelConfig, Transformer with its parameters, meta,
     Hugging Face model_type or None), from its latest finished-stage checkpoint (or stage
-    `stage`'s). Restored onto this process's first device.
+    `stage`'s). Restored onto this process's first device. A LoRA run's checkpoints hold
+    its adapters only: its base is built as the run built it and the adapters merged in
+    (W + (alpha / r) A B, in the base's dtype).
 
     Raises:
       FileNotFoundError: the run has no such checkpoint (the message says which are kept).
@@ -179,20 +202,35 @@ def load_run_policy(workdir: str, *, stage: str | None = None, tokenizer=None,
             config.task.name, **config.task.kwargs.to_dict())
         tokenizer = build_tokenizer(config, task, workdir)
     step, meta = _checkpoint_of(workdir, stage)
-    model_config, model_type = run_model_config(config, tokenizer, meta)
+    spec = lora_config(config)
+    device = jax.sharding.SingleDeviceSharding(jax.local_devices()[0])
+
+    def on_device(tree):
+        return jax.tree.map(lambda x: jax.ShapeDtypeStruct(x.shape, x.dtype, sharding=device),
+                            tree)
+
+    if spec is None:
+        model_config, model_type = run_model_config(config, tokenizer, meta)
+    else:
+        model_config, base_model = build_model(config, tokenizer)
+        model_type = run_model_config(config, tokenizer, meta)[1]
+        base = nnx.to_pure_dict(nnx.state(base_model))
+        del base_model
+        adapters = jax.eval_shape(lambda: lora.init_adapters(
+            base, jax.random.key(0), rank=spec.rank, targets=spec.targets))
     model_config = model_config.replace(dtype=dtype or model_config.dtype,
                                         param_dtype=param_dtype or model_config.param_dtype)
     model = nnx.eval_shape(lambda: Transformer(model_config, rngs=nnx.Rngs(0)))
     state = nnx.state(model)
-    device = jax.sharding.SingleDeviceSharding(jax.local_devices()[0])
-    saved = {"params": jax.tree.map(
-        lambda x: jax.ShapeDtypeStruct(x.shape, x.dtype, sharding=device),
-        nnx.to_pure_dict(state)),
-        "rng": jax.ShapeDtypeStruct((), jax.random.key(0).dtype, sharding=device)}
+    like = nnx.to_pure_dict(state)
+    saved = {"params": on_device(like if spec is None else {lora.ADAPTERS: adapters}),
+             "rng": jax.ShapeDtypeStruct((), jax.random.key(0).dtype, sharding=device)}
     with Checkpointer(os.path.join(workdir, "checkpoints")) as checkpointer:
         restored, _ = checkpointer.restore(step, target=saved)
-    cast = jax.tree.map(lambda x, like: x.astype(like.dtype), restored["params"],
-                        saved["params"])
+    params = restored["params"]
+    if spec is not None:
+        params = lora.merge(base, params[lora.ADAPTERS], alpha=spec.alpha, rank=spec.rank)
+    cast = jax.tree.map(lambda x, ref: x.astype(ref.dtype), params, like)
     nnx.replace_by_pure_dict(state, cast)
     nnx.update(model, state)
     return model_config, model, meta, model_type
@@ -200,18 +238,21 @@ def load_run_policy(workdir: str, *, stage: str | None = None, tokenizer=None,
 
 def build_model(config, tokenizer):
     """(ModelConfig, NNX model): a local Hugging Face checkpoint, another run's final
-    policy (model.init_from = a grpo_jax run directory), or a fresh named size."""
+    policy (model.init_from = a grpo_jax run directory), or a fresh named size. With LoRA
+    (model.lora_rank > 0) its parameters, the frozen base, are in the compute dtype."""
+    param_dtype = base_param_dtype(config)
     if config.model.init_from and run_directory_config(config.model.init_from) is not None:
         model_config, model, _, _ = load_run_policy(
             config.model.init_from, tokenizer=tokenizer, dtype=config.model.dtype,
-            param_dtype=config.model.param_dtype)
+            param_dtype=param_dtype)
     elif config.model.init_from:
         from grpo_jax.models import from_pretrained
 
         model, model_config = from_pretrained(config.model.init_from, dtype=config.model.dtype,
-                                              param_dtype=config.model.param_dtype)
+                                              param_dtype=param_dtype)
     else:
-        model_config = model_config_for(config, tokenizer.vocab_size)
+        model_config = model_config_for(config, tokenizer.vocab_size).replace(
+            param_dtype=param_dtype)
         return model_config, Transformer(model_config, rngs=nnx.Rngs(config.seed))
     numerics = {field: config.model.get(field) for field in EXECUTION_FIELDS
                 if config.model.get(field) is not None}
@@ -219,6 +260,66 @@ def build_model(config, tokenizer):
         model_config = model_config.replace(**numerics)
         model.config = model_config
     return model_config, model
+
+
+def lora_targets(config) -> tuple[str, ...]:
+    """model.lora_targets as kernel names ("q_kernel,v_kernel" on the command line gives one
+    string: its comma-separated names count)."""
+    value = config.model.get("lora_targets", ())
+    items = [value] if isinstance(value, str) else list(value)
+    return tuple(name.strip() for item in items for name in str(item).split(",")
+                 if name.strip())
+
+
+def lora_config(config) -> lora.LoraConfig | None:
+    """The run's LoRA settings (model.lora_rank, lora_alpha, lora_targets); None when
+    lora_rank is 0 (or absent: a run from before the field)."""
+    rank = config.model.get("lora_rank", 0)
+    if not rank:
+        return None
+    return lora.LoraConfig(rank=int(rank), alpha=float(config.model.lora_alpha),
+                           targets=lora_targets(config))
+
+
+def base_param_dtype(config) -> str:
+    """The dtype the run's parameters are stored in: model.param_dtype, or with LoRA the
+    compute dtype model.dtype (the base is frozen: no master copy to keep in float32)."""
+    return config.model.dtype if lora_config(config) is not None else config.model.param_dtype
+
+
+def with_lora(config, policy, params, mesh, *, seed: int):
+    """(policy, params) of the run's model with LoRA when model.lora_rank > 0: the policy
+    merges adapters (`Policy.lora`) and the parameters are {"base": params, "lora": fresh
+    adapters} (`lora.init_adapters` with key `seed`, replicated on the mesh); as given
+    without LoRA."""
+    import jax
+
+    spec = lora_config(config)
+    if spec is None:
+        return policy, params
+    shapes = jax.tree.map(lambda x: jax.ShapeDtypeStruct(x.shape, x.dtype), params)
+    adapters = jax.jit(  # one global program: every process holds the same adapters
+        lambda: lora.init_adapters(shapes, jax.random.key(seed), rank=spec.rank,
+                                   targets=spec.targets),
+        out_shardings=parallel.replicated_sharding(mesh))()
+    return dataclasses.replace(policy, lora=spec), lora.combine(params, adapters)
+
+
+def lora_summary(config, model_config: ModelConfig) -> str | None:
+    """One line on the run's LoRA for `--print_config` (None without LoRA)."""
+    import jax
+
+    spec = lora_config(config)
+    if spec is None:
+        return None
+    model = nnx.eval_shape(lambda: Transformer(model_config, rngs=nnx.Rngs(0)))
+    adapters = jax.eval_shape(lambda: lora.init_adapters(
+        nnx.to_pure_dict(nnx.state(model)), jax.random.key(0), rank=spec.rank,
+        targets=spec.targets))
+    count = lora.num_adapter_params(adapters)
+    return (f"lora: rank {spec.rank}, alpha {spec.alpha:g} on {', '.join(spec.targets)}: "
+            f"{count:,} trainable float32 parameters ({100 * count / model_config.num_params():.2f}"
+            f"% of the model), the base frozen in {config.model.dtype}")
 
 
 # ---------------------------------------------------------------------- the run's inputs

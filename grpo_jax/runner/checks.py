@@ -18,7 +18,7 @@ from typing import Any
 import jax
 import ml_collections
 
-from grpo_jax import parallel
+from grpo_jax import parallel, storage
 from grpo_jax.runner import rewards as rewards_lib
 
 TEMPLATES = ("plain", "r1_zero", "chat")
@@ -251,10 +251,15 @@ class SectionCheck(Fields):
 
 def output_dir_problem(path: str) -> str | None:
     """Why `path` cannot be a directory this process writes into (created when missing), in
-    a few words naming the path at fault; None when it can. Remote paths (`gs://...`) are
-    left to the storage library."""
-    if "://" in path:
-        return None
+    a few words naming the path at fault; None when it can. A file:// URL is checked as its
+    local path; object-store URLs (`gs://...`) are left to the storage library."""
+    if storage.is_url(path):
+        try:
+            path = storage.local_path(path)
+        except ValueError as err:
+            return str(err)
+        if path is None:
+            return None
     path = os.path.abspath(path)
     if os.path.lexists(path) and not os.path.exists(path):
         return f"{path!r} is a broken symbolic link"
@@ -269,6 +274,17 @@ def output_dir_problem(path: str) -> str | None:
         what = "" if existing == path else f", so {path!r} cannot be created"
         return f"{existing!r} is not writable by this user{what}"
     return None
+
+
+def workdir_problem(path: str) -> str | None:
+    """`output_dir_problem` of a run's workdir, which must also be somewhere orbax writes
+    checkpoints: a local path, or a gs:// or file:// URL."""
+    from grpo_jax.checkpoint import URL_SCHEMES  # pylint: disable=import-outside-toplevel
+
+    if storage.is_url(path) and storage.scheme(path) not in URL_SCHEMES:
+        return (f"{path!r} is on a store orbax cannot write checkpoints to (it writes local "
+                "paths, gs:// and file:// URLs)")
+    return output_dir_problem(path)
 
 
 def check_section_fields(check: SectionCheck, default) -> None:

@@ -11,7 +11,8 @@
 - `CollapseWatch`: one warning line when the policy's entropy stays below a floor for
   several steps (a collapsed policy explores nothing).
 - `WorkdirLock`: one run per workdir (an advisory `flock` on `<workdir>/.lock`, released by
-  the kernel when the holder dies, so a stale lock is simply taken over).
+  the kernel when the holder dies, so a stale lock is simply taken over). A workdir on an
+  object store has no lock.
 """
 
 from __future__ import annotations
@@ -21,6 +22,8 @@ import fcntl
 import os
 import signal
 import threading
+
+from grpo_jax import storage
 
 
 class Preempted(Exception):
@@ -160,13 +163,20 @@ class CollapseWatch:
 
 
 class WorkdirLock:
-    """An exclusive advisory lock on `<workdir>/.lock` holding the owner's process id."""
+    """An exclusive advisory lock on `<workdir>/.lock` holding the owner's process id.
+
+    A workdir on an object store (gs://...) has no lock (`path` None): an object store has
+    no `flock`, so one run at a time there is up to whoever starts them.
+    """
 
     def __init__(self, workdir: str):
-        self.path = os.path.join(workdir, ".lock")
+        local = storage.local_path(workdir)
+        self.path = None if local is None else os.path.join(local, ".lock")
         self._file = None
 
     def acquire(self) -> None:
+        if self.path is None:
+            return
         handle = open(self.path, "a+")
         try:
             fcntl.flock(handle, fcntl.LOCK_EX | fcntl.LOCK_NB)

@@ -38,6 +38,9 @@ class StageKind:
       description: one line for `--print_config` and error messages.
       summary: section -> one line that `--print_config` adds for each stage of this kind
         (e.g. the rl kind's algorithm with its resolved hyper-parameters), or None.
+      lora: the kind runs with LoRA parameters (model.lora_rank > 0: `run.params` is a
+        {"base", "lora"} tree whose adapters alone are trained); validation refuses a LoRA
+        run with a stage of a kind without it.
     """
 
     name: str
@@ -48,6 +51,7 @@ class StageKind:
     reward_sources: Mapping[str, RewardSource] = dataclasses.field(default_factory=dict)
     description: str = ""
     summary: Callable[[Any], str] | None = None
+    lora: bool = False
 
 
 class Registry(Mapping[str, StageKind]):

@@ -71,6 +71,7 @@ def write_run_report(run) -> dict:
             f"the policy after stage {of}" if of else
             "the initial policy (model.init_from, or a fresh init)")
         for _, name, of, label in columns) + "."] if columns else []
+    run.writer.flush()  # on an object store metrics.jsonl is written now and then
     rows = read_metrics(run.writer.path)
     rl_kinds = run.kinds.rl_kinds()
     history = [r for r in rows if r.get("stage") in

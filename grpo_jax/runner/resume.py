@@ -12,9 +12,9 @@ used.
 from __future__ import annotations
 
 import json
-import os
 import time
 
+from grpo_jax import storage
 from grpo_jax.checkpoint import latest_meta
 from grpo_jax.runner.build import CONFIG_FILE, HISTORY_FIELD
 from grpo_jax.runner.checks import ConfigError, extendable_stage, stage_names
@@ -54,14 +54,12 @@ def check_config_drift(config, workdir: str) -> list:
     the evals after it again; the change is recorded in config.json's history), and fields
     the recorded config does not have at all (added to the library since that run started:
     recorded in the history as "added")."""
-    path = os.path.join(workdir, CONFIG_FILE)
-    checkpoints = os.path.join(workdir, "checkpoints")
-    if not os.path.isdir(checkpoints) or not any(
-            name.isdigit() for name in os.listdir(checkpoints)):
+    path = storage.join(workdir, CONFIG_FILE)
+    checkpoints = storage.join(workdir, "checkpoints")
+    if not any(name.isdigit() for name in storage.listdir(checkpoints)):
         return []
-    if os.path.isfile(path):
-        with open(path) as f:
-            old = json.load(f)
+    if storage.isfile(path):
+        old = json.loads(storage.read_text(path))
     else:  # config.json lost: the run's identity is kept with its checkpoints too
         old = (latest_meta(checkpoints) or {}).get(RUN_CONFIG_FIELD)
         if old is None:

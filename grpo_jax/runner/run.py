@@ -12,7 +12,6 @@ from __future__ import annotations
 import copy
 import dataclasses
 import json
-import os
 import zlib
 from typing import Any
 
@@ -21,13 +20,14 @@ import ml_collections
 import numpy as np
 from flax import nnx
 
-from grpo_jax import parallel
+from grpo_jax import parallel, storage
 from grpo_jax.checkpoint import Checkpointer
 from grpo_jax.metrics import MetricWriter
-from grpo_jax.models import Transformer
+from grpo_jax.models import Transformer, lora
 from grpo_jax.runner import resume
 from grpo_jax.runner.build import (CONFIG_FILE, HISTORY_FIELD, RunInputs, build_model,
-                                   build_tokenizer, model_config_for, with_tokenizer)
+                                   build_tokenizer, model_config_for, with_lora,
+                                   with_tokenizer)
 from grpo_jax.runner.checks import (check_vocabulary, extendable_stage, mesh_rules,
                                     stage_names)
 from grpo_jax.runner.guards import NonFiniteError, Preempted, StopRequest, WorkdirLock
@@ -64,7 +64,9 @@ class Run:
 
     Args:
       config: the run config.
-      workdir: the run directory (created).
+      workdir: the run directory (created): a path, made absolute, or a URL such as
+        gs://bucket/run, which stays one (`grpo_jax.storage`: every file of the run goes
+        through etils.epath there).
       kinds: the stage-kind registry.
       inputs: what `validation.validate(config, kinds)` built (task, tokenizer, prompt
         bucket); None validates here. A tokenizer trained in the workdir (absent from
@@ -78,8 +80,8 @@ class Run:
         self.config, self.kinds = config, kinds
         self.stop = stop  # set while a run is in progress: SIGTERM / SIGINT requests
         self.inputs = validate(config, kinds) if inputs is None else inputs
-        self.workdir = os.path.abspath(workdir)
-        os.makedirs(self.workdir, exist_ok=True)
+        self.workdir = storage.normalize(workdir)
+        storage.makedirs(self.workdir)
         self.lock = WorkdirLock(self.workdir)
         if jax.process_index() == 0:  # one run per workdir (process 0 holds the lock)
             self.lock.acquire()
@@ -117,14 +119,15 @@ class Run:
         self.model_config, model = build_model(config, self.tokenizer)
         check_vocabulary(self.tokenizer, self.model_config.vocab_size,
                          config.model.init_from or config.model.name)
-        self.policy, self.params = self.place_model(model)
+        self.policy, self.params = with_lora(config, *self.place_model(model), self.mesh,
+                                             seed=derive_seed(config.seed, 0, "lora"))
         del model
         # Replicated on the mesh: a multi-controller checkpoint holds only global arrays.
         self.key = jax.jit(lambda: jax.random.key(config.seed),
                            out_shardings=parallel.replicated_sharding(self.mesh))()
         self.writer = MetricWriter(self.workdir, active=primary)
         self.checkpointer = Checkpointer(
-            os.path.join(self.workdir, "checkpoints"), max_to_keep=keep_count(config))
+            storage.join(self.workdir, "checkpoints"), max_to_keep=keep_count(config))
         self.global_step = 0  # checkpoint numbering: +1 per training step and per stage end
         self.evals: dict[str, dict] = {}  # finished eval stages' figures (kept in meta)
         self.extra_meta: dict[str, Any] = {}
@@ -132,8 +135,8 @@ class Run:
             record[HISTORY_FIELD] = self.history
         self.record = record  # config.json's content, kept in every checkpoint's meta too
         if primary:
-            with open(os.path.join(self.workdir, CONFIG_FILE), "w") as f:
-                json.dump(record, f, indent=2)
+            storage.write_text(storage.join(self.workdir, CONFIG_FILE),
+                               json.dumps(record, indent=2))
 
     # ------------------------------------------------------------------ the model
     def place_model(self, model) -> tuple[Policy, Any]:
@@ -141,7 +144,8 @@ class Run:
         model = parallel.shard_model_state(model, self.mesh, self.rules)
         streams = self.config.model.batch_streams or default_batch_streams()
         return Policy.from_model(model, logprob_chunk_size=self.config.model.logprob_chunk_size,
-                                 batch_streams=streams)
+                                 batch_streams=streams,
+                                 logprob_chunk_rows=self.config.model.logprob_chunk_rows)
 
     def replace_model(self, model_name: str, *, seed: int) -> None:
         """Makes a fresh model of another named size the run's model (distillation).
@@ -184,12 +188,16 @@ class Run:
     def save(self, stage: StageSpec, state: dict, *, stage_step: int, done: bool,
              force: bool = True, **extra) -> bool:
         """Checkpoint `state` plus the run's PRNG key under the current global step (False
-        when that step is already saved). Parameters that are not finite are never written."""
+        when that step is already saved). Parameters that are not finite are never written.
+        The metric log is flushed first, so that on an object store (where it is written now
+        and then) it reaches every checkpoint. A LoRA tree's frozen base is not written (the
+        run rebuilds it from its config): only its adapters."""
         if not bool(_all_finite(state["params"])):
             raise NonFiniteError(f"{stage.name} step {stage_step}: the parameters are not "
                                  "finite; not writing them to a checkpoint")
+        self.writer.flush()
         return self.checkpointer.save(
-            self.global_step, state={**state, "rng": self.key},
+            self.global_step, state={**lora.detach_bases(state)[0], "rng": self.key},
             meta=self.meta(stage, stage_step=stage_step, done=done, **extra), force=force
         )
 
@@ -214,7 +222,7 @@ class Run:
 
     def stopped_line(self, where: str) -> str:
         return (f"[grpo_jax] stopped on {self.stop.requested} after {where}: checkpoint "
-                f"{os.path.join(self.checkpointer.directory, str(self.global_step))}; run the "
+                f"{storage.join(self.checkpointer.directory, str(self.global_step))}; run the "
                 "same command to resume")
 
     def finish_stage(self, stage: StageSpec, stage_step: int = 0) -> None:
@@ -224,8 +232,10 @@ class Run:
 
     def restore_stage(self, target: dict, step: int | None = None) -> dict:
         """The checkpoint's state (default: latest) restored onto `target`; the saved PRNG
-        key becomes the run's key again. Raises CorruptCheckpointError when unreadable."""
+        key becomes the run's key again; a LoRA tree keeps the target's base. Raises
+        CorruptCheckpointError when unreadable."""
         step = self.checkpointer.latest_step() if step is None else step
+        target, bases = lora.detach_bases(target)  # a LoRA base is rebuilt, never saved
         try:
             state, _ = self.checkpointer.restore(step, target={**target, "rng": self.key})
         except Exception as err:  # noqa: BLE001
@@ -234,7 +244,7 @@ class Run:
         if not bool(_all_finite(state["params"])):
             raise CorruptCheckpointError(step, "non-finite parameters")
         self.key = state.pop("rng")
-        return state
+        return lora.attach_bases(state, bases)
 
     def resume_point(self) -> tuple[int, dict | None, str | None]:
         """(first stage to run, meta of an unfinished stage checkpoint, last checkpointed

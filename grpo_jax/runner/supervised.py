@@ -4,13 +4,12 @@ loop over (prompt, completion) rows, and the verified-sample rows of the R1 stag
 from __future__ import annotations
 
 import json
-import os
 
 import jax
 import ml_collections
 import numpy as np
 
-from grpo_jax import parallel
+from grpo_jax import parallel, storage
 from grpo_jax.sft.data import encode_pairs, epoch_batches, pack_rows, packed_rows_for
 from grpo_jax.sft.loss import make_supervised_step
 from grpo_jax.sft.verified import fill_rows, select_verified
@@ -127,21 +126,18 @@ def stage_rows(run, stage, sample):
     """The stage's (prompts, completions, info): read from `<workdir>/<stage>/data.jsonl`
     when an earlier attempt of the stage saved them, else `sample()` and saved, so a resumed
     stage trains on the same rows (its sampling model may be gone by then)."""
-    path = os.path.join(run.workdir, stage.name, "data.jsonl")
-    if os.path.exists(path):
-        with open(path) as f:
-            lines = [json.loads(line) for line in f if line.strip()]
+    path = storage.join(run.workdir, stage.name, "data.jsonl")
+    if storage.exists(path):
+        lines = [json.loads(line) for line in storage.read_text(path).split("\n")
+                 if line.strip()]
         return ([r["prompt"] for r in lines[1:]], [r["completion"] for r in lines[1:]],
                 lines[0]["info"])
     prompts, completions, info = sample()
     if parallel.is_primary():  # every process sampled the same rows; process 0 keeps them
-        os.makedirs(os.path.dirname(path), exist_ok=True)
-        tmp = path + ".tmp"
-        with open(tmp, "w") as f:
-            f.write(json.dumps({"info": info}) + "\n")
-            for p, c in zip(prompts, completions):
-                f.write(json.dumps({"prompt": p, "completion": c}) + "\n")
-        os.replace(tmp, path)
+        storage.makedirs(storage.join(run.workdir, stage.name))
+        lines = [json.dumps({"info": info})] + [
+            json.dumps({"prompt": p, "completion": c}) for p, c in zip(prompts, completions)]
+        storage.write_text(path, "".join(line + "\n" for line in lines))  # atomic
     return prompts, completions, info
 
 

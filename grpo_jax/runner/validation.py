@@ -18,10 +18,11 @@ import ml_collections
 
 from grpo_jax import parallel
 from grpo_jax import tasks as tasks_lib
+from grpo_jax.models import lora
 from grpo_jax.models.config import _DTYPES, ATTENTION_IMPLEMENTATIONS, available_models
 from grpo_jax.runner.build import (EXECUTION_FIELDS, MODEL_SHAPE_FIELDS, TOKENIZERS,
-                                   RunInputs, build_inputs, check_init_from, model_config_for,
-                                   tokenizer_kind)
+                                   RunInputs, build_inputs, check_init_from, lora_targets,
+                                   model_config_for, tokenizer_kind)
 from grpo_jax.runner.checks import (TEMPLATES, ConfigError, Fields, SectionCheck,
                                     check_section_fields, mesh_rules, mesh_size, stage_names)
 
@@ -120,7 +121,9 @@ def check_model_fields(config) -> None:
         model.choice("attention", ATTENTION_IMPLEMENTATIONS)
     model.integer("max_seq_len", low=2)
     model.integer("logprob_chunk_size", low=0)
+    model.integer("logprob_chunk_rows", low=0)
     model.integer("batch_streams", low=0)
+    check_lora_fields(config)
     if config.model.init_from:
         for field in MODEL_SHAPE_FIELDS:
             if field not in EXECUTION_FIELDS and config.model.get(field) is not None:
@@ -146,6 +149,27 @@ def check_model_fields(config) -> None:
             if message.startswith(f"ModelConfig.{field}"):
                 raise ConfigError("model." + message[len("ModelConfig."):]) from None
         raise ConfigError(f"model: {message}") from None
+
+
+def check_lora_fields(config) -> None:
+    """model.lora_rank (0 = off), lora_alpha and lora_targets, when the config has them."""
+    if "lora_rank" not in config.model:
+        return
+    model = Fields(config.model, "model")
+    model.integer("lora_rank", low=0)
+    model.positive("lora_alpha")
+    value = model.value("lora_targets")
+    if not isinstance(value, (str, tuple, list)) or \
+            not all(isinstance(item, str) for item in ([value] if isinstance(value, str)
+                                                       else value)):
+        model.fail("lora_targets", f"expected kernel names, got {value!r}")
+    targets = lora_targets(config)
+    unknown = [name for name in targets if name not in lora.TARGETS]
+    if unknown or not targets:
+        model.fail("lora_targets", f"expected kernel names out of {list(lora.TARGETS)}, got "
+                                   f"{unknown or list(targets)}")
+    if len(set(targets)) < len(targets):
+        model.fail("lora_targets", f"a kernel is named twice: {list(targets)}")
 
 
 def check_tokenizer_fields(config) -> None:
@@ -180,6 +204,11 @@ def check_stages(config: ml_collections.ConfigDict, kinds, inputs: RunInputs) ->
                              task=inputs.task, kinds=kinds, earlier=list(earlier),
                              prompt_len=inputs.prompt_len, tokenizer=inputs.tokenizer)
         check_section_fields(check, kind.default_section())
+        if config.model.get("lora_rank", 0) and not kind.lora:
+            supported = sorted(n for n in kinds if kinds[n].lora)
+            check.fail("kind", f"LoRA (model.lora_rank {config.model.lora_rank}) is not "
+                               f"supported for stage kind {section.kind!r}; kinds with LoRA: "
+                               f"{supported}")
         if "temperature" in section:  # every kind that samples at a set temperature
             check.temperature("temperature")
         if kind.validate is not None:

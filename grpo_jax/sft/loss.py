@@ -19,7 +19,7 @@ def supervised_loss(params: Params, batch: TokenBatch, *, policy: Policy, num_to
     model = policy.bind(params)
     logp = logprobs(model, batch.tokens, batch.attention_mask,
                     chunk_size=policy.logprob_chunk_size, segment_ids=batch.segment_ids,
-                    positions=batch.positions)["logp"]
+                    positions=batch.positions, chunk_rows=policy.logprob_chunk_rows)["logp"]
     nll = -logp
     loss = losses.aggregate(nll, batch.loss_mask, mode="token-mean", num_tokens=num_tokens)
     return loss, {"loss": loss}

@@ -51,9 +51,14 @@ def load_teacher(run, workdir: str):
     """(Policy, params) of the final checkpoint of another grpo_jax run (same tokenizer).
 
     The teacher's shape comes from its own config.json (and a distilled model's name in its
-    checkpoint meta), not from this run's config."""
+    checkpoint meta), not from this run's config. A LoRA teacher is its latest finished
+    stage's base with the adapters merged in (`build.load_run_policy`)."""
     with open(os.path.join(workdir, "config.json")) as f:
         cfg = json.load(f)
+    if cfg["model"].get("lora_rank"):  # its checkpoints hold adapters: merged onto its base
+        from grpo_jax.runner.build import load_run_policy  # pylint: disable=import-outside-toplevel
+
+        return Policy.from_model(load_run_policy(workdir, tokenizer=run.tokenizer)[1])
     with Checkpointer(os.path.join(workdir, "checkpoints")) as ckpt:
         step = ckpt.latest_step()
         if step is None:

@@ -156,4 +156,5 @@ def run_eval(run, stage) -> None:
 
 
 KIND = StageKind("eval", run_eval, default_section, validate,
-                 description="pass@k, maj@k, format rate and length on held-out problems")
+                 description="pass@k, maj@k, format rate and length on held-out problems",
+                 lora=True)

@@ -44,4 +44,5 @@ def run_rejection_sft(run, stage) -> None:
 
 
 KIND = StageKind("rejection_sft", run_rejection_sft, default_section, validate,
-                 description="rejection-sampling SFT on the policy's verified samples")
+                 description="rejection-sampling SFT on the policy's verified samples",
+                 lora=True)

@@ -5,15 +5,13 @@ later RL section that names it (with `<section>.reward_model = "<this stage's na
 from __future__ import annotations
 
 import functools
-import os
-import shutil
 
 import jax
 import ml_collections
 import numpy as np
 from flax import nnx
 
-from grpo_jax import parallel
+from grpo_jax import parallel, storage
 from grpo_jax.checkpoint import Checkpointer
 from grpo_jax.models import Transformer
 from grpo_jax.rl import reward_model as rm
@@ -124,9 +122,9 @@ def run_reward_model(run, stage) -> None:
     print(f"[grpo_jax] {stage.name}: " + ", ".join(f"{k}={v:.3f}" if isinstance(v, float)
                                                    else f"{k}={v}" for k, v in record.items()),
           flush=True)
-    out_dir = os.path.join(run.workdir, stage.name)
+    out_dir = storage.join(run.workdir, stage.name)
     if parallel.is_primary():
-        shutil.rmtree(out_dir, ignore_errors=True)  # a rerun after a crash overwrites it
+        storage.rmtree(out_dir)  # a rerun after a crash overwrites it
     parallel.sync("grpo_jax: reward model directory cleared")
     with Checkpointer(out_dir, max_to_keep=1, async_=False) as ckpt:
         ckpt.save(0, state={"params": params}, meta=record, force=True)

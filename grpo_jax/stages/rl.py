@@ -10,10 +10,10 @@ its record says it.
 from __future__ import annotations
 
 import jax
-import jax.numpy as jnp
 import ml_collections
 from ml_collections.config_dict import placeholder
 
+from grpo_jax.models import lora
 from grpo_jax.rewards.device import device_reward_names, integer_answers, make_device_reward
 from grpo_jax.rl.algorithms import ALGORITHMS, AUTO_FIELDS, LOSS_AGGREGATIONS, get_algorithm
 from grpo_jax.rl.fused import make_fused_iterations
@@ -202,8 +202,8 @@ class GRPOLearner(Learner):
             run, lr=section.lr, steps=section.steps * self.updates_per_step)
         self.state = {"params": run.params,
                       "opt_state": init_opt_state(self.optimizer, run.params, run.mesh)}
-        if self.settings.beta != 0.0:
-            self.state["ref_params"] = jax.tree.map(jnp.copy, run.params)
+        if self.settings.beta != 0.0:  # with LoRA: the adapters copied, the base shared
+            self.state["ref_params"] = lora.copy_trainable(run.params)
         self.on_policy = self.updates_per_step == 1
         prompt_len = run.config.task.prompt_len
         self.loss = loss_settings(section, on_policy=self.on_policy)
@@ -218,7 +218,9 @@ class GRPOLearner(Learner):
         self.prepare = make_prepare_fn(run.policy, self.algorithm, self.settings,
                                        prompt_len=prompt_len, temperature=section.temperature,
                                        group_size=section.group_size,
-                                       adv_eps=section.adv_eps, on_policy=self.on_policy)
+                                       adv_eps=section.adv_eps, on_policy=self.on_policy,
+                                       micro_batches=section.micro_batches
+                                       * section.num_minibatches)
         self.prepare_jit = jax.jit(self.prepare)
 
     def iterate(self, batch, rollout, step):
@@ -226,7 +228,7 @@ class GRPOLearner(Learner):
         check_prompt_groups(rollout.prompt_tokens, rollout.prompt_mask, section.group_size)
         if "ref_params" in state and section.ref_reset_every and step > 0 \
                 and step % section.ref_reset_every == 0:
-            state["ref_params"] = jax.tree.map(jnp.copy, state["params"])  # DeepSeek-R1
+            state["ref_params"] = lora.copy_trainable(state["params"])  # DeepSeek-R1
         correct = rollout.components.get("accuracy", rollout.rewards) >= 1.0
         flags = jax.device_put((correct, rollout.truncated), run.data_sharding)
         batch, prep_metrics = self.prepare_jit(state["params"], state.get("ref_params"),
@@ -283,4 +285,5 @@ def run_rl(run, stage) -> None:
 
 
 KIND = StageKind("rl", run_rl, default_section, validate, rl_curves=True,
-                 description="GRPO family: " + ", ".join(ALGORITHMS), summary=summary)
+                 description="GRPO family: " + ", ".join(ALGORITHMS), summary=summary,
+                 lora=True)

@@ -93,6 +93,7 @@ def run_sft(run, stage) -> None:
 
 
 PRETRAIN = StageKind("pretrain", run_pretrain, default_pretrain_section, validate,
-                     description="next-token pretraining on noisy worked solutions")
+                     description="next-token pretraining on noisy worked solutions",
+                     lora=True)
 SFT = StageKind("sft", run_sft, default_sft_section, validate,
-                description="completion-only SFT on worked solutions (cold start)")
+                description="completion-only SFT on worked solutions (cold start)", lora=True)

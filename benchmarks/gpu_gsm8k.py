@@ -31,7 +31,7 @@ script's tokenizer gives; the pipeline's own `[grpo_jax] ...` progress lines com
     config: qwen2.5-0.5b (494M parameters; compute bfloat16, master weights float32), 64 prompts x 8 completions = 512 rows, prompt bucket 152 + 512 new tokens, micro_batches 4, logprob chunk 256 positions x 16 rows, remat on, scan_layers on, beta 0.04
     plan persistent: params 1.84 + AdamW m, v 3.68 + reference 1.84 = 7.36 GiB
     plan rollout: KV cache 3.89 (+ 3.14 while the last cache phase grows it) + bfloat16 weights 0.92 + sampler logits 0.58 = 8.53 GiB
-    plan reference pass: 512 rows, forward only: logits tile 2.32 + one layer 15.71 + hidden 0.44 + bfloat16 weights 0.92 + stacked layers 1.33 = 20.72 GiB
+    plan reference pass: 512 rows in chunks of 128, forward only: logits tile 2.32 + one layer 3.93 + hidden 0.11 + bfloat16 weights 0.92 + stacked layers 1.33 = 8.61 GiB
     plan update: micro-batch of 128 rows: grads 1.84 + accumulator 1.84 + bfloat16 weights 0.92 + stacked layers 2.67 + activations 14.73 (without remat 144.07) + hidden 0.22 + logits tile 4 x 2.32 = 31.49 GiB
     plan optimizer step: grads 1.84 + new params, m, v 5.52 = 7.36 GiB
     plan peak: 38.85 GiB = persistent 7.36 + update 31.49
@@ -99,11 +99,12 @@ vocabulary, D hidden, L layers, N / K heads / KV heads of width H, F the MLP wid
   - rollout: KV cache 2 L K H c R (P + C), plus the previous buffer while the last of the
     4 cache phases grows it, the compute-dtype copy of the weights c n (when c != p), the
     float32 logits and their Gumbel-noised copy 2 x 4 R V;
-  - reference pass (`prepare`, the whole batch at once, forward only; also the old
-    policy's pass where there is one): one float32 logits tile 4 t(R) k V (log-softmax's
-    reductions fuse into it), one block's live activations (`layer_forward_bytes`: the
-    residual stream in and out, and the larger of attention, with the float32 scores and
-    their softmax, and the MLP), the final hidden states c R (C + 1) D, the weight copy,
+  - reference pass (`prepare`, forward only, in chunks of b = R / m rows, whole groups;
+    also the old policy's pass where there is one): one float32 logits tile 4 t(b) k V
+    (log-softmax's reductions fuse into it), one block's live activations
+    (`layer_forward_bytes`: the residual stream in and out, and the larger of attention,
+    with the float32 scores and their softmax, and the MLP), the final hidden states
+    c b (C + 1) D, the weight copy,
     the stacked block weights p n_b with scan_layers;
   - update (one micro-batch): gradients p n, their accumulator p n when m > 1, the weight
     copy, with scan_layers the stacked block weights and their stacked gradients 2 p n_b;
@@ -421,6 +422,8 @@ def memory_plan(shape, *, prompts: int, group_size: int, prompt_len: int, new_to
     prepare_pass = reference if prepare_pass is None else prepare_pass
     n, v, d, layers = shape.num_params(), shape.vocab_size, shape.hidden_size, shape.num_layers
     rows, p, c = prompts * group_size, prompt_len, new_tokens
+    # `prepare` runs its passes in chunks of a micro-batch's whole groups
+    ref_rows = rows // micro_batches if prompts % micro_batches == 0 else rows
     cast = compute_bytes * n if compute_bytes != param_bytes else 0
     chunk = c if not logprob_chunk or logprob_chunk >= c else logprob_chunk
     tile = lambda r: (r if not logprob_chunk_rows or logprob_chunk_rows >= r
@@ -441,11 +444,12 @@ def memory_plan(shape, *, prompts: int, group_size: int, prompt_len: int, new_to
         "rollout": {"kv_cache": kv_row * rows * (p + c),
                     "kv_growth": kv_row * rows * (p + ends[-2]) if len(ends) > 1 else 0,
                     "weights": cast, "logits": 2 * 4 * rows * v},
-        "reference pass": ({"logits": 4 * tile(rows) * chunk * v,
-                            "layer": layer_forward_bytes(shape, rows=rows, groups=prompts,
+        "reference pass": ({"logits": 4 * tile(ref_rows) * chunk * v,
+                            "layer": layer_forward_bytes(shape, rows=ref_rows,
+                                                         groups=ref_rows // group_size,
                                                          prompt_len=p, new_tokens=c,
                                                          compute_bytes=compute_bytes),
-                            "hidden": hidden(rows), "weights": cast,
+                            "hidden": hidden(ref_rows), "weights": cast,
                             "stacked": param_bytes * blocks if scan_layers else 0}
                            if prepare_pass else {}),
     }
@@ -463,7 +467,7 @@ def memory_plan(shape, *, prompts: int, group_size: int, prompt_len: int, new_to
     totals = {k: sum(plan[k].values()) for k in ("persistent",) + phases}
     peak_phase = max(phases, key=lambda k: totals[k])
     plan.update(totals=totals, peak_phase=peak_phase, no_remat=without, micro_rows=b,
-                chunk=chunk, rows=rows, tile_rows=(tile(rows), tile(b)),
+                chunk=chunk, rows=rows, ref_rows=ref_rows, tile_rows=(tile(ref_rows), tile(b)),
                 peak=totals["persistent"] + totals[peak_phase])
     return plan
 
@@ -512,7 +516,8 @@ def plan_lines(shape, plan: dict, *, batch: dict, compute: str, param_dtype: str
     if ref:
         ref_stacked = f" + stacked layers {_g(ref['stacked'])}" if ref["stacked"] else ""
         lines.append(
-            f"plan reference pass: {plan['rows']} rows, forward only: logits tile "
+            f"plan reference pass: {plan['rows']} rows in chunks of {plan['ref_rows']}, "
+            f"forward only: logits tile "
             f"{_g(ref['logits'])} + one layer {_g(ref['layer'])} + hidden {_g(ref['hidden'])}"
             f"{cast}{ref_stacked} = {_g(tot['reference pass'])} GiB")
     else:

@@ -34,7 +34,6 @@ from collections.abc import Callable, Sequence
 from typing import Any
 
 import jax
-import jax.numpy as jnp
 from flax import nnx
 from jax.sharding import Mesh, NamedSharding, PartitionSpec
 
@@ -222,21 +221,17 @@ class ActivationSharding:
         return jax.shard_map(local, mesh=self.mesh, in_specs=in_specs, out_specs=spec)(
             *rows, *shared)
 
-    def rollout_state(self, state: Any, dtype) -> Any:
+    def rollout_state(self, state: Any) -> Any:
         """The sampler's copy of a model state (`rollout_rules`), inside a jitted program:
-        matrices cast to the compute `dtype` first (the forward pass casts them anyway, so
-        the samples are unchanged), then constrained whole over data x fsdp, so the one
-        gather happens before the decode loop in `dtype`. Vectors (norm scales) keep theirs."""
+        every array constrained whole over data x fsdp (still split over tensor where the
+        rules say so), so the one gather happens before the decode loop."""
         shardings = state_shardings(state, self.mesh, rollout_rules(self.rules))
 
         def place(x, sharding):
-            value = x.get_value() if _is_variable(x) else x
-            if not isinstance(sharding, nnx.Variable) and not isinstance(
-                    sharding, NamedSharding):
+            if not isinstance(sharding, (nnx.Variable, NamedSharding)):
                 return x
             target = sharding.get_value() if _is_variable(sharding) else sharding
-            if value.ndim >= 2 and jnp.issubdtype(value.dtype, jnp.floating):
-                value = value.astype(dtype)
+            value = x.get_value() if _is_variable(x) else x
             value = jax.lax.with_sharding_constraint(value, target)
             return x.replace(value) if _is_variable(x) else value
 

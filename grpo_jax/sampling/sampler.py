@@ -329,6 +329,19 @@ def _rows(model, tree):
         tree)
 
 
+def _matrices_in(state, dtype):
+    """The model state with every floating matrix (ndim >= 2) cast to `dtype`; vectors (norm
+    scales, whose float32 product the RMSNorm takes) as they are."""
+
+    def cast(x):
+        value = x.get_value()
+        if value.ndim >= 2 and jnp.issubdtype(value.dtype, jnp.floating):
+            return x.replace(value.astype(dtype))
+        return x
+
+    return jax.tree.map(cast, state, is_leaf=lambda x: isinstance(x, nnx.Variable))
+
+
 def _cache_rows(model, cache: KVCache) -> KVCache:
     """The cache's buffers with their rows ((batch row, KV head) pairs) placed by `_rows`."""
     return cache.replace(keys=_rows(model, cache.keys), values=_rows(model, cache.values),
@@ -337,11 +350,13 @@ def _cache_rows(model, cache: KVCache) -> KVCache:
 
 def _generate_core(graphdef, state, prompts, prompt_mask, key, config: SamplingConfig):
     model = nnx.merge(graphdef, state)
+    # The weights in the compute dtype once, before the loop (the forward pass casts every
+    # matrix it reads anyway: the samples are the same); on several devices the rollout
+    # layout: one gather of them, rows over the batch axes, no collective in a decode step.
+    state = _matrices_in(state, model.config.compute_dtype)
     if model.activation_sharding is not None:
-        # The rollout layout: one gather of the weights (in the compute dtype) before the
-        # loop, rows over the batch axes; the decode steps then need no collective.
-        state = model.activation_sharding.rollout_state(state, model.config.compute_dtype)
-        model = nnx.merge(graphdef, state)
+        state = model.activation_sharding.rollout_state(state)
+    model = nnx.merge(graphdef, state)
     prompts, prompt_mask = _rows(model, (prompts, prompt_mask))
     batch, prompt_len = prompts.shape
     n = config.max_new_tokens

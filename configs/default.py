@@ -114,6 +114,10 @@ def get_config(preset: str | None = None) -> ml_collections.ConfigDict:
     # ---- mesh -----------------------------------------------------------------------------
     config.mesh = ml_collections.ConfigDict()
     config.mesh.num_devices = 0  # use the first N devices; 0 = all
+    # The last R of those devices sample the RL rollouts, the others train (the mesh shape
+    # is the trainer's); new parameters move to them with jax.device_put. 0 = the same
+    # devices do both. Pairs with rl.max_staleness (the sampler a few versions behind).
+    config.mesh.rollout_devices = 0
     config.mesh.shape = ml_collections.ConfigDict({
         "data": -1,  # batch parallelism; -1: all remaining devices
         "fsdp": 1,  # parameters split along the model dimension, batch too

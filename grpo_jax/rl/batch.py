@@ -42,6 +42,8 @@ class RolloutBatch:
       ref_logp: [B, N] log-probs under the frozen reference, or None.
       old_values: [B, N] critic values at sampling time (PPO), or None.
       returns: [B, N] value targets (PPO), or None.
+      is_weights: [B, N] per-token importance weights of an off-policy correction
+        (`rl.update.off_policy_weights`) that multiply each token's objective, or None.
     """
 
     tokens: jax.Array
@@ -55,6 +57,7 @@ class RolloutBatch:
     ref_logp: jax.Array | None = None
     old_values: jax.Array | None = None
     returns: jax.Array | None = None
+    is_weights: jax.Array | None = None
 
     @property
     def rows(self) -> int:

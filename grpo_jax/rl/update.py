@@ -124,6 +124,8 @@ def policy_loss(params: Params, batch: RolloutBatch, *, policy: Policy,
             mask=mask,
             ratio_level=settings.ratio_level,
         )
+    if batch.is_weights is not None:  # an off-policy correction's per-token weights
+        per_token = per_token * batch.is_weights
     max_len = logp.shape[1]
     aggregate = functools.partial(losses.aggregate, mask=mask, mode=settings.loss_agg,
                                   num_tokens=num_tokens, num_sequences=num_sequences,
@@ -195,7 +197,9 @@ def make_logp_fn(policy: Policy, *, prompt_len: int, temperature: float = 1.0,
 
 def make_prepare_fn(policy: Policy, algorithm: Algorithm, settings: Settings, *,
                     prompt_len: int, temperature: float = 1.0, group_size: int = 1,
-                    adv_eps: float = 1e-6, on_policy: bool = True, micro_batches: int = 1):
+                    adv_eps: float = 1e-6, on_policy: bool = True, micro_batches: int = 1,
+                    correction: str | None = None, is_cap: float = 2.0,
+                    mis_range: tuple[float, float] = (0.5, 2.0)):
     """fn(params, ref_params, batch, correct, truncated) -> (batch, metrics): a GRPO-family
     batch made ready for its update (pure; jit it, or call it inside a bigger program).
 
@@ -209,8 +213,17 @@ def make_prepare_fn(policy: Policy, algorithm: Algorithm, settings: Settings, *,
     log-probs against the sampler's, and kl_ref (token mean) when the KL is in the reward.
     The log-prob passes run over `micro_batches` chunks of whole groups, one after another
     (`training.split_micro_batches`), so their memory is that of one chunk.
+
+    `correction` (None: on-policy rollouts, nothing to correct) handles rollouts sampled by
+    older parameters (`off_policy_weights`): the trainer's log-probs at its current
+    parameters are the proximal policy; "none" takes the update's ratio against the
+    sampler's log-probs (old_logp = behaviour_logp), the others against the proximal
+    policy with the batch's is_weights (TIS, MIS with its dropped tokens out of the loss
+    mask, decoupled). Their metrics join the batch's. Needs on_policy False.
     """
     kl_in_reward = algorithm.kl_placement == "reward" and settings.beta != 0.0
+    if correction is not None and on_policy:
+        raise ValueError("make_prepare_fn: an off-policy correction needs on_policy=False")
     needs_old = not on_policy or kl_in_reward
 
     def logp_of(params, batch):
@@ -237,6 +250,15 @@ def make_prepare_fn(policy: Policy, algorithm: Algorithm, settings: Settings, *,
             batch = batch.replace(old_logp=logp_of(params, batch))
             metrics.update(logp_mismatch(batch.old_logp, batch.behaviour_logp,
                                          batch.loss_mask))
+        if correction is not None:
+            weights, kept, is_metrics = off_policy_weights(
+                batch.old_logp, batch.behaviour_logp, batch.loss_mask, correction=correction,
+                cap=is_cap, low=mis_range[0], high=mis_range[1])
+            metrics.update(is_metrics)
+            if correction == "none":
+                batch = batch.replace(old_logp=batch.behaviour_logp)
+            else:
+                batch = batch.replace(is_weights=weights, loss_mask=kept)
         penalty = None
         if kl_in_reward:
             kl = losses.kl_penalty(batch.old_logp, batch.ref_logp, kind=settings.kl_kind)
@@ -248,6 +270,67 @@ def make_prepare_fn(policy: Policy, algorithm: Algorithm, settings: Settings, *,
         return batch, metrics
 
     return prepare
+
+
+CORRECTIONS = ("none", "tis", "mis", "decoupled")
+
+
+def off_policy_weights(proximal_logp, behaviour_logp, mask, *, correction: str,
+                       cap: float = 2.0, low: float = 0.5, high: float = 2.0):
+    """Per-token importance weights of rollouts sampled by an older policy, and the tokens
+    kept.
+
+    w_t = pi_prox(y_t) / mu(y_t) = exp(proximal_logp - behaviour_logp), with mu the policy
+    that sampled the rollout (its own log-probs) and pi_prox the trainer's parameters when
+    the update starts. The update then clips its ratio pi_theta / pi_prox and weights each
+    token by:
+
+    * "tis", truncated importance sampling: min(w_t, cap) (Ionides 2008; for RL of LMs,
+      Yao et al. 2025, "Your efficient RL framework secretly brings you off-policy RL
+      training", https://fengyao.notion.site/off-policy-rl);
+    * "mis", masked importance sampling: w_t where low <= w_t <= high, and the token is
+      dropped from the loss otherwise;
+    * "decoupled": w_t untruncated, AReaL's decoupled PPO objective (Fu et al. 2025,
+      https://arxiv.org/abs/2505.24298), the proximal policy being pi_prox;
+    * "none": no weight (1); the caller then takes the ratio against mu itself.
+
+    Args:
+      proximal_logp, behaviour_logp: [B, N] float32 log-probs of the sampled tokens.
+      mask: [B, N] bool, the tokens carrying loss.
+      correction: one of CORRECTIONS.
+      cap: TIS's C > 0.
+      low, high: MIS's range, 0 <= low < 1 < high.
+
+    Returns:
+      (weights [B, N] float32, kept [B, N] bool (mask, less MIS's dropped tokens), metrics:
+      is_weight_mean / is_weight_max of w_t over the masked tokens, is_truncated_frac (TIS)
+      or is_masked_frac (MIS), and kl_behaviour, the k3 estimate of KL(mu || pi_prox) on
+      the sampled tokens).
+    """
+    if correction not in CORRECTIONS:
+        raise ValueError(f"correction: expected one of {CORRECTIONS}, got {correction!r}")
+    mask = jnp.asarray(mask, bool)
+    log_ratio = jnp.where(mask, proximal_logp - behaviour_logp, 0.0)
+    w = jnp.exp(log_ratio)
+    count = jnp.maximum(jnp.sum(mask.astype(jnp.float32)), 1.0)
+    mean = lambda x: jnp.sum(jnp.where(mask, x, 0.0)) / count  # noqa: E731
+    metrics = {"is_weight_mean": mean(w), "is_weight_max": jnp.max(jnp.where(mask, w, 0.0)),
+               "kl_behaviour": mean(losses.kl_penalty(behaviour_logp, proximal_logp,
+                                                      kind="k3"))}
+    kept = mask
+    if correction == "none":
+        weights = jnp.ones_like(w)
+    elif correction == "tis":
+        weights = jnp.minimum(w, cap)
+        metrics["is_truncated_frac"] = mean((w > cap).astype(jnp.float32))
+    elif correction == "mis":
+        inside = (w >= low) & (w <= high)
+        kept = mask & inside
+        weights = jnp.where(inside, w, 0.0)
+        metrics["is_masked_frac"] = mean((~inside).astype(jnp.float32))
+    else:
+        weights = w
+    return jnp.where(kept, weights, 0.0), kept, metrics
 
 
 def logp_mismatch(trainer_logp, sample_logp, mask, *, num_tokens=None) -> dict:

@@ -333,10 +333,15 @@ def check_vocabulary(tokenizer, vocab_size: int, source: str) -> None:
 def mesh_size(config) -> tuple[dict, int]:
     """(resolved mesh shape, data-parallel size = data x fsdp); ConfigError when unusable."""
     mesh = Fields(config.mesh, "mesh")
-    count = mesh.integer("num_devices", low=0, high=jax.device_count())
+    count = mesh.integer("num_devices", low=0, high=jax.device_count()) or jax.device_count()
+    rollout = 0
+    if config.mesh.get("rollout_devices") is not None:
+        rollout = mesh.integer("rollout_devices", low=0, high=count - 1)
+        if rollout and jax.process_count() > 1:
+            mesh.fail("rollout_devices", f"splits the devices of one process only (this run "
+                                         f"has {jax.process_count()}); set it to 0")
     try:
-        shape = parallel.resolve_mesh_shape(config.mesh.shape.to_dict(),
-                                            count or jax.device_count())
+        shape = parallel.resolve_mesh_shape(config.mesh.shape.to_dict(), count - rollout)
     except ValueError as err:
         raise ConfigError(f"mesh.shape: {err}") from None
     return shape, shape["data"] * shape["fsdp"]

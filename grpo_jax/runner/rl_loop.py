@@ -22,11 +22,12 @@ from grpo_jax.rewards.accuracy import undecided_comparisons
 from grpo_jax.rl.batch import RolloutBatch, rollout_batch, rollout_record
 from grpo_jax.rl.rollout import encode_prompts
 from grpo_jax.runner.guards import CollapseWatch, SkipCounter
-from grpo_jax.runner.rewards import resolve_reward_fns
+from grpo_jax.runner.rewards import LENGTH_REWARDS, resolve_reward_fns
 from grpo_jax.runner.rollouts import collect_rollout
 from grpo_jax.runner.toolkit import (SAMPLE_EVERY, StepTimer, device_batch, log_samples,
                                      log_step, progress, prompt_text)
 from grpo_jax.sampling import check_prompt_groups
+from grpo_jax.tasks.base import Example
 from grpo_jax.tasks.data import prompt_iterator
 
 # Every RL stage's metrics line has these (besides reward/<name> per reward component).
@@ -92,9 +93,93 @@ def reduce_update_metrics(metrics: list[dict]) -> dict:
     return {k: float(v) for k, v in jax.device_get({k: reduce(k) for k in metrics[0]}).items()}
 
 
-def start_stage(run, stage, learner: Learner):
+class StalenessError(RuntimeError):
+    """A rollout batch from parameters the schedule does not allow (a bookkeeping bug)."""
+
+
+def check_versions(version, step: int, max_staleness: int) -> np.ndarray:
+    """The staleness step - version [B] of a batch that update `step` trains on, after
+    checking that every row comes from a version the trainer produced (0 <= version <=
+    step) no older than `max_staleness` updates; raises StalenessError otherwise."""
+    version = np.asarray(version)
+    staleness = step - version
+    bad = np.flatnonzero((version < 0) | (staleness < 0) | (staleness > max_staleness))
+    if len(bad):
+        raise StalenessError(
+            f"update {step} was given row {bad[0]} sampled by parameter version "
+            f"{int(version[bad[0]])}: the schedule allows versions {max(step - max_staleness, 0)}"
+            f"..{step} (rl.max_staleness {max_staleness}); nothing was trained on it")
+    return staleness
+
+
+_ROLLOUT_ARRAYS = ("prompt_tokens", "prompt_mask", "tokens", "mask", "sample_logp", "lengths",
+                   "rewards", "truncated")
+
+
+class PendingRollouts:
+    """The rollouts sampled ahead of their update (rl.max_staleness K > 0), in order: entry
+    i is (the update it is for, its rollout, examples, info, the parameter version that
+    sampled it). Checkpointed with the stage: the arrays in the checkpoint's state, the rest
+    in its meta; the texts are decoded again from the tokens."""
+
+    def __init__(self):
+        self.entries = []
+
+    def __len__(self):
+        return len(self.entries)
+
+    def tree(self) -> dict:
+        """The arrays, a pytree for the checkpoint."""
+        return {str(i): {**{k: getattr(ro, k) for k in _ROLLOUT_ARRAYS},
+                         "components": dict(ro.components),
+                         "version": np.asarray(version, np.int32)}
+                for i, (_, ro, _, _, version) in enumerate(self.entries)}
+
+    def meta(self) -> list:
+        return [{"step": step, "examples": [ex.to_dict() for ex in examples], "info": info}
+                for step, _, examples, info, _ in self.entries]
+
+    @staticmethod
+    def template(count: int, *, rows: int, prompt_len: int, new_tokens: int,
+                 components) -> dict:
+        """The shapes of `count` entries' arrays (a restore target)."""
+        def array(shape, dtype):
+            return np.zeros(shape, dtype)
+
+        entry = {"prompt_tokens": array((rows, prompt_len), np.int32),
+                 "prompt_mask": array((rows, prompt_len), bool),
+                 "tokens": array((rows, new_tokens), np.int32),
+                 "mask": array((rows, new_tokens), bool),
+                 "sample_logp": array((rows, new_tokens), np.float32),
+                 "lengths": array((rows,), np.int32), "rewards": array((rows,), np.float32),
+                 "truncated": array((rows,), bool),
+                 "components": {name: array((rows,), np.float32) for name in components},
+                 "version": np.zeros((), np.int32)}
+        return {str(i): entry for i in range(count)}
+
+    @classmethod
+    def restore(cls, tree: dict, meta: list, tokenizer, example_type) -> PendingRollouts:
+        from grpo_jax.rl.rollout import Rollout
+
+        pending = cls()
+        for i, record in enumerate(meta):
+            arrays = {k: np.asarray(v) for k, v in tree[str(i)].items() if k != "components"}
+            tokens, lengths = arrays["tokens"], arrays["lengths"]
+            texts = [tokenizer.decode(tokens[r, :lengths[r]].tolist())
+                     for r in range(len(tokens))]
+            components = {k: np.asarray(v) for k, v in tree[str(i)]["components"].items()}
+            version = int(arrays.pop("version"))
+            ro = Rollout(texts=texts, components=components, **arrays)
+            examples = [example_type.from_dict(e) for e in record["examples"]]
+            pending.entries.append((record["step"], ro, examples, record["info"], version))
+        return pending
+
+
+def start_stage(run, stage, learner: Learner, pending_target: dict | None = None):
     """The stage's prompt iterator and first step, with the learner's state, the iterator's
     position and the host state restored when the stage resumes; run.params is the policy.
+    With `pending_target` (the arrays of the rollouts sampled ahead, `PendingRollouts`)
+    returns a third item, their restored arrays (None when the stage starts afresh).
 
     Every process iterates the same global prompt stream (no per-host shard): the batch
     does not depend on the number of processes; each samples and scores its block of rows.
@@ -104,13 +189,19 @@ def start_stage(run, stage, learner: Learner):
                                batch_size=stage.section.num_prompts,
                                seed=run.stage_seed(stage.index, "prompts"),
                                shard_index=0, shard_count=1)
-    start = 0
+    start, pending = 0, None
     if stage.resume_meta is not None:
-        learner.state = run.restore_stage(learner.state)
+        target = learner.state if not pending_target else {**learner.state,
+                                                           "pending": pending_target}
+        state = run.restore_stage(target)
+        pending = state.pop("pending", None)
+        learner.state = state
         iterator.set_state(stage.resume_meta["data_state"])
         learner.load_host_state(stage.resume_meta)
         start = int(stage.resume_meta["stage_step"])
     run.params = learner.state["params"]
+    if pending_target is not None:
+        return iterator, start, pending
     return iterator, start
 
 
@@ -123,22 +214,48 @@ def rl_loop(run, stage, learner: Learner, *, sampling, dynamic: bool = False) ->
     """
     section, cfg = stage.section, run.config
     overlong_cache = section.get("overlong_cache", 0)
+    staleness = section.get("max_staleness", 0)
     g = section.group_size
-    iterator, start = start_stage(run, stage, learner)
     weights = dict(section.rewards.to_dict())
     reward_fns = resolve_reward_fns(run, weights, section=section)
+    template = None
+    saved = (stage.resume_meta or {}).get("pending", [])
+    if saved:  # a checkpoint with rollouts sampled ahead
+        names = [n for n in weights if n not in LENGTH_REWARDS] + (
+            ["overlong"] if overlong_cache > 0 else [])
+        template = PendingRollouts.template(
+            len(saved), rows=section.num_prompts * g, prompt_len=cfg.task.prompt_len,
+            new_tokens=section.max_new_tokens, components=names)
+    iterator, start, *restored = start_stage(run, stage, learner, template)
+    pending = PendingRollouts()
+    if restored and restored[0] is not None:
+        pending = PendingRollouts.restore(restored[0], stage.resume_meta["pending"],
+                                          run.tokenizer, Example)
     skips = SkipCounter(cfg.max_consecutive_skips)
     collapse = CollapseWatch()
     bar = progress(stage, section.steps, start)
+    ahead = start + len(pending)  # the next update to sample for
     for step in range(start, section.steps):
         timer = StepTimer()
         undecided = undecided_comparisons()
-        ro, examples, info = collect_rollout(run, stage, iterator, step, sampling=sampling,
-                                      weights=weights, reward_fns=reward_fns, dynamic=dynamic,
-                                      overlong_cache=overlong_cache)
+        # Sample for updates step .. step + K with the current parameters (version step):
+        # the rollouts of update t come from version max(t - K, 0).
+        while ahead <= min(step + staleness, section.steps - 1):
+            pending.entries.append((ahead, *collect_rollout(
+                run, stage, iterator, ahead, sampling=sampling, weights=weights,
+                reward_fns=reward_fns, dynamic=dynamic, overlong_cache=overlong_cache),
+                step))
+            ahead += 1
+        for_step, ro, examples, info, version = pending.entries.pop(0)
+        if for_step != step:
+            raise StalenessError(f"update {step} was given the rollout sampled for update "
+                                 f"{for_step}")
+        stale = check_versions(np.full(len(ro.rewards), version), step, staleness)
         batch = device_batch(run, rollout_batch(ro.prompt_tokens, ro.prompt_mask, ro.tokens,
                                                 ro.mask, ro.sample_logp, ro.rewards,
-                                                version=step))
+                                                version=version))
+        if staleness:
+            info = {**info, "staleness": float(np.mean(stale))}
         timer.lap("sample")
         metrics = learner.iterate(batch, ro, step)
         run.params = learner.state["params"]
@@ -160,9 +277,12 @@ def rl_loop(run, stage, learner: Learner, *, sampling, dynamic: bool = False) ->
             log_samples(run, stage, examples, ro.texts, ro.rewards, ro.components)
         skips.check(stage.name, step + 1)
         collapse.check(stage.name, step + 1, record)
-        run.save_if_due(stage, learner.state, stage_step=step + 1, total=section.steps,
+        state, extra = learner.state, {}
+        if len(pending):  # the rollouts sampled ahead are part of the stage's state
+            state, extra = {**state, "pending": pending.tree()}, {"pending": pending.meta()}
+        run.save_if_due(stage, state, stage_step=step + 1, total=section.steps,
                         every=section.checkpoint_every, data_state=iterator.get_state(),
-                        **learner.host_state())
+                        **extra, **learner.host_state())
     bar.close()
     run.finish_stage(stage, section.steps)
 

@@ -8,6 +8,7 @@ import re
 import jax
 import numpy as np
 
+from grpo_jax import parallel
 from grpo_jax.rewards import overlong_penalty
 from grpo_jax.rl.rollout import Rollout
 from grpo_jax.rl.rollout import rollout as _rollout
@@ -107,13 +108,17 @@ def collect_rollout(run, stage, iterator, step: int, *, sampling, weights, rewar
     n, g = section.num_prompts, section.group_size
     text_weights = {k: v for k, v in weights.items() if k not in LENGTH_REWARDS}
     kept, kept_examples, rounds, dropped = [], [], 0, 0
+    policy, params = run.sampler()  # the run's, or its copy on mesh.rollout_devices
     while True:
         batch_examples = [ex for ex in next(iterator) for _ in range(g)]
         key = jax.random.fold_in(run.stage_key(stage.index, step), rounds)
-        ro = rollout(run.policy, run.params, run.tokenizer, batch_examples,
+        if policy is not run.policy:  # the key, like the parameters, to the rollout devices
+            key = jax.device_put(key, parallel.replicated_sharding(run.rollout_mesh))
+        ro = rollout(policy, params, run.tokenizer, batch_examples,
                      [prompt_text(run, ex) for ex in batch_examples], key, sampling=sampling,
                      prompt_len=run.config.task.prompt_len, reward_fns=reward_fns,
-                     weights=text_weights, sharding=run.data_sharding,
+                     weights=text_weights,
+                     sharding=run.data_sharding if policy is run.policy else None,
                      where=f"{stage.name} step {step + 1}")
         if overlong_cache > 0:
             penalty = overlong_penalty(ro.lengths, max_length=section.max_new_tokens,

@@ -116,6 +116,10 @@ class Run:
                                        devices=mesh_devices(config))
         self.rules = mesh_rules(config)
         self.data_sharding = parallel.data_sharding(self.mesh)
+        split = rollout_devices(config)
+        self.rollout_mesh = parallel.make_mesh({"data": -1}, devices=split) if split else None
+        # On it: (the run's policy, its copy there, parameter shardings, params, their source)
+        self._rollout = None
         self.model_config, model = build_model(config, self.tokenizer)
         check_vocabulary(self.tokenizer, self.model_config.vocab_size,
                          config.model.init_from or config.model.name)
@@ -146,6 +150,27 @@ class Run:
         return Policy.from_model(model, logprob_chunk_size=self.config.model.logprob_chunk_size,
                                  batch_streams=streams,
                                  logprob_chunk_rows=self.config.model.logprob_chunk_rows)
+
+    def sampler(self) -> tuple[Policy, Any]:
+        """(Policy, params) the RL rollouts are sampled with: the run's own, or with
+        mesh.rollout_devices a copy on the rollout mesh (rows over its devices, the weights
+        whole on each), moved there by `jax.device_put` when run.params changed (a LoRA tree
+        merged first). The sampler is then a separate set of devices the trainer never
+        waits on for anything but these parameters."""
+        if self.rollout_mesh is None:
+            return self.policy, self.params
+        if self._rollout is None or self._rollout[0] is not self.policy:
+            model = nnx.merge(self.policy.graphdef, self.policy.template)
+            model = parallel.shard_model_state(model, self.rollout_mesh, self.rules)
+            policy, params = Policy.from_model(
+                model, logprob_chunk_size=self.config.model.logprob_chunk_size)
+            shardings = jax.tree.map(lambda x: x.sharding, params)
+            self._rollout = (self.policy, policy, shardings, None, None)
+        owner, policy, shardings, params, source = self._rollout
+        if source is not self.params:
+            params = jax.device_put(nnx.to_pure_dict(self.policy.state(self.params)), shardings)
+            self._rollout = (owner, policy, shardings, params, self.params)
+        return policy, params
 
     def replace_model(self, model_name: str, *, seed: int) -> None:
         """Makes a fresh model of another named size the run's model (distillation).
@@ -277,7 +302,19 @@ def keep_count(config) -> int | None:
 
 
 def mesh_devices(config) -> list:
-    """The devices the run's mesh spans: the first config.mesh.num_devices (0 = all)."""
+    """The devices the run's (trainer's) mesh spans: the first config.mesh.num_devices (0 =
+    all), less the last mesh.rollout_devices of them (`rollout_devices`)."""
     devices = jax.devices()
     count = config.mesh.num_devices
-    return devices[:count] if count else devices
+    devices = devices[:count] if count else devices
+    return devices[:len(devices) - config.mesh.get("rollout_devices", 0)]
+
+
+def rollout_devices(config) -> list:
+    """The devices that sample the rollouts when config.mesh.rollout_devices R > 0: the last
+    R of the run's devices ([] when R is 0: the trainer's mesh samples)."""
+    devices = jax.devices()
+    count = config.mesh.num_devices
+    devices = devices[:count] if count else devices
+    rollout = config.mesh.get("rollout_devices", 0)
+    return devices[len(devices) - rollout:] if rollout else []

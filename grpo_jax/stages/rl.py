@@ -17,7 +17,7 @@ from grpo_jax.models import lora
 from grpo_jax.rewards.device import device_reward_names, integer_answers, make_device_reward
 from grpo_jax.rl.algorithms import ALGORITHMS, AUTO_FIELDS, LOSS_AGGREGATIONS, get_algorithm
 from grpo_jax.rl.fused import make_fused_iterations
-from grpo_jax.rl.update import LossSettings, make_prepare_fn, make_train_step
+from grpo_jax.rl.update import CORRECTIONS, LossSettings, make_prepare_fn, make_train_step
 from grpo_jax.runner import ConfigError, Learner, StageKind, rl_loop
 from grpo_jax.runner.rl_loop import fused_rl_loop, minibatches, reduce_update_metrics
 from grpo_jax.runner.toolkit import section_sampling, stage_optimizer
@@ -75,6 +75,17 @@ def default_section() -> ml_collections.ConfigDict:
     # character tokenizer; steps and checkpoint_every multiples of K; one update per
     # iteration, no dynamic sampling, overlong ramp or reference reset. 0 = host rewards.
     s.fused_steps = 0
+    # Off-policy rollouts: K > 0 samples the rollouts that update t trains on with the
+    # parameters of update t - K (the first K + 1 batches with the stage's initial ones), a
+    # pipelined schedule whose pending rollouts are checkpointed with the stage. The update
+    # then corrects with off_policy_correction: none (ratio against the sampler's
+    # log-probs) | tis (truncated importance weights, cap is_cap) | mis (tokens whose weight
+    # leaves [mis_low, mis_high] dropped) | decoupled (AReaL's; rl.update.off_policy_weights)
+    s.max_staleness = 0
+    s.off_policy_correction = "tis"
+    s.is_cap = 2.0
+    s.mis_low = 0.5
+    s.mis_high = 2.0
     return s
 
 
@@ -128,6 +139,15 @@ def validate(check) -> None:
             if not off:
                 check.fail(field, f"{section.algorithm} weights each token by its own "
                                   f"clipped ratio; leave {field} on its default")
+    check.integer("max_staleness", low=0)
+    check.choice("off_policy_correction", CORRECTIONS)
+    check.positive("is_cap")
+    check.number("mis_low", low=0.0)
+    check.number("mis_high")
+    if not section.mis_low < 1.0 < section.mis_high:
+        check.fail("mis_high", f"MIS keeps weights in [mis_low, mis_high] around 1: expected "
+                               f"mis_low < 1 < mis_high, got [{section.mis_low}, "
+                               f"{section.mis_high}]")
     if check.integer("fused_steps", low=0):
         _validate_fused(check)
 
@@ -139,7 +159,8 @@ def _validate_fused(check) -> None:
             check.fail("fused_steps", f"{field} {section[field]} is not a multiple of "
                                       f"fused_steps {k} (a program runs {k} iterations)")
     for field, allowed in (("num_iterations", 1), ("num_minibatches", 1),
-                           ("overlong_cache", 0), ("ref_reset_every", 0)):
+                           ("overlong_cache", 0), ("ref_reset_every", 0),
+                           ("max_staleness", 0)):
         if section[field] != allowed:
             check.fail("fused_steps", f"needs {field} = {allowed}, got {section[field]}")
     if settings(section)[1].dynamic_sampling:
@@ -204,7 +225,9 @@ class GRPOLearner(Learner):
                       "opt_state": init_opt_state(self.optimizer, run.params, run.mesh)}
         if self.settings.beta != 0.0:  # with LoRA: the adapters copied, the base shared
             self.state["ref_params"] = lora.copy_trainable(run.params)
-        self.on_policy = self.updates_per_step == 1
+        # Stale rollouts (max_staleness > 0) are off-policy whatever the update count.
+        stale = section.max_staleness > 0
+        self.on_policy = self.updates_per_step == 1 and not stale
         prompt_len = run.config.task.prompt_len
         self.loss = loss_settings(section, on_policy=self.on_policy)
         # A batch's rows are num_prompts groups of group_size completions of one prompt, so
@@ -220,7 +243,10 @@ class GRPOLearner(Learner):
                                        group_size=section.group_size,
                                        adv_eps=section.adv_eps, on_policy=self.on_policy,
                                        micro_batches=section.micro_batches
-                                       * section.num_minibatches)
+                                       * section.num_minibatches,
+                                       correction=section.off_policy_correction if stale
+                                       else None, is_cap=section.is_cap,
+                                       mis_range=(section.mis_low, section.mis_high))
         self.prepare_jit = jax.jit(self.prepare)
 
     def iterate(self, batch, rollout, step):

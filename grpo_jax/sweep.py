@@ -43,7 +43,8 @@ from grpo_jax import storage
 # sweep process never imports jax.
 from grpo_jax.metrics import read_metrics
 
-__all__ = ["Run", "expand", "interval", "main", "summarize", "t_quantile"]
+__all__ = ["Run", "expand", "interval", "main", "paired_interval", "summarize",
+           "t_quantile"]
 
 # Student's t 0.975 quantiles for 1..30 degrees of freedom (standard tables).
 _T975 = (12.706, 4.303, 3.182, 2.776, 2.571, 2.447, 2.365, 2.306, 2.262, 2.228, 2.201, 2.179,
@@ -141,20 +142,32 @@ def interval(values: Sequence[float]) -> dict:
     return {"mean": mean, "std": std, "n": n, "ci95": [mean - half, mean + half]}
 
 
-def _final_figures(run: Run) -> dict:
+def paired_interval(values: Sequence[float], baseline: Sequence[float]) -> dict:
+    """`interval` of the per-seed differences values[i] - baseline[i]: arms paired by seed
+    (same seed, same eval problems) cancel what the seed shares, so the interval is of the
+    effect, not of two spreads. Pairs with a missing or non-finite side are left out."""
+    pairs = [(float(a), float(b)) for a, b in zip(values, baseline)
+             if a is not None and b is not None and math.isfinite(float(a))
+             and math.isfinite(float(b))]
+    return interval([a - b for a, b in pairs])
+
+
+def final_figures(run: Run) -> dict:
+    """A finished run's final evaluation figures (report.json's "after" column, else its
+    last step's) and, as `train/<name>`, its last RL step's FINAL_TRAINING values."""
     report = json.loads(storage.read_text(storage.join(run.workdir, "report.json")))
     summary = report.get("summary", report)
     column = summary.get("after") or summary.get("last_step") or {}
     figures = {k: v for k, v in column.items() if isinstance(v, (int, float))
                and not isinstance(v, bool) and not k.endswith("_time_s")
                and k not in ("num_problems", "num_samples")}
-    rows = _training_rows(run)
+    rows = training_rows(run)
     if rows:
         figures.update({f"train/{k}": rows[-1][k] for k in FINAL_TRAINING if k in rows[-1]})
     return figures
 
 
-def _training_rows(run: Run) -> list[dict]:
+def training_rows(run: Run) -> list[dict]:
     """The RL steps of a run's metrics.jsonl, in run order."""
     return [row for row in read_metrics(run.workdir)
             if "reward_mean" in row and "stage_step" in row]
@@ -169,7 +182,7 @@ def summarize(runs: Sequence[Run], root: str) -> dict:
             arms.setdefault(run.arm, []).append(run)
     summary = {}
     for arm, members in arms.items():
-        per_seed = [_final_figures(r) for r in members]
+        per_seed = [final_figures(r) for r in members]
         names = sorted({k for figures in per_seed for k in figures})
         summary[arm] = {"seeds": [r.seed for r in members],
                         "figures": {k: interval([f.get(k) for f in per_seed]) for k in names}}
@@ -219,7 +232,7 @@ def _plot_curves(arms: dict, path: str) -> None:
     fig, axes = plt.subplots(1, len(CURVES), figsize=(4 * len(CURVES), 3.2))
     for index, (arm, members) in enumerate(arms.items()):
         color = f"C{index % 10}"  # one colour per arm in every panel
-        curves = [_training_rows(r) for r in members]
+        curves = [training_rows(r) for r in members]
         for ax, name in zip(axes, CURVES):
             series = [[row.get(name, np.nan) for row in rows] for rows in curves if rows]
             if not series:

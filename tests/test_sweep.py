@@ -63,6 +63,19 @@ def test_interval_by_hand():
     assert sweep.interval([1.0])["n"] == 1 and math.isnan(sweep.interval([1.0])["std"])
 
 
+def test_paired_interval_by_hand():
+    """Differences per seed: [0.1, 0.15, 0.05], mean 0.1, std 0.05, half-width
+    t(2) * 0.05 / sqrt(3); a pair with a missing side is left out. Unpaired, the same
+    numbers' intervals overlap (the seeds' shared spread is not cancelled)."""
+    arm, base = [0.5, 0.6, 0.7, None], [0.4, 0.45, 0.65, 0.3]
+    stats = sweep.paired_interval(arm, base)
+    assert stats["n"] == 3 and stats["mean"] == pytest.approx(0.1)
+    assert stats["std"] == pytest.approx(0.05)
+    half = 4.303 * 0.05 / math.sqrt(3)
+    assert stats["ci95"] == pytest.approx([0.1 - half, 0.1 + half])
+    assert sweep.interval(arm)["ci95"][0] < sweep.interval(base)["ci95"][1]
+
+
 def test_summary_and_skipping_finished_runs(tmp_path, monkeypatch):
     root = str(tmp_path)
     runs = sweep.expand(["rl.beta=0.0,0.1"], [0, 1, 2], root, "cfg.py")

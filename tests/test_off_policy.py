@@ -129,3 +129,28 @@ def test_a_split_mesh_samples_on_its_own_devices_and_equals_the_one_device_run(t
     assert sampler == {1, 2, 3} and trainer == {0} and policy is not run.policy
     assert run.sampler()[1] is params  # no new transfer until the parameters change
     run.close()
+
+
+def test_ppo_with_stale_rollouts_resumes_bit_exactly(crash_and_resume):
+    """PPO with K = 1 and the decoupled correction: staleness 0, 1, 1, 1, the correction's
+    metrics logged, and a crash after step 3 resumes from checkpoint 2 with its pending
+    rollout to the same parameters and log (the fixture's checks)."""
+    from configs import default as default_config
+    from grpo_jax.stages import default_section
+
+    config = default_config.get_config("smoke")
+    config.mesh.num_devices = 1
+    config.model.num_layers = 1
+    config.ppo = default_section("ppo")
+    config.ppo.update(dict(steps=4, num_prompts=4, group_size=2, num_iterations=1,
+                           num_minibatches=1, max_new_tokens=12, beta=0.1, checkpoint_every=2,
+                           overlong_cache=8, max_staleness=1,
+                           off_policy_correction="decoupled"))
+    config.stages = "ppo"
+    lines_a, lines_b = crash_and_resume(config, "ppo")
+    assert [r["staleness"] for r in lines_a] == [0, 1, 1, 1]
+    assert all("is_weight_mean" in r and "kl_behaviour" in r for r in lines_a)
+    assert max(r["kl_behaviour"] for r in lines_a) > 0
+    for ra, rb in zip(lines_a, lines_b):
+        for key in ("reward_mean", "loss", "value_loss", "is_weight_max", "kl_behaviour"):
+            assert ra[key] == rb[key], key

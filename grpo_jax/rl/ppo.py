@@ -26,7 +26,7 @@ import optax
 from grpo_jax import losses
 from grpo_jax.models import logprobs
 from grpo_jax.rl.batch import RolloutBatch
-from grpo_jax.rl.update import logp_mismatch
+from grpo_jax.rl.update import logp_mismatch, off_policy_weights
 from grpo_jax.training import (Params, Policy, accumulate_gradients, apply_if_finite,
                                jit_update, keep_if)
 
@@ -113,13 +113,18 @@ def completion_values(critic: Policy, critic_params: Params, tokens, attention_m
 
 
 def make_prepare_fn(policy: Policy, critic: Policy, *, prompt_len: int, gamma: float,
-                    lambda_: float, whiten_advantages: bool = True, use_reference: bool = True):
+                    lambda_: float, whiten_advantages: bool = True, use_reference: bool = True,
+                    correction: str | None = None, is_cap: float = 2.0,
+                    mis_range: tuple[float, float] = (0.5, 2.0)):
     """jit(params, ref_params, critic_params, batch, beta) -> (batch, metrics).
 
     The returned `RolloutBatch` carries old_logp, ref_logp, old_values, advantages and
     returns [B, N], computed from the per-token rewards (`ppo_token_rewards` of the batch's
     rewards); metrics: kl_ref (token mean of log pi - log pi_ref) and logp_diff_max /
     logp_diff_mean (`grpo_jax.rl.update.logp_mismatch` against the sampler's log-probs).
+    With `correction` (stale rollouts, `rl.update.off_policy_weights`) old_logp is the
+    proximal policy's and the batch gets the correction's is_weights and kept tokens
+    ("none": old_logp is the sampler's own).
     """
 
     @jax.jit
@@ -139,7 +144,15 @@ def make_prepare_fn(policy: Policy, critic: Policy, *, prompt_len: int, gamma: f
         kl = jnp.sum(jnp.where(mask, old_logp - ref_logp, 0.0)) / num_tokens
         batch = batch.replace(old_logp=old_logp, ref_logp=ref_logp, old_values=old_values,
                               advantages=advantages, returns=returns)
-        return batch, {"kl_ref": kl, **logp_mismatch(old_logp, batch.behaviour_logp, mask)}
+        metrics = {"kl_ref": kl, **logp_mismatch(old_logp, batch.behaviour_logp, mask)}
+        if correction is not None:
+            weights, kept, is_metrics = off_policy_weights(
+                old_logp, batch.behaviour_logp, mask, correction=correction, cap=is_cap,
+                low=mis_range[0], high=mis_range[1])
+            metrics.update(is_metrics)
+            batch = (batch.replace(old_logp=batch.behaviour_logp) if correction == "none"
+                     else batch.replace(is_weights=weights, loss_mask=kept))
+        return batch, metrics
 
     return prepare
 
@@ -159,6 +172,8 @@ def make_ppo_update(policy: Policy, critic: Policy, policy_optimizer, critic_opt
                                         prompt_len, return_entropy=True)
         per_token, clipped = losses.clipped_surrogate(logp, batch.old_logp, batch.advantages,
                                                       epsilon=epsilon, mask=mask)
+        if batch.is_weights is not None:  # an off-policy correction's per-token weights
+            per_token = per_token * batch.is_weights
         mean = functools.partial(losses.aggregate, mask=mask, mode="token-mean",
                                  num_tokens=num_tokens)
         loss = mean(per_token)

@@ -187,6 +187,20 @@ class SectionCheck(Fields):
             self.integer("overlong_cache", low=0, high=new)
         return new
 
+    def off_policy_fields(self) -> int:
+        """max_staleness (>= 0), off_policy_correction, is_cap and the MIS range of a
+        section whose rollouts may be stale (`runner.rl_loop`). Returns max_staleness."""
+        from grpo_jax.rl.update import CORRECTIONS
+
+        staleness = self.integer("max_staleness", low=0)
+        self.choice("off_policy_correction", CORRECTIONS)
+        self.positive("is_cap")
+        low, high = self.number("mis_low", low=0.0), self.number("mis_high")
+        if not low < 1.0 < high:
+            self.fail("mis_high", f"MIS keeps weights in [mis_low, mis_high] around 1: "
+                                  f"expected mis_low < 1 < mis_high, got [{low}, {high}]")
+        return staleness
+
     def minibatches(self) -> None:
         """The rollout batch (num_prompts x group_size rows) splits into num_minibatches,
         and each minibatch into micro_batches x data-parallel devices."""

@@ -85,6 +85,21 @@ def sampling_config(run, *, max_new_tokens: int, temperature: float, top_k: int 
     )
 
 
+def add_off_policy_fields(section) -> None:
+    """The stale-rollout fields of an RL section (`rl_loop`), with their defaults."""
+    # Off-policy rollouts: K > 0 samples the rollouts that update t trains on with the
+    # parameters of update t - K (the first K + 1 batches with the stage's initial ones), a
+    # pipelined schedule whose pending rollouts are checkpointed with the stage. The update
+    # then corrects with off_policy_correction: none (ratio against the sampler's
+    # log-probs) | tis (truncated importance weights, cap is_cap) | mis (tokens whose weight
+    # leaves [mis_low, mis_high] dropped) | decoupled (AReaL's; rl.update.off_policy_weights)
+    section.max_staleness = 0
+    section.off_policy_correction = "tis"
+    section.is_cap = 2.0
+    section.mis_low = 0.5
+    section.mis_high = 2.0
+
+
 def section_sampling(run, section, *, temperature: float = 1.0) -> SamplingConfig:
     """The sampling settings of an RL section (max_new_tokens, top_k, top_p); its rollouts
     hold group_size completions of each prompt, so the prefill runs once per group."""

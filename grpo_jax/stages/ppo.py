@@ -17,7 +17,7 @@ from grpo_jax.rl import ppo
 from grpo_jax.rl.reward_model import add_scalar_head, scalar_head_policy
 from grpo_jax.runner import Learner, StageKind, rl_loop
 from grpo_jax.runner.rl_loop import minibatches, reduce_update_metrics
-from grpo_jax.runner.toolkit import section_sampling, stage_optimizer
+from grpo_jax.runner.toolkit import add_off_policy_fields, section_sampling, stage_optimizer
 from grpo_jax.training import init_opt_state
 
 
@@ -50,6 +50,7 @@ def default_section() -> ml_collections.ConfigDict:
     s.reward_model = ""  # reward_model stage name (or directory) for the "reward_model" reward
     s.checkpoint_every = 20  # steps between checkpoints (0 = only at the end)
     s.overlong_cache = 0  # soft overlong punishment ramp L_cache (tokens); 0 = off
+    add_off_policy_fields(s)
     return s
 
 
@@ -71,6 +72,7 @@ def validate(check) -> None:
         check.positive("kl_target")
         check.positive("kl_horizon")
     check.rl_loop_fields()
+    check.off_policy_fields()
 
 
 class PPOLearner(Learner):
@@ -99,7 +101,9 @@ class PPOLearner(Learner):
         self.prepare = ppo.make_prepare_fn(
             run.policy, critic, prompt_len=prompt_len, gamma=section.gamma,
             lambda_=section.lam, whiten_advantages=section.whiten_advantages,
-            use_reference=self.use_reference)
+            use_reference=self.use_reference,
+            correction=section.off_policy_correction if section.max_staleness else None,
+            is_cap=section.is_cap, mis_range=(section.mis_low, section.mis_high))
         self.update = ppo.make_ppo_update(
             run.policy, critic, optimizer, critic_optimizer, prompt_len=prompt_len,
             epsilon=section.epsilon,

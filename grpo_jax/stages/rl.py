@@ -17,10 +17,10 @@ from grpo_jax.models import lora
 from grpo_jax.rewards.device import device_reward_names, integer_answers, make_device_reward
 from grpo_jax.rl.algorithms import ALGORITHMS, AUTO_FIELDS, LOSS_AGGREGATIONS, get_algorithm
 from grpo_jax.rl.fused import make_fused_iterations
-from grpo_jax.rl.update import CORRECTIONS, LossSettings, make_prepare_fn, make_train_step
+from grpo_jax.rl.update import LossSettings, make_prepare_fn, make_train_step
 from grpo_jax.runner import ConfigError, Learner, StageKind, rl_loop
 from grpo_jax.runner.rl_loop import fused_rl_loop, minibatches, reduce_update_metrics
-from grpo_jax.runner.toolkit import section_sampling, stage_optimizer
+from grpo_jax.runner.toolkit import add_off_policy_fields, section_sampling, stage_optimizer
 from grpo_jax.sampling import check_prompt_groups
 from grpo_jax.training import init_opt_state
 
@@ -75,17 +75,7 @@ def default_section() -> ml_collections.ConfigDict:
     # character tokenizer; steps and checkpoint_every multiples of K; one update per
     # iteration, no dynamic sampling, overlong ramp or reference reset. 0 = host rewards.
     s.fused_steps = 0
-    # Off-policy rollouts: K > 0 samples the rollouts that update t trains on with the
-    # parameters of update t - K (the first K + 1 batches with the stage's initial ones), a
-    # pipelined schedule whose pending rollouts are checkpointed with the stage. The update
-    # then corrects with off_policy_correction: none (ratio against the sampler's
-    # log-probs) | tis (truncated importance weights, cap is_cap) | mis (tokens whose weight
-    # leaves [mis_low, mis_high] dropped) | decoupled (AReaL's; rl.update.off_policy_weights)
-    s.max_staleness = 0
-    s.off_policy_correction = "tis"
-    s.is_cap = 2.0
-    s.mis_low = 0.5
-    s.mis_high = 2.0
+    add_off_policy_fields(s)
     return s
 
 
@@ -139,15 +129,7 @@ def validate(check) -> None:
             if not off:
                 check.fail(field, f"{section.algorithm} weights each token by its own "
                                   f"clipped ratio; leave {field} on its default")
-    check.integer("max_staleness", low=0)
-    check.choice("off_policy_correction", CORRECTIONS)
-    check.positive("is_cap")
-    check.number("mis_low", low=0.0)
-    check.number("mis_high")
-    if not section.mis_low < 1.0 < section.mis_high:
-        check.fail("mis_high", f"MIS keeps weights in [mis_low, mis_high] around 1: expected "
-                               f"mis_low < 1 < mis_high, got [{section.mis_low}, "
-                               f"{section.mis_high}]")
+    check.off_policy_fields()
     if check.integer("fused_steps", low=0):
         _validate_fused(check)
 

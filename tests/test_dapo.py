@@ -23,13 +23,13 @@ def fake_run():
     config = default_config.get_config("smoke")
     config.rl.num_prompts, config.rl.group_size, config.rl.max_sampling_rounds = N, G, 3
     run = types.SimpleNamespace(config=config, policy=None, params=None, tokenizer=None,
-                                data_sharding=None,
+                                data_sharding=None, sampler=lambda: (None, None),
                                 stage_key=lambda index, step: jax.random.key(index * 100 + step))
     return run, StageSpec(0, "rl", config.rl, None)
 
 
 def scripted_rollouts(monkeypatch, reward_rounds):
-    """Makes stages.rollout return the given per-round rewards [N*G] (lengths 1..NEW)."""
+    """Makes the rollouts return the given per-round rewards [N*G] (lengths 1..NEW)."""
     calls = iter(reward_rounds)
 
     def fake_rollout(policy, params, tokenizer, examples, prompts, key, **kwargs):
@@ -44,7 +44,8 @@ def scripted_rollouts(monkeypatch, reward_rounds):
             texts=[f"t{i}" for i in range(rows)], rewards=rewards,
             components={"accuracy": rewards.copy()}, truncated=lengths == NEW)
 
-    monkeypatch.setattr(rollouts, "rollout", fake_rollout)
+    monkeypatch.setattr(rollouts, "launch_rollout",
+                        lambda *args, **kwargs: lambda: fake_rollout(*args, **kwargs))
 
 
 def prompts():

@@ -55,20 +55,6 @@ class Rollout:
     truncated: np.ndarray  # [B] bool: hit max_new_tokens without EOS
 
 
-def sample_completions(
-    policy: Policy,
-    params: Params,
-    prompt_tokens: np.ndarray,
-    prompt_mask: np.ndarray,
-    key: jax.Array,
-    sampling: SamplingConfig,
-):
-    out = generate(
-        policy.graphdef, policy.state(params), prompt_tokens, prompt_mask, key, config=sampling
-    )
-    return jax.device_get(out)
-
-
 def score_completions(
     texts: Sequence[str],
     examples: Sequence[Any],
@@ -99,7 +85,13 @@ def score_completions(
     return total, components
 
 
-def rollout(
+def rollout(*args, **kwargs) -> Rollout:
+    """Samples one completion per prompt (repeat prompts for groups) and scores it:
+    `launch_rollout(...)()` (see there for the arguments)."""
+    return launch_rollout(*args, **kwargs)()
+
+
+def launch_rollout(
     policy: Policy,
     params: Params,
     tokenizer,
@@ -112,8 +104,12 @@ def rollout(
     reward_fns: dict[str, Callable[[str, Any], float]],
     weights: dict[str, float],
     sharding=None,
-) -> Rollout:
-    """Samples one completion per prompt (repeat prompts for groups) and scores it.
+) -> Callable[[], Rollout]:
+    """Starts sampling one completion per prompt and returns `finish() -> Rollout`, which
+    waits for the samples, decodes and scores them.
+
+    Between the two the sampler runs asynchronously (JAX's dispatch), so work dispatched in
+    between (an update on other devices: `mesh.rollout_devices`) runs beside it.
 
     With several processes (a multi-controller run), `sharding` (the data sharding of the
     batch rows) says which contiguous block of rows this process holds: it encodes only
@@ -131,17 +127,30 @@ def rollout(
     prompt_tokens, prompt_mask = encode_prompts(tokenizer, prompts[start:stop],
                                                 prompt_len=prompt_len, ids=ids)
     if multi:
-        out = generate(policy.graphdef, policy.state(params),
-                       parallel.to_global(prompt_tokens, sharding, rows),
-                       parallel.to_global(prompt_mask, sharding, rows), key, config=sampling)
-        out = jax.tree.map(parallel.local_rows, out)
+        sampled = generate(policy.graphdef, policy.state(params),
+                           parallel.to_global(prompt_tokens, sharding, rows),
+                           parallel.to_global(prompt_mask, sharding, rows), key,
+                           config=sampling)
     else:
-        out = sample_completions(policy, params, prompt_tokens, prompt_mask, key, sampling)
+        sampled = generate(policy.graphdef, policy.state(params), prompt_tokens, prompt_mask,
+                           key, config=sampling)
+
+    def finish() -> Rollout:
+        return _finish_rollout(sampled, multi, tokenizer, examples[start:stop], prompt_tokens,
+                               prompt_mask, sampling=sampling, reward_fns=reward_fns,
+                               weights=weights, rows=rows)
+
+    return finish
+
+
+def _finish_rollout(sampled, multi, tokenizer, examples, prompt_tokens, prompt_mask, *,
+                    sampling, reward_fns, weights, rows) -> Rollout:
+    out = jax.tree.map(parallel.local_rows, sampled) if multi else jax.device_get(sampled)
     tokens = np.asarray(out.tokens)
     mask = np.asarray(out.mask, bool)
     lengths = np.asarray(out.lengths)
     texts = [tokenizer.decode(tokens[i, : lengths[i]].tolist()) for i in range(len(tokens))]
-    rewards, components = score_completions(texts, examples[start:stop], reward_fns, weights)
+    rewards, components = score_completions(texts, examples, reward_fns, weights)
     sample_logp = np.asarray(out.logp, np.float32)
     if multi:  # every process gets the whole batch (small host arrays)
         gather = parallel.allgather_rows

@@ -23,7 +23,7 @@ from grpo_jax.rl.batch import RolloutBatch, rollout_batch, rollout_record
 from grpo_jax.rl.rollout import encode_prompts
 from grpo_jax.runner.guards import CollapseWatch, SkipCounter
 from grpo_jax.runner.rewards import LENGTH_REWARDS, resolve_reward_fns
-from grpo_jax.runner.rollouts import collect_rollout
+from grpo_jax.runner.rollouts import launch_collect
 from grpo_jax.runner.toolkit import (SAMPLE_EVERY, StepTimer, device_batch, log_samples,
                                      log_step, progress, prompt_text)
 from grpo_jax.sampling import check_prompt_groups
@@ -239,13 +239,20 @@ def rl_loop(run, stage, learner: Learner, *, sampling, dynamic: bool = False) ->
         timer = StepTimer()
         undecided = undecided_comparisons()
         # Sample for updates step .. step + K with the current parameters (version step):
-        # the rollouts of update t come from version max(t - K, 0).
+        # the rollouts of update t come from version max(t - K, 0). On rollout devices of
+        # their own (mesh.rollout_devices) the ones for later updates finish after this
+        # update, which runs beside them.
+        launched = []
         while ahead <= min(step + staleness, section.steps - 1):
-            pending.entries.append((ahead, *collect_rollout(
+            launched.append((ahead, launch_collect(
                 run, stage, iterator, ahead, sampling=sampling, weights=weights,
-                reward_fns=reward_fns, dynamic=dynamic, overlong_cache=overlong_cache),
-                step))
+                reward_fns=reward_fns, dynamic=dynamic, overlong_cache=overlong_cache)))
             ahead += 1
+        later = run.rollout_mesh is not None
+        for for_step, finish in launched:
+            if not later or for_step == step:
+                pending.entries.append((for_step, *finish(), step))
+        launched = [(s, f) for s, f in launched if later and s != step]
         for_step, ro, examples, info, version = pending.entries.pop(0)
         if for_step != step:
             raise StalenessError(f"update {step} was given the rollout sampled for update "
@@ -259,6 +266,8 @@ def rl_loop(run, stage, learner: Learner, *, sampling, dynamic: bool = False) ->
         timer.lap("sample")
         metrics = learner.iterate(batch, ro, step)
         run.params = learner.state["params"]
+        for for_step, finish in launched:  # sampled with the parameters before the update
+            pending.entries.append((for_step, *finish(), step))
         timer.lap("update")
         correct = ro.components.get("accuracy", ro.rewards) >= 1.0
         rollout_metrics = rollout_record(ro.rewards, ro.components, correct, ro.lengths,

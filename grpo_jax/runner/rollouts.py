@@ -11,7 +11,7 @@ import numpy as np
 from grpo_jax import parallel
 from grpo_jax.rewards import overlong_penalty
 from grpo_jax.rl.rollout import Rollout
-from grpo_jax.rl.rollout import rollout as _rollout
+from grpo_jax.rl.rollout import launch_rollout as _launch_rollout
 from grpo_jax.runner.guards import NonFiniteError
 from grpo_jax.runner.rewards import LENGTH_REWARDS
 from grpo_jax.runner.toolkit import prompt_text
@@ -22,15 +22,26 @@ def rollout(*args, where: str, **kwargs) -> Rollout:
     finite but too large for the forward pass, e.g. after a learning rate far too high)
     are a NonFiniteError naming `where`, one line: a rerun stops at the same place again
     rather than training on garbage."""
-    try:
-        return _rollout(*args, **kwargs)
-    except FloatingPointError as err:
-        rows = re.search(r"in \d+ of \d+ rows", str(err))
-        raise NonFiniteError(
-            f"{where}: the sampler's logits are not finite{' ' + rows.group(0) if rows else ''}"
-            " although the parameters are finite: they are too large for the forward pass (a "
-            "learning rate far too high?); nothing more was trained or saved, and the same "
-            "command stops here again") from None
+    return launch_rollout(*args, where=where, **kwargs)()
+
+
+def launch_rollout(*args, where: str, **kwargs):
+    """`grpo_jax.rl.rollout.launch_rollout` with `rollout`'s error: finish() -> Rollout."""
+    finish = _launch_rollout(*args, **kwargs)
+
+    def finished() -> Rollout:
+        try:
+            return finish()
+        except FloatingPointError as err:
+            rows = re.search(r"in \d+ of \d+ rows", str(err))
+            raise NonFiniteError(
+                f"{where}: the sampler's logits are not finite"
+                f"{' ' + rows.group(0) if rows else ''} although the parameters are finite: "
+                "they are too large for the forward pass (a learning rate far too high?); "
+                "nothing more was trained or saved, and the same command stops here "
+                "again") from None
+
+    return finished
 
 
 def sample_and_score(run, examples, *, num_samples: int, batch_size: int, sampling, key,
@@ -91,6 +102,14 @@ def take_rows(ro, rows):
 
 def collect_rollout(run, stage, iterator, step: int, *, sampling, weights, reward_fns,
                     dynamic: bool, overlong_cache: int = 0) -> tuple[Rollout, list, dict]:
+    """`launch_collect(...)()`: one batch of N groups of G scored completions."""
+    return launch_collect(run, stage, iterator, step, sampling=sampling, weights=weights,
+                          reward_fns=reward_fns, dynamic=dynamic,
+                          overlong_cache=overlong_cache)()
+
+
+def launch_collect(run, stage, iterator, step: int, *, sampling, weights, reward_fns,
+                   dynamic: bool, overlong_cache: int = 0):
     """One batch of N groups of G scored completions (N = num_prompts, G = group_size).
 
     With `overlong_cache` > 0 the soft overlong punishment (DAPO) is added to the rewards as
@@ -102,32 +121,46 @@ def collect_rollout(run, stage, iterator, step: int, *, sampling, weights, rewar
     `weights` are the section's reward weights; "overlong" among them weights the overlong
     punishment (1.0 if absent).
 
-    Returns (rollout, examples, info dict).
+    Returns finish() -> (rollout, examples, info dict). Without dynamic sampling the
+    sampler runs between the two calls (the prompts are drawn and the sampling started
+    here); dynamic sampling needs each round's rewards to go on, so it runs here whole.
     """
     section = stage.section
     n, g = section.num_prompts, section.group_size
     text_weights = {k: v for k, v in weights.items() if k not in LENGTH_REWARDS}
     kept, kept_examples, rounds, dropped = [], [], 0, 0
     policy, params = run.sampler()  # the run's, or its copy on mesh.rollout_devices
-    while True:
-        batch_examples = [ex for ex in next(iterator) for _ in range(g)]
+
+    def launch(batch_examples, rounds):
         key = jax.random.fold_in(run.stage_key(stage.index, step), rounds)
         if policy is not run.policy:  # the key, like the parameters, to the rollout devices
             key = jax.device_put(key, parallel.replicated_sharding(run.rollout_mesh))
-        ro = rollout(policy, params, run.tokenizer, batch_examples,
-                     [prompt_text(run, ex) for ex in batch_examples], key, sampling=sampling,
-                     prompt_len=run.config.task.prompt_len, reward_fns=reward_fns,
-                     weights=text_weights,
-                     sharding=run.data_sharding if policy is run.policy else None,
-                     where=f"{stage.name} step {step + 1}")
-        if overlong_cache > 0:
-            penalty = overlong_penalty(ro.lengths, max_length=section.max_new_tokens,
-                                       cache_length=overlong_cache)
-            ro.components["overlong"] = penalty
-            ro.rewards = ro.rewards + np.float32(weights.get("overlong", 1.0)) * penalty
+        finish = launch_rollout(
+            policy, params, run.tokenizer, batch_examples,
+            [prompt_text(run, ex) for ex in batch_examples], key, sampling=sampling,
+            prompt_len=run.config.task.prompt_len, reward_fns=reward_fns,
+            weights=text_weights, sharding=run.data_sharding if policy is run.policy else None,
+            where=f"{stage.name} step {step + 1}")
+
+        def finished():
+            ro = finish()
+            if overlong_cache > 0:
+                penalty = overlong_penalty(ro.lengths, max_length=section.max_new_tokens,
+                                           cache_length=overlong_cache)
+                ro.components["overlong"] = penalty
+                ro.rewards = ro.rewards + np.float32(weights.get("overlong", 1.0)) * penalty
+            return ro
+
+        return finished
+
+    if not dynamic:
+        batch_examples = [ex for ex in next(iterator) for _ in range(g)]
+        finish = launch(batch_examples, 0)
+        return lambda: (finish(), batch_examples, {"sampling_rounds": 1})
+    while True:
+        batch_examples = [ex for ex in next(iterator) for _ in range(g)]
+        ro = launch(batch_examples, rounds)()
         rounds += 1
-        if not dynamic:
-            return ro, batch_examples, {"sampling_rounds": 1}
         groups = ro.rewards.reshape(n, g)
         good = np.flatnonzero(groups.std(axis=1) > 0)
         dropped += n - len(good)
@@ -149,5 +182,6 @@ def collect_rollout(run, stage, iterator, step: int, *, sampling, weights, rewar
         kept.append(filler)
         kept_examples.extend(batch_examples[: filled * g])
     merged = concat_rollouts(kept) if len(kept) > 1 else kept[0]
-    return merged, kept_examples, {"sampling_rounds": rounds, "dropped_groups": dropped,
-                                   "filled_groups": filled}
+    result = merged, kept_examples, {"sampling_rounds": rounds, "dropped_groups": dropped,
+                                     "filled_groups": filled}
+    return lambda: result

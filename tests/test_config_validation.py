@@ -92,6 +92,8 @@ HOSTILE = [
     (DEFAULT, "--config.rl.off_policy_correction=vtrace", "rl.off_policy_correction"),
     (DEFAULT, "--config.rl.mis_high=0.9", "rl.mis_high"),
     (DEFAULT, "--config.mesh.rollout_devices=64", "mesh.rollout_devices"),
+    (DEFAULT.replace(":smoke", ""), "--config.mesh.num_devices=2 "
+     "--config.mesh.rollout_devices=1", "rl.fused_steps: samples and trains in one program"),
     (DEFAULT, "--config.model.attention=cudnn", "model.attention='cudnn' needs dtype"),
     (DEFAULT, "--config.model.max_seq_len=20 --config.pretrain.pack_len=0",
      "max_new_tokens: task.prompt_len 16"),

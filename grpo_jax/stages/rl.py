@@ -147,6 +147,9 @@ def _validate_fused(check) -> None:
             check.fail("fused_steps", f"needs {field} = {allowed}, got {section[field]}")
     if settings(section)[1].dynamic_sampling:
         check.fail("fused_steps", "needs dynamic_sampling = off (it resamples on the host)")
+    if check.config.mesh.get("rollout_devices", 0):
+        check.fail("fused_steps", "samples and trains in one program on one mesh: set "
+                                  "mesh.rollout_devices to 0 or fused_steps to 0")
     missing = [name for name in section.rewards if name not in device_reward_names()]
     if missing:
         check.fail("fused_steps", f"reward {missing[0]!r} has no device version; device "

@@ -7,7 +7,8 @@ from fractions import Fraction
 
 import pytest
 
-from grpo_jax.tools import calculate, call_tool, evaluate, find_call, render_observation
+from grpo_jax.tools import (answer, calculate, call_tool, evaluate, find_call,
+                            render_observation)
 
 
 @pytest.mark.parametrize("expression,expected", [
@@ -97,3 +98,10 @@ def test_a_tool_never_crashes_or_stalls_the_caller():
     assert call_tool("big", "", tools=tools) == "error: output longer than 200 characters"
     assert call_tool("wrong", "", tools=tools) == "error: the tool returned no text"
     assert call_tool("nope", "", tools=tools) == "error: unknown tool 'nope'"
+
+
+def test_the_environment_answers_the_last_call_of_a_turn():
+    assert answer("I need 12*34: <calc>12*34</calc>") == "<result>408</result>"
+    assert answer("<calc>1+1</calc> then <calc>2**5</calc>") == "<result>32</result>"
+    assert answer("<calc>1/0</calc>") == "<result>error: division by zero</result>"
+    assert answer("no call at all</calc>") == "<result>error: no complete tool call</result>"

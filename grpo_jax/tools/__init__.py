@@ -5,8 +5,9 @@ output cap, so a tool never crashes or stalls a run: errors, timeouts and oversi
 come back as observations.
 """
 
-from grpo_jax.tools.base import TOOLS, ToolCall, call_tool, find_call, render_observation
+from grpo_jax.tools.base import (TOOLS, ToolCall, answer, call_tool, find_call,
+                                 render_observation)
 from grpo_jax.tools.calculator import calculate, evaluate
 
-__all__ = ["TOOLS", "ToolCall", "calculate", "call_tool", "evaluate", "find_call",
+__all__ = ["TOOLS", "ToolCall", "answer", "calculate", "call_tool", "evaluate", "find_call",
            "render_observation"]

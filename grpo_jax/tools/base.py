@@ -76,3 +76,23 @@ def call_tool(name: str, argument: str, *, tools=None,
     if len(output) > max_chars:
         return f"error: output longer than {max_chars} characters"
     return output
+
+
+def answer(turn_text: str, *, tools=None, deadline_seconds: float = DEADLINE_SECONDS,
+           max_chars: int = MAX_OBSERVATION_CHARS) -> str:
+    """The environment's reply to a turn (`sampling.generate_episodes`' observe): the
+    rendered observation of the last complete call in `turn_text`, or an error observation
+    when the turn holds none."""
+    names = sorted(TOOLS if tools is None else tools)
+    calls = []
+    text = turn_text
+    while (call := find_call(text, names)) is not None:
+        calls.append(call)
+        text = text[call.end:]
+    if not calls:
+        return render_observation("error: no complete tool call")
+    call = calls[-1]
+    return render_observation(call_tool(call.name, call.argument, tools=tools,
+                                        deadline_seconds=deadline_seconds,
+                                        max_chars=max_chars))
+

@@ -1,0 +1,102 @@
+"""Multi-turn episodes: KV-cache continuation equals a full teacher-forced pass over the
+episode, observations land where the environment put them, and carry no loss."""
+
+from __future__ import annotations
+
+import dataclasses
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+import pytest
+from flax import nnx
+
+from grpo_jax import models
+from grpo_jax.sampling import SamplingConfig
+from grpo_jax.sampling.episodes import (EpisodeConfig, episode_rows, episode_texts,
+                                        generate_episodes, turn_texts)
+from grpo_jax.text import CharTokenizer
+
+
+@pytest.fixture(scope="module")
+def episodes():
+    tokenizer = CharTokenizer()
+    config = models.named_config("tiny-1m", num_layers=2, vocab_size=tokenizer.vocab_size)
+    model = models.Transformer(config, rngs=nnx.Rngs(3))
+    prompts = [tokenizer.encode(text) for text in ("12+7=", "3*4=", "99-1=", "5/5=") * 2]
+    width = max(map(len, prompts))
+    tokens = np.zeros((len(prompts), width), np.int32)
+    mask = np.zeros((len(prompts), width), bool)
+    for row, ids in enumerate(prompts):
+        tokens[row, width - len(ids):], mask[row, width - len(ids):] = ids, True
+    # A one-token "closing tag" the random model emits at once: its greedy first token.
+    first = model(jnp.asarray(tokens), attention_mask=jnp.asarray(mask))[:, -1].argmax(-1)
+    stop = [int(np.bincount(np.asarray(first)).argmax())]
+    seen = []
+
+    def observe(text):
+        seen.append(text)
+        return f"<{len(text)}>"
+
+    episode = EpisodeConfig(max_tokens=96, stop_ids=tuple(stop), max_turns=3,
+                            max_observation_tokens=6,
+                            sampling=SamplingConfig(max_new_tokens=1, greedy=True,
+                                                    eos_ids=tokenizer.eos_ids))
+    out = generate_episodes(*nnx.split(model), tokens, mask, jax.random.key(0),
+                            config=episode, tokenizer=tokenizer, observe=observe)
+    # No turns allowed: every episode ends at its first call, with no answer appended.
+    capped = generate_episodes(*nnx.split(model), tokens, mask, jax.random.key(0),
+                               config=dataclasses.replace(episode, max_turns=0),
+                               tokenizer=tokenizer, observe=observe)
+    return model, tokenizer, tokens, mask, out, seen, stop, capped
+
+
+def test_episodes_take_turns_and_observations_carry_no_loss(episodes):
+    _, tokenizer, _, _, out, seen, stop, capped = episodes
+    turns = np.asarray(out.turns)
+    assert turns.sum() >= 3 and turns.max() <= 3, turns  # calls happened, capped at 3
+    generated, observation = np.asarray(out.generated), np.asarray(out.observation)
+    assert not (generated & observation).any()
+    assert observation.sum() > 0 and generated.sum() > observation.sum()
+    # What the environment was given ends with the stop sequence (the call's closing tag).
+    assert seen and all(text.endswith(tokenizer.decode(stop)) for text in seen)
+    # Each observation is the environment's answer, and it is what the next turn follows.
+    tokens = np.asarray(out.tokens)
+    for row in np.flatnonzero(turns):
+        slots = np.flatnonzero(observation[row])
+        first = tokenizer.decode(tokens[row, slots].tolist())
+        assert first.startswith("<") and ">" in first
+        after = slots[-1] + 1  # the next generated token sits right after the answer
+        assert generated[row, after], (row, slots)
+    assert not np.asarray(capped.turns).any() and not np.asarray(capped.observation).any()
+    for text in episode_texts(capped, tokenizer):
+        assert text.endswith(tokenizer.decode(stop))
+    texts = episode_texts(out, tokenizer)
+    assert all(isinstance(t, str) for t in texts)
+    assert turn_texts(tokens, generated, observation, tokenizer)
+
+
+def test_cache_continuation_equals_a_full_teacher_forced_pass(episodes):
+    """The sampler never re-reads the history (prefill once, each token decoded once, each
+    answer decoded as one chunk), yet its log-probs of the generated tokens are those of
+    one teacher-forced pass over [prompt | slots] with holes and answers masked as the
+    layout says; observation tokens get no gradient (they are outside the loss mask)."""
+    model, _, tokens, mask, out, _, _, _ = episodes
+    rows, attention, loss_mask = episode_rows(tokens, mask, out)
+    prompt_len = tokens.shape[1]
+    full = models.completion_logprobs(model, jnp.asarray(rows), jnp.asarray(attention),
+                                      prompt_len)["logp"]
+    sampled = np.asarray(out.logp)[:, :loss_mask.shape[1]]
+    np.testing.assert_allclose(np.where(loss_mask, full, 0.0), np.where(loss_mask, sampled, 0),
+                               atol=2e-5)
+    assert np.all(np.asarray(full)[loss_mask] != 0)  # every generated token has a context
+
+    def loss(model):
+        logp = models.completion_logprobs(model, jnp.asarray(rows), jnp.asarray(attention),
+                                          prompt_len)["logp"]
+        return jnp.sum(jnp.where(jnp.asarray(loss_mask), logp, 0.0))
+
+    # The gradient with respect to the observation tokens' own log-probs is zero: perturbing
+    # only an observation's target logit leaves the loss unchanged.
+    grads = nnx.grad(loss)(model)
+    assert any(np.any(np.asarray(g) != 0) for g in jax.tree.leaves(nnx.to_pure_dict(grads)))

@@ -131,10 +131,10 @@ def test_a_split_mesh_samples_on_its_own_devices_and_equals_the_one_device_run(t
     run.close()
 
 
-def test_ppo_with_stale_rollouts_resumes_bit_exactly(crash_and_resume):
-    """PPO with K = 1 and the decoupled correction: staleness 0, 1, 1, 1, the correction's
-    metrics logged, and a crash after step 3 resumes from checkpoint 2 with its pending
-    rollout to the same parameters and log (the fixture's checks)."""
+def test_ppo_takes_stale_rollouts_with_the_decoupled_correction(tmp_path):
+    """PPO with K = 1 and the decoupled correction: staleness 0, 1, 1, the correction's
+    metrics logged with weights that are not all 1 (the resume of the pending rollouts is
+    the loop's, tested above with GRPO)."""
     from configs import default as default_config
     from grpo_jax.stages import default_section
 
@@ -142,15 +142,13 @@ def test_ppo_with_stale_rollouts_resumes_bit_exactly(crash_and_resume):
     config.mesh.num_devices = 1
     config.model.num_layers = 1
     config.ppo = default_section("ppo")
-    config.ppo.update(dict(steps=4, num_prompts=4, group_size=2, num_iterations=1,
-                           num_minibatches=1, max_new_tokens=12, beta=0.1, checkpoint_every=2,
+    config.ppo.update(dict(steps=3, num_prompts=4, group_size=2, num_iterations=1,
+                           num_minibatches=1, max_new_tokens=12, beta=0.1, checkpoint_every=0,
                            overlong_cache=8, max_staleness=1,
                            off_policy_correction="decoupled"))
     config.stages = "ppo"
-    lines_a, lines_b = crash_and_resume(config, "ppo")
-    assert [r["staleness"] for r in lines_a] == [0, 1, 1, 1]
-    assert all("is_weight_mean" in r and "kl_behaviour" in r for r in lines_a)
-    assert max(r["kl_behaviour"] for r in lines_a) > 0
-    for ra, rb in zip(lines_a, lines_b):
-        for key in ("reward_mean", "loss", "value_loss", "is_weight_max", "kl_behaviour"):
-            assert ra[key] == rb[key], key
+    train_and_evaluate(config, str(tmp_path / "run"))
+    rows = [r for r in read_metrics(tmp_path / "run" / "metrics.jsonl") if r["stage"] == "ppo"]
+    assert [r["staleness"] for r in rows] == [0, 1, 1]
+    assert all("is_weight_mean" in r and "kl_behaviour" in r for r in rows)
+    assert max(r["kl_behaviour"] for r in rows) > 0 and rows[0]["kl_behaviour"] < 1e-9

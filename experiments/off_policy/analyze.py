@@ -3,7 +3,7 @@
 Reads the finished runs of a sweep directory (`python -m grpo_jax.sweep` names each run
 `rl.max_staleness=K[,rl.off_policy_correction=C],seed=S`), and writes next to this file (or
 to --out): summary.json, table.md (the README's table) and pass_at_1_vs_k.png (final
-held-out pass@1 against K, one line per correction, with the K = 0 arm at the left of each)
+held-out pass@1 against K as the paired difference to K = 0, one line per correction)
 and curves.png (training pass@1 and the sampler / trainer KL over the RL steps).
 
     python experiments/off_policy/analyze.py --sweep=runs/experiments/off_policy/sweep
@@ -115,24 +115,25 @@ def plot(summary: dict, runs, out: str) -> None:
     import matplotlib.pyplot as plt
     import numpy as np
 
-    base = summary.get("K=0,-")
-    fig, ax = plt.subplots(figsize=(5, 3.5))
+    fig, ax = plt.subplots(figsize=(5.5, 3.6))
     corrections = sorted({name.split(",")[1] for name in summary} - {"-"})
+    zero = {"mean": 0.0, "n": 0, "ci95": [0.0, 0.0]}
     for index, correction in enumerate(corrections):
-        points = [(int(name.split(",")[0][2:]), entry["figures"]["pass@1"])
-                  for name, entry in summary.items() if name.split(",")[1] == correction]
-        if base:
-            points.append((0, base["figures"]["pass@1"]))
-        points.sort()
+        points = [(int(name.split(",")[0][2:]), entry["paired_vs_k0"]["pass@1"])
+                  for name, entry in summary.items() if name.split(",")[1] == correction
+                  and "pass@1" in entry["paired_vs_k0"]]
+        points.append((0, zero))
+        points.sort(key=lambda p: p[0])
         ks = [k for k, _ in points]
         means = np.array([s["mean"] for _, s in points]) * 100
         halves = np.array([(s["ci95"][1] - s["ci95"][0]) / 2 if s["n"] > 1 else 0
                            for _, s in points]) * 100
         ax.errorbar(np.array(ks) + 0.08 * (index - 1), means, yerr=halves, marker="o",
                     capsize=3, label=correction)
+    ax.axhline(0.0, color="gray", lw=0.8)
     ax.set_xlabel("max staleness K (updates)")
-    ax.set_ylabel("held-out pass@1 (%)")
-    ax.set_title("final pass@1, mean and 95% interval over seeds")
+    ax.set_ylabel("pass@1 minus K = 0, same seed (points)")
+    ax.set_title("held-out pass@1 vs K: paired difference, 95% interval", fontsize=10)
     ax.legend(title="correction", fontsize=8)
     fig.tight_layout()
     fig.savefig(os.path.join(out, "pass_at_1_vs_k.png"), dpi=120)
@@ -151,7 +152,7 @@ def plot(summary: dict, runs, out: str) -> None:
             if np.isnan(values).all():
                 continue
             ax.plot(np.arange(1, length + 1), np.nanmean(values, 0), label=arm,
-                    color=f"C{index % 10}")
+                    color=plt.cm.tab20(index % 20))
     for ax, name in zip(axes, ("training pass@1", "KL(sampler ‖ trainer), k3")):
         ax.set_title(name)
         ax.set_xlabel("RL step")

@@ -189,7 +189,7 @@ def attend(q, k, v, query_slots, key_valid, segment_ids=None, implementation="ei
     if segment_ids is not None:
         mask = mask & (segment_ids[:, :, None] == segment_ids[:, None, :])
     if implementation in ("xla", "cudnn"):
-        # Every query row keeps one key (fused kernels give NaN for an all-masked row).
+        # Every query row keeps one key (a fused kernel may give NaN for an all-masked row).
         mask = mask | (jnp.arange(s)[None, :] == query_slots[:, None])[None]
         return jax.nn.dot_product_attention(q, k, v, mask=mask[:, None], scale=h**-0.5,
                                             implementation=implementation)

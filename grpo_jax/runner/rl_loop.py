@@ -22,7 +22,7 @@ from grpo_jax.rewards.accuracy import undecided_comparisons
 from grpo_jax.rl.batch import RolloutBatch, rollout_batch, rollout_record
 from grpo_jax.rl.rollout import encode_prompts
 from grpo_jax.runner.guards import CollapseWatch, SkipCounter
-from grpo_jax.runner.rewards import LENGTH_REWARDS, resolve_reward_fns
+from grpo_jax.runner.rewards import resolve_reward_fns
 from grpo_jax.runner.rollouts import launch_collect
 from grpo_jax.runner.toolkit import (SAMPLE_EVERY, StepTimer, device_batch, log_samples,
                                      log_step, progress, prompt_text)
@@ -136,26 +136,26 @@ class PendingRollouts:
                 for i, (_, ro, _, _, version) in enumerate(self.entries)}
 
     def meta(self) -> list:
-        return [{"step": step, "examples": [ex.to_dict() for ex in examples], "info": info}
-                for step, _, examples, info, _ in self.entries]
+        return [{"step": step, "examples": [ex.to_dict() for ex in examples], "info": info,
+                 "components": list(ro.components)}
+                for step, ro, examples, info, _ in self.entries]
 
     @staticmethod
-    def template(count: int, *, rows: int, prompt_len: int, new_tokens: int,
-                 components) -> dict:
-        """The shapes of `count` entries' arrays (a restore target)."""
-        def array(shape, dtype):
-            return np.zeros(shape, dtype)
+    def template(meta: list, *, rows: int, prompt_len: int, new_tokens: int) -> dict:
+        """The shapes of the arrays of the entries `meta` describes (a restore target)."""
+        def entry(components):
+            return {"prompt_tokens": np.zeros((rows, prompt_len), np.int32),
+                    "prompt_mask": np.zeros((rows, prompt_len), bool),
+                    "tokens": np.zeros((rows, new_tokens), np.int32),
+                    "mask": np.zeros((rows, new_tokens), bool),
+                    "sample_logp": np.zeros((rows, new_tokens), np.float32),
+                    "lengths": np.zeros((rows,), np.int32),
+                    "rewards": np.zeros((rows,), np.float32),
+                    "truncated": np.zeros((rows,), bool),
+                    "components": {name: np.zeros((rows,), np.float32) for name in components},
+                    "version": np.zeros((), np.int32)}
 
-        entry = {"prompt_tokens": array((rows, prompt_len), np.int32),
-                 "prompt_mask": array((rows, prompt_len), bool),
-                 "tokens": array((rows, new_tokens), np.int32),
-                 "mask": array((rows, new_tokens), bool),
-                 "sample_logp": array((rows, new_tokens), np.float32),
-                 "lengths": array((rows,), np.int32), "rewards": array((rows,), np.float32),
-                 "truncated": array((rows,), bool),
-                 "components": {name: array((rows,), np.float32) for name in components},
-                 "version": np.zeros((), np.int32)}
-        return {str(i): entry for i in range(count)}
+        return {str(i): entry(record["components"]) for i, record in enumerate(meta)}
 
     @classmethod
     def restore(cls, tree: dict, meta: list, tokenizer, example_type) -> PendingRollouts:
@@ -221,11 +221,9 @@ def rl_loop(run, stage, learner: Learner, *, sampling, dynamic: bool = False) ->
     template = None
     saved = (stage.resume_meta or {}).get("pending", [])
     if saved:  # a checkpoint with rollouts sampled ahead
-        names = [n for n in weights if n not in LENGTH_REWARDS] + (
-            ["overlong"] if overlong_cache > 0 else [])
-        template = PendingRollouts.template(
-            len(saved), rows=section.num_prompts * g, prompt_len=cfg.task.prompt_len,
-            new_tokens=section.max_new_tokens, components=names)
+        template = PendingRollouts.template(saved, rows=section.num_prompts * g,
+                                            prompt_len=cfg.task.prompt_len,
+                                            new_tokens=section.max_new_tokens)
     iterator, start, *restored = start_stage(run, stage, learner, template)
     pending = PendingRollouts()
     if restored and restored[0] is not None:

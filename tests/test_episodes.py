@@ -51,6 +51,43 @@ def episodes():
     return model, tokenizer, tokens, mask, out, seen, stop, capped
 
 
+def _parity(model, tokens, mask, out):
+    """The teacher-forced log-probs of the episodes' layout, next to the sampler's."""
+    rows, attention, loss_mask = episode_rows(tokens, mask, out)
+    full = models.completion_logprobs(model, jnp.asarray(rows), jnp.asarray(attention),
+                                      tokens.shape[1])["logp"]
+    sampled = np.asarray(out.logp)[:, :loss_mask.shape[1]]
+    np.testing.assert_allclose(np.where(loss_mask, full, 0.0), np.where(loss_mask, sampled, 0),
+                               atol=2e-5)
+    assert np.all(np.asarray(full)[loss_mask] != 0)  # every generated token has a context
+
+
+def test_answers_are_written_beside_rows_still_generating(episodes):
+    """With max_wait_tokens 0 the environment answers a row as soon as it closes its call,
+    and its answer is written while the other rows go on generating; no generated token
+    ever follows a hole, and the layout reproduces the sampler's log-probs exactly.
+    (Sampled at temperature 1, so that rows close their calls at different slots.)"""
+    model, tokenizer, tokens, mask, _, _, stop, _ = episodes
+    episode = EpisodeConfig(max_tokens=96, stop_ids=tuple(stop), max_turns=3,
+                            max_observation_tokens=6, max_wait_tokens=0,
+                            sampling=SamplingConfig(max_new_tokens=1, temperature=1.0,
+                                                    eos_ids=tokenizer.eos_ids))
+    out = generate_episodes(*nnx.split(model), tokens, mask, jax.random.key(0),
+                            config=episode, tokenizer=tokenizer,
+                            observe=lambda text: f"<{len(text)}>")
+    _parity(model, tokens, mask, out)
+    generated, observation = np.asarray(out.generated), np.asarray(out.observation)
+    attended = generated | observation
+    assert np.asarray(out.turns).sum() > 0
+    # At some slot one row writes an answer while another generates.
+    assert np.any(observation.any(0) & generated.any(0))
+    assert not np.any(generated[:, 1:] & ~attended[:, :-1]), "a generated token after a hole"
+    # Every answer is whole: "<" + the turn's length + ">" in consecutive slots.
+    for row in np.flatnonzero(np.asarray(out.turns)):
+        text = tokenizer.decode(np.asarray(out.tokens)[row][observation[row]].tolist())
+        assert text.startswith("<") and text.endswith(">")
+
+
 def test_episodes_take_turns_and_observations_carry_no_loss(episodes):
     _, tokenizer, _, _, out, seen, stop, capped = episodes
     turns = np.asarray(out.turns)
@@ -82,14 +119,9 @@ def test_cache_continuation_equals_a_full_teacher_forced_pass(episodes):
     one teacher-forced pass over [prompt | slots] with holes and answers masked as the
     layout says; observation tokens get no gradient (they are outside the loss mask)."""
     model, _, tokens, mask, out, _, _, _ = episodes
+    _parity(model, tokens, mask, out)
     rows, attention, loss_mask = episode_rows(tokens, mask, out)
     prompt_len = tokens.shape[1]
-    full = models.completion_logprobs(model, jnp.asarray(rows), jnp.asarray(attention),
-                                      prompt_len)["logp"]
-    sampled = np.asarray(out.logp)[:, :loss_mask.shape[1]]
-    np.testing.assert_allclose(np.where(loss_mask, full, 0.0), np.where(loss_mask, sampled, 0),
-                               atol=2e-5)
-    assert np.all(np.asarray(full)[loss_mask] != 0)  # every generated token has a context
 
     def loss(model):
         logp = models.completion_logprobs(model, jnp.asarray(rows), jnp.asarray(attention),

@@ -137,29 +137,45 @@ def kstep_advantages(rewards, values, discounts, *, k: int):
 
 
 def token_gae(rewards, values, mask, *, gamma, lambda_):
-    """GAE over right-padded completions, with V = 0 after the last valid token.
+    """GAE over the valid tokens of completions, with V = 0 after the last one.
 
-    delta_t = r_t + gamma m_{t+1} V_{t+1} - V_t and A_t = delta_t + gamma lambda m_{t+1}
-    A_{t+1} on valid tokens (m_T = 0), so the completion ends at its last valid token and
-    padded positions contribute nothing; returns R_t = A_t + V_t are the value targets
-    (Schulman et al. 2016, https://arxiv.org/abs/1506.02438; token-level PPO for language
-    models: Ouyang et al. 2022, https://arxiv.org/abs/2203.02155).
+    delta_t = r_t + gamma V_{t'} - V_t and A_t = delta_t + gamma lambda A_{t'}, where t' is
+    the next valid token after t (none after the last: V = A = 0 there), so padding
+    contributes nothing; returns R_t = A_t + V_t are the value targets (Schulman et al.
+    2016, https://arxiv.org/abs/1506.02438; token-level PPO for language models: Ouyang et
+    al. 2022, https://arxiv.org/abs/2203.02155). Invalid tokens between valid ones (a tool's
+    observation inside a multi-turn completion) are the environment's transition: they are
+    skipped, not an end, so the policy's tokens before a call are credited with what
+    follows it.
 
     Args:
       rewards: [B, T] per-token rewards (e.g. the outcome reward on the last valid token,
         minus a per-token KL penalty).
       values: [B, T] value estimates V_t for each token position.
-      mask: [B, T] bool, True on valid tokens, right-padded (a valid prefix per row).
-      gamma: discount, scalar.
+      mask: [B, T] bool, True on valid tokens (anywhere in the row).
+      gamma: discount per valid token, scalar.
       lambda_: trace parameter, scalar.
 
     Returns:
-      (advantages [B, T], returns [B, T]), both 0 at padded positions.
+      (advantages [B, T], returns [B, T]), both 0 at invalid positions.
     """
     fn = "token_gae"
     _checks.check_rank(fn, 2, rewards=rewards)
     _checks.check_same_shape(fn, rewards=rewards, values=values)
     mask = _checks.check_mask(fn, mask, rewards, "rewards")
+    # Valid tokens first, in order (a stable sort): the recursion runs over a valid prefix,
+    # and its results go back to their positions.
+    order = jnp.argsort(~mask, axis=1, stable=True)
+    advantages, returns = _prefix_gae(*(jnp.take_along_axis(x, order, axis=1)
+                                        for x in (rewards, values, mask)),
+                                      gamma=gamma, lambda_=lambda_)
+    inverse = jnp.argsort(order, axis=1)
+    return (jnp.take_along_axis(advantages, inverse, axis=1),
+            jnp.take_along_axis(returns, inverse, axis=1))
+
+
+def _prefix_gae(rewards, values, mask, *, gamma, lambda_):
+    """`token_gae` of rows whose valid tokens are a prefix."""
     valid = mask.astype(jnp.float32)
     rewards = jnp.where(mask, _checks.as_float(rewards), 0.0)
     values = jnp.where(mask, _checks.as_float(values), 0.0)

@@ -14,11 +14,13 @@ import numpy as np
 
 from grpo_jax import parallel
 from grpo_jax.sampling import SamplingConfig, generate
+from grpo_jax.sampling.episodes import EpisodeConfig, episode_texts, generate_episodes
 from grpo_jax.text import prompt_ids
 from grpo_jax.training import Params, Policy
 
 
-def encode_prompts(tokenizer, prompts: Sequence[str], *, prompt_len: int, ids: Sequence[str] | None = None):
+def encode_prompts(tokenizer, prompts: Sequence[str], *, prompt_len: int,
+                   ids: Sequence[str] | None = None):
     """Left-pads `text.prompt_ids` (BOS + tokens) into [B, prompt_len]; a longer prompt is
     an error.
 
@@ -41,18 +43,30 @@ def encode_prompts(tokenizer, prompts: Sequence[str], *, prompt_len: int, ids: S
 
 @dataclasses.dataclass
 class Rollout:
-    """One batch of sampled completions with their scores (host numpy arrays)."""
+    """One batch of sampled completions with their scores (host numpy arrays).
+
+    A multi-turn rollout (`episode_rollout`) has tool observations among its completion
+    slots: they are in `mask` (attended to) and not in `loss_mask` (never trained on), and
+    `turns` / `tool_errors` count each row's answered calls and failed ones.
+    """
 
     prompt_tokens: np.ndarray  # [B, P]
     prompt_mask: np.ndarray  # [B, P]
     tokens: np.ndarray  # [B, N] completion tokens (pad after EOS)
-    mask: np.ndarray  # [B, N] completion mask
+    mask: np.ndarray  # [B, N] completion mask (attention)
     sample_logp: np.ndarray  # [B, N] log-probs under the sampling distribution
-    lengths: np.ndarray  # [B]
+    lengths: np.ndarray  # [B] generated tokens
     texts: list[str]
     rewards: np.ndarray  # [B] weighted total
     components: dict[str, np.ndarray]  # name -> [B]
     truncated: np.ndarray  # [B] bool: hit max_new_tokens without EOS
+    loss_mask: np.ndarray | None = None  # [B, N] the policy's tokens; None: `mask`
+    turns: np.ndarray | None = None  # [B] int32 observations received (multi-turn)
+    tool_errors: np.ndarray | None = None  # [B] int32 observations reporting an error
+
+    def __post_init__(self):
+        if self.loss_mask is None:
+            self.loss_mask = np.asarray(self.mask, bool)
 
 
 def score_completions(
@@ -178,3 +192,65 @@ def _finish_rollout(sampled, multi, tokenizer, examples, prompt_tokens, prompt_m
         components=components,
         truncated=truncated,
     )
+
+
+def episode_rollout(policy: Policy, params: Params, tokenizer, examples: Sequence[Any],
+                    prompts: Sequence[str], key: jax.Array, *, config: EpisodeConfig,
+                    environment, prompt_len: int,
+                    reward_fns: dict[str, Callable[[str, Any], float]],
+                    weights: dict[str, float]) -> Rollout:
+    """Samples one multi-turn episode per prompt (`sampling.generate_episodes` with
+    `environment` answering the calls) and scores its whole text, observations included.
+
+    The completion slots keep their layout (generated tokens, observations, holes), so the
+    learner's teacher-forced pass over `[prompt | tokens]` under `[prompt_mask | mask]`
+    reproduces the sampler's log-probs; `loss_mask` is the generated tokens.
+    """
+    ids = [getattr(e, "id", None) for e in examples]
+    prompt_tokens, prompt_mask = encode_prompts(tokenizer, prompts, prompt_len=prompt_len,
+                                                ids=ids)
+    out = jax.device_get(generate_episodes(policy.graphdef, policy.state(params),
+                                           prompt_tokens, prompt_mask, key, config=config,
+                                           tokenizer=tokenizer, observe=environment))
+    texts = episode_texts(out, tokenizer)
+    rewards, components = score_completions(texts, examples, reward_fns, weights)
+    generated = np.asarray(out.generated, bool)
+    observation = np.asarray(out.observation, bool)
+    tokens, sample_logp = np.asarray(out.tokens), np.asarray(out.logp, np.float32)
+    bad = np.flatnonzero(~np.isfinite(np.where(generated, sample_logp, 0.0)).all(axis=1))
+    if len(bad):
+        raise FloatingPointError(
+            f"sampler: non-finite logits in {len(bad)} of {len(prompts)} rows (first: row "
+            f"{bad[0]}); the policy's parameters or inputs are not finite")
+    eos = np.isin(tokens, np.asarray(config.sampling.eos_ids)) & generated
+    return Rollout(
+        prompt_tokens=prompt_tokens, prompt_mask=prompt_mask, tokens=tokens,
+        mask=generated | observation, sample_logp=np.where(generated, sample_logp, 0.0),
+        lengths=generated.sum(1).astype(np.int32), texts=texts, rewards=rewards,
+        components=components, truncated=~eos.any(axis=1), loss_mask=generated,
+        turns=np.asarray(out.turns, np.int32),
+        tool_errors=np.asarray([sum(map(environment.is_error, row)) for row in
+                                observation_texts(tokens, observation, tokenizer)], np.int32))
+
+
+def observation_texts(tokens, observation, tokenizer) -> list[list[str]]:
+    """Per row, the text of each observation (each run of observation slots), in order."""
+    out = []
+    for row_tokens, row_observation in zip(np.asarray(tokens), np.asarray(observation, bool)):
+        edges = np.flatnonzero(np.diff(np.concatenate([[0], row_observation.astype(np.int8),
+                                                       [0]])))
+        out.append([tokenizer.decode(row_tokens[start:stop].tolist())
+                    for start, stop in zip(edges[::2], edges[1::2])])
+    return out
+
+
+def tool_record(ro: Rollout) -> dict[str, float]:
+    """The multi-turn half of a metrics line: tool_calls (answered calls per episode),
+    tool_call_rate (episodes with one or more), tool_errors (failed calls per episode), turns
+    (generation turns per episode: calls + 1) and observation_frac (the share of the
+    completion's tokens the environment wrote)."""
+    turns = np.asarray(ro.turns, np.float64)
+    observed = (np.asarray(ro.mask, bool) & ~np.asarray(ro.loss_mask, bool)).sum()
+    return {"tool_calls": float(turns.mean()), "tool_call_rate": float((turns > 0).mean()),
+            "tool_errors": float(np.mean(ro.tool_errors)), "turns": float(turns.mean() + 1),
+            "observation_frac": float(observed / max(np.asarray(ro.mask, bool).sum(), 1))}

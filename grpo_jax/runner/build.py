@@ -100,8 +100,9 @@ def build_tokenizer(config, task, workdir: str | None):
         examples = task.examples("train", min(config.task.train_size, 4000), seed=config.seed)
         texts = [tasks_lib.apply_template(ex, template=config.task.template) + (ex.solution or "")
                  for ex in examples]
-        tokenizer = text.SentencePieceTokenizer.train(texts, local,
-                                                      vocab_size=config.tokenizer_vocab_size)
+        tokenizer = text.SentencePieceTokenizer.train(
+            texts, local, vocab_size=config.tokenizer_vocab_size,
+            user_defined_symbols=text.TAG_TOKENS + tuple(task.tags))
         if remote:
             storage.makedirs(directory)
             _copy_files(local, directory, os.listdir(local))

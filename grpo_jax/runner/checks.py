@@ -201,6 +201,20 @@ class SectionCheck(Fields):
                                   f"expected mis_low < 1 < mis_high, got [{low}, {high}]")
         return staleness
 
+    def tool_fields(self) -> str:
+        """tools ("" or a name in `tools.TOOLS`), max_turns and max_observation_tokens of a
+        section that may sample multi-turn episodes. Returns tools."""
+        from grpo_jax.tools import TOOLS
+
+        name = self.choice("tools", ("", *sorted(TOOLS)))
+        self.integer("max_turns", low=0)
+        width = self.integer("max_observation_tokens")
+        if name and width >= self.section.max_new_tokens:
+            self.fail("max_observation_tokens", f"{width} leaves no room for the policy's "
+                                                f"tokens within max_new_tokens "
+                                                f"{self.section.max_new_tokens}")
+        return name
+
     def minibatches(self) -> None:
         """The rollout batch (num_prompts x group_size rows) splits into num_minibatches,
         and each minibatch into micro_batches x data-parallel devices."""

@@ -20,7 +20,7 @@ import numpy as np
 
 from grpo_jax.rewards.accuracy import undecided_comparisons
 from grpo_jax.rl.batch import RolloutBatch, rollout_batch, rollout_record
-from grpo_jax.rl.rollout import encode_prompts
+from grpo_jax.rl.rollout import encode_prompts, tool_record
 from grpo_jax.runner.guards import CollapseWatch, SkipCounter
 from grpo_jax.runner.rewards import resolve_reward_fns
 from grpo_jax.runner.rollouts import launch_collect
@@ -113,7 +113,12 @@ def check_versions(version, step: int, max_staleness: int) -> np.ndarray:
 
 
 _ROLLOUT_ARRAYS = ("prompt_tokens", "prompt_mask", "tokens", "mask", "sample_logp", "lengths",
-                   "rewards", "truncated")
+                   "rewards", "truncated", "loss_mask")
+_EPISODE_ARRAYS = ("turns", "tool_errors")  # multi-turn rollouts only
+
+
+def _arrays_of(ro) -> tuple[str, ...]:
+    return _ROLLOUT_ARRAYS + (_EPISODE_ARRAYS if ro.turns is not None else ())
 
 
 class PendingRollouts:
@@ -130,32 +135,38 @@ class PendingRollouts:
 
     def tree(self) -> dict:
         """The arrays, a pytree for the checkpoint."""
-        return {str(i): {**{k: getattr(ro, k) for k in _ROLLOUT_ARRAYS},
+        return {str(i): {**{k: getattr(ro, k) for k in _arrays_of(ro)},
                          "components": dict(ro.components),
                          "version": np.asarray(version, np.int32)}
                 for i, (_, ro, _, _, version) in enumerate(self.entries)}
 
     def meta(self) -> list:
         return [{"step": step, "examples": [ex.to_dict() for ex in examples], "info": info,
-                 "components": list(ro.components)}
+                 "components": list(ro.components), "episodes": ro.turns is not None}
                 for step, ro, examples, info, _ in self.entries]
 
     @staticmethod
     def template(meta: list, *, rows: int, prompt_len: int, new_tokens: int) -> dict:
         """The shapes of the arrays of the entries `meta` describes (a restore target)."""
-        def entry(components):
-            return {"prompt_tokens": np.zeros((rows, prompt_len), np.int32),
-                    "prompt_mask": np.zeros((rows, prompt_len), bool),
-                    "tokens": np.zeros((rows, new_tokens), np.int32),
-                    "mask": np.zeros((rows, new_tokens), bool),
-                    "sample_logp": np.zeros((rows, new_tokens), np.float32),
-                    "lengths": np.zeros((rows,), np.int32),
-                    "rewards": np.zeros((rows,), np.float32),
-                    "truncated": np.zeros((rows,), bool),
-                    "components": {name: np.zeros((rows,), np.float32) for name in components},
-                    "version": np.zeros((), np.int32)}
+        def entry(components, episodes):
+            arrays = {"prompt_tokens": np.zeros((rows, prompt_len), np.int32),
+                      "prompt_mask": np.zeros((rows, prompt_len), bool),
+                      "tokens": np.zeros((rows, new_tokens), np.int32),
+                      "mask": np.zeros((rows, new_tokens), bool),
+                      "loss_mask": np.zeros((rows, new_tokens), bool),
+                      "sample_logp": np.zeros((rows, new_tokens), np.float32),
+                      "lengths": np.zeros((rows,), np.int32),
+                      "rewards": np.zeros((rows,), np.float32),
+                      "truncated": np.zeros((rows,), bool),
+                      "components": {name: np.zeros((rows,), np.float32)
+                                     for name in components},
+                      "version": np.zeros((), np.int32)}
+            if episodes:
+                arrays.update({name: np.zeros((rows,), np.int32) for name in _EPISODE_ARRAYS})
+            return arrays
 
-        return {str(i): entry(record["components"]) for i, record in enumerate(meta)}
+        return {str(i): entry(record["components"], record.get("episodes", False))
+                for i, record in enumerate(meta)}
 
     @classmethod
     def restore(cls, tree: dict, meta: list, tokenizer, example_type) -> PendingRollouts:
@@ -164,9 +175,8 @@ class PendingRollouts:
         pending = cls()
         for i, record in enumerate(meta):
             arrays = {k: np.asarray(v) for k, v in tree[str(i)].items() if k != "components"}
-            tokens, lengths = arrays["tokens"], arrays["lengths"]
-            texts = [tokenizer.decode(tokens[r, :lengths[r]].tolist())
-                     for r in range(len(tokens))]
+            tokens, mask = arrays["tokens"], arrays["mask"]
+            texts = [tokenizer.decode(tokens[r][mask[r]].tolist()) for r in range(len(tokens))]
             components = {k: np.asarray(v) for k, v in tree[str(i)]["components"].items()}
             version = int(arrays.pop("version"))
             ro = Rollout(texts=texts, components=components, **arrays)
@@ -258,7 +268,7 @@ def rl_loop(run, stage, learner: Learner, *, sampling, dynamic: bool = False) ->
         stale = check_versions(np.full(len(ro.rewards), version), step, staleness)
         batch = device_batch(run, rollout_batch(ro.prompt_tokens, ro.prompt_mask, ro.tokens,
                                                 ro.mask, ro.sample_logp, ro.rewards,
-                                                version=version))
+                                                version=version, loss_mask=ro.loss_mask))
         if staleness:
             info = {**info, "staleness": float(np.mean(stale))}
         timer.lap("sample")
@@ -274,6 +284,7 @@ def rl_loop(run, stage, learner: Learner, *, sampling, dynamic: bool = False) ->
             "stage_step": step + 1,
             **{k: float(v) for k, v in jax.device_get(rollout_metrics).items()},
             **info,
+            **(tool_record(ro) if ro.turns is not None else {}),
             "reward_undecided": float(undecided_comparisons() - undecided),
             **metrics,
             **timer.record(),

@@ -10,11 +10,14 @@ import numpy as np
 
 from grpo_jax import parallel
 from grpo_jax.rewards import overlong_penalty
-from grpo_jax.rl.rollout import Rollout
+from grpo_jax.rl.rollout import Rollout, episode_rollout
 from grpo_jax.rl.rollout import launch_rollout as _launch_rollout
 from grpo_jax.runner.guards import NonFiniteError
 from grpo_jax.runner.rewards import LENGTH_REWARDS
 from grpo_jax.runner.toolkit import prompt_text
+from grpo_jax.sampling import SamplingConfig
+from grpo_jax.sampling.episodes import EpisodeConfig
+from grpo_jax.tools import ToolEnvironment, render_observation
 
 
 def rollout(*args, where: str, **kwargs) -> Rollout:
@@ -27,7 +30,11 @@ def rollout(*args, where: str, **kwargs) -> Rollout:
 
 def launch_rollout(*args, where: str, **kwargs):
     """`grpo_jax.rl.rollout.launch_rollout` with `rollout`'s error: finish() -> Rollout."""
-    finish = _launch_rollout(*args, **kwargs)
+    return _sampler_errors(_launch_rollout(*args, **kwargs), where)
+
+
+def _sampler_errors(finish, where: str):
+    """finish() with the sampler's FloatingPointError turned into `rollout`'s error."""
 
     def finished() -> Rollout:
         try:
@@ -44,11 +51,60 @@ def launch_rollout(*args, where: str, **kwargs):
     return finished
 
 
+def tool_episodes(run, section, sampling: SamplingConfig
+                  ) -> tuple[EpisodeConfig, ToolEnvironment] | None:
+    """The multi-turn settings of a section with `tools` set (the static EpisodeConfig and
+    the environment that answers the calls), or None for single-turn sampling.
+
+    With task.template=chat and a checkpoint whose chat template has a tool role, the
+    observations are written as that template writes a tool's message.
+    """
+    name = section.get("tools", "")
+    if not name:
+        return None
+    renderer = None
+    if run.config.task.template == "chat" and hasattr(run.tokenizer, "tool_response_renderer"):
+        renderer = run.tokenizer.tool_response_renderer()
+    environment = ToolEnvironment(tool=name, render=renderer or render_observation)
+    config = EpisodeConfig(max_tokens=sampling.max_new_tokens,
+                           stop_ids=tuple(run.tokenizer.encode(environment.stop_text)),
+                           max_turns=section.max_turns,
+                           max_observation_tokens=section.max_observation_tokens,
+                           sampling=sampling)
+    return config, environment
+
+
+def sample_batch(run, policy, params, examples, key, *, sampling, reward_fns, weights, where,
+                 episodes: tuple | None = None, sharding=None):
+    """`launch_rollout` (or, with `episodes` = `tool_episodes(...)`, a multi-turn
+    `episode_rollout`) of one batch:
+    finish() -> Rollout. An episode's turns need the host between them, so it runs in
+    finish()."""
+    prompts = [prompt_text(run, ex) for ex in examples]
+    if episodes is None:
+        return launch_rollout(policy, params, run.tokenizer, examples, prompts, key,
+                              sampling=sampling, prompt_len=run.config.task.prompt_len,
+                              reward_fns=reward_fns, weights=weights, sharding=sharding,
+                              where=where)
+    if jax.process_count() > 1:
+        raise NotImplementedError(f"{where}: multi-turn episodes (tools) run in one process; "
+                                  "set tools to '' for a multi-process run")
+
+    def finish():
+        return episode_rollout(policy, params, run.tokenizer, examples, prompts, key,
+                               config=episodes[0], environment=episodes[1],
+                               prompt_len=run.config.task.prompt_len, reward_fns=reward_fns,
+                               weights=weights)
+
+    return _sampler_errors(finish, where)
+
+
 def sample_and_score(run, examples, *, num_samples: int, batch_size: int, sampling, key,
-                     weights=None, policy=None, params=None):
+                     weights=None, policy=None, params=None, episodes=None):
     """Samples `num_samples` completions per example in fixed-size batches with the run's
-    policy (or `policy`, `params`); one dict per sample (example, text, length, components,
-    reward)."""
+    policy (or `policy`, `params`), multi-turn with `episodes` (`tool_episodes`); one dict
+    per sample (example, text, length, components, reward, and turns and tool_errors for
+    episodes)."""
     policy = run.policy if policy is None else policy
     params = run.params if params is None else params
     flat = [ex for ex in examples for _ in range(num_samples)]
@@ -59,11 +115,9 @@ def sample_and_score(run, examples, *, num_samples: int, batch_size: int, sampli
         chunk = flat[start:start + batch_size]
         real = len(chunk)
         chunk = chunk + [chunk[0]] * (batch_size - real)  # static shape: pad with copies
-        ro = rollout(policy, params, run.tokenizer, chunk,
-                     [prompt_text(run, ex) for ex in chunk], jax.random.fold_in(key, start),
-                     sampling=sampling, prompt_len=run.config.task.prompt_len,
-                     reward_fns=reward_fns, weights=weights, sharding=run.data_sharding,
-                     where="sampling")
+        ro = sample_batch(run, policy, params, chunk, jax.random.fold_in(key, start),
+                          sampling=sampling, reward_fns=reward_fns, weights=weights,
+                          where="sampling", episodes=episodes, sharding=run.data_sharding)()
         for i in range(real):
             records.append({
                 "example": chunk[i],
@@ -71,6 +125,8 @@ def sample_and_score(run, examples, *, num_samples: int, batch_size: int, sampli
                 "length": int(ro.lengths[i]),
                 "components": {k: float(v[i]) for k, v in ro.components.items()},
                 "reward": float(ro.rewards[i]),
+                **({"turns": int(ro.turns[i]), "tool_errors": int(ro.tool_errors[i])}
+                   if ro.turns is not None else {}),
             })
     return records
 
@@ -80,7 +136,9 @@ def _combine_rollouts(parts, take):
     out = {}
     for field in dataclasses.fields(parts[0]):
         values = [getattr(p, field.name) for p in parts]
-        if field.name == "components":
+        if values[0] is None:  # an optional field the rollouts do not have
+            out[field.name] = None
+        elif field.name == "components":
             out[field.name] = {k: take([v[k] for v in values]) for k in values[0]}
         elif field.name == "texts":
             out[field.name] = list(take([np.asarray(v, dtype=object) for v in values]))
@@ -130,17 +188,17 @@ def launch_collect(run, stage, iterator, step: int, *, sampling, weights, reward
     text_weights = {k: v for k, v in weights.items() if k not in LENGTH_REWARDS}
     kept, kept_examples, rounds, dropped = [], [], 0, 0
     policy, params = run.sampler()  # the run's, or its copy on mesh.rollout_devices
+    episodes = tool_episodes(run, section, sampling)
 
     def launch(batch_examples, rounds):
         key = jax.random.fold_in(run.stage_key(stage.index, step), rounds)
         if policy is not run.policy:  # the key, like the parameters, to the rollout devices
             key = jax.device_put(key, parallel.replicated_sharding(run.rollout_mesh))
-        finish = launch_rollout(
-            policy, params, run.tokenizer, batch_examples,
-            [prompt_text(run, ex) for ex in batch_examples], key, sampling=sampling,
-            prompt_len=run.config.task.prompt_len, reward_fns=reward_fns,
-            weights=text_weights, sharding=run.data_sharding if policy is run.policy else None,
-            where=f"{stage.name} step {step + 1}")
+        finish = sample_batch(
+            run, policy, params, batch_examples, key, sampling=sampling,
+            reward_fns=reward_fns, weights=text_weights, where=f"{stage.name} step {step + 1}",
+            episodes=episodes,
+            sharding=run.data_sharding if policy is run.policy else None)
 
         def finished():
             ro = finish()
@@ -178,6 +236,7 @@ def launch_collect(run, stage, iterator, step: int, *, sampling, weights, reward
         # Masked filler rows: copies of the last batch's first rows with no loss mask.
         filler = take_rows(ro, np.arange(filled * g))
         filler.mask = np.zeros_like(filler.mask)
+        filler.loss_mask = np.zeros_like(filler.loss_mask)
         filler.rewards = np.zeros_like(filler.rewards)
         kept.append(filler)
         kept_examples.extend(batch_examples[: filled * g])

@@ -100,6 +100,18 @@ def add_off_policy_fields(section) -> None:
     section.mis_high = 2.0
 
 
+def add_tool_fields(section) -> None:
+    """The multi-turn fields of a sampling section (`runner.rollouts.tool_episodes`)."""
+    # A tool name (grpo_jax.tools.TOOLS: calc) turns on multi-turn episodes: a turn ends
+    # when the policy closes a call (<calc>12*34</calc>), the tool's answer
+    # (<result>408</result>) is appended to the context, attended to but never trained
+    # on, and the policy goes on from its KV cache. max_new_tokens bounds the whole
+    # episode (generated and observation tokens). "" = single-turn sampling.
+    section.tools = ""
+    section.max_turns = 4  # the most tool answers an episode gets
+    section.max_observation_tokens = 24  # an answer's width in tokens (a longer one is cut)
+
+
 def section_sampling(run, section, *, temperature: float = 1.0) -> SamplingConfig:
     """The sampling settings of an RL section (max_new_tokens, top_k, top_p); its rollouts
     hold group_size completions of each prompt, so the prefill runs once per group."""

@@ -7,18 +7,21 @@ answers, and the sampler continues from its KV cache with the answer appended.
 Each row's completion is a run of slots after its left-padded prompt. A slot holds a token
 the policy generated (`generated`: it carries the loss), an observation token the
 environment wrote (`observation`: attended to, never in the loss or the KL), or nothing (a
-hole, masked out of attention: a row waiting for the others to end their turn). A turn ends
-for a row when its last generated tokens are `config.stop_ids` (the call's closing tag); the
-on-device loop runs until every row has ended its turn or its episode, then the host reads
-each waiting row's text since its last observation, asks `observe(text)` for the answer,
-and the answer's tokens are decoded into the cache in one chunk (left-padded, so that the
-next generated token directly follows the answer's last token). No turn re-reads the
-history: the prompt is prefilled once and every later token is decoded once.
+hole, masked out of attention: a row waiting for its answer). A turn ends for a row when its
+last generated tokens are `config.stop_ids` (the call's closing tag). The on-device loop
+writes one slot per step for every row: the generating rows sample, the rows being answered
+write their answer's next token, the waiting rows write nothing. It stops for the host
+when a row has waited `config.max_wait_tokens` slots (or nothing else can go on); the host
+reads each waiting row's text since its last observation, asks `observe(text)` for the
+answer, and hands the answers' tokens to the loop, which writes and decodes them one per
+step, beside the rows still generating. No turn re-reads the history: the prompt is
+prefilled once and every later token is decoded once, into the cache column of its slot.
 
-The layout keeps teacher forcing exact: every generated token follows a valid slot (its
-previous generated token, the answer's last token, or the prompt's), so the trainer's
-log-probs of `[prompt | slots]` under the attention mask `prompt_mask | generated |
-observation` are the sampler's (`models.completion_logprobs`; tests/test_episodes.py).
+The layout keeps teacher forcing exact: a generated token always directly follows the
+token it was sampled after (its previous generated token, the answer's last token, or the
+prompt's), never a hole, so the trainer's log-probs of `[prompt | slots]` under the
+attention mask `prompt_mask | generated | observation` are the sampler's
+(`models.completion_logprobs`; tests/test_episodes.py).
 """
 
 from __future__ import annotations
@@ -45,7 +48,9 @@ class EpisodeConfig:
       stop_ids: the token ids that end a turn (a tool call's closing tag).
       max_turns: the most observations an episode gets; a row that ends turn max_turns + 1
         with a call ends its episode there.
-      max_observation_tokens: O, the width of an observation chunk; a longer answer is cut.
+      max_observation_tokens: O, the longest answer in tokens; a longer one is cut.
+      max_wait_tokens: the most slots a row that closed its call waits before the loop
+        stops for the host to answer it (fewer: more host round trips; more: more holes).
       sampling: temperature, top_k, top_p, greedy, eos_ids and pad_id as in SamplingConfig
         (max_new_tokens and the budget-forcing fields unused).
     """
@@ -54,12 +59,14 @@ class EpisodeConfig:
     stop_ids: tuple[int, ...]
     max_turns: int = 4
     max_observation_tokens: int = 32
+    max_wait_tokens: int = 4
     sampling: SamplingConfig = SamplingConfig(max_new_tokens=1)
 
     def __post_init__(self):
-        if self.max_tokens < 1 or self.max_observation_tokens < 1 or self.max_turns < 0:
+        if self.max_tokens < 1 or self.max_observation_tokens < 1 or self.max_turns < 0 \
+                or self.max_wait_tokens < 0:
             raise ValueError(f"EpisodeConfig: max_tokens and max_observation_tokens must be "
-                             f">= 1 and max_turns >= 0, got {self}")
+                             f">= 1, max_turns and max_wait_tokens >= 0, got {self}")
         if not self.stop_ids:
             raise ValueError("EpisodeConfig.stop_ids: the tokens that end a turn are needed")
 
@@ -93,12 +100,16 @@ class EpisodeOutput:
 @flax.struct.dataclass
 class _State:
     step: jax.Array  # [] the next slot
-    last_token: jax.Array  # [B] the token whose keys and values are written next
-    position: jax.Array  # [B] its rotary position
-    done: jax.Array  # [B] the episode ended (EOS, budget)
-    waiting: jax.Array  # [B] the turn ended with the stop sequence
-    parked: jax.Array  # [B] waiting, and its last token is in the cache
+    last_token: jax.Array  # [B] the token written last
+    pending: jax.Array  # [B] last_token is written but not in the cache yet
+    position: jax.Array  # [B] the rotary position of the next token decoded
+    done: jax.Array  # [B] the episode ended (EOS, out of turns or slots)
+    waiting: jax.Array  # [B] the turn ended with the stop sequence; no answer yet
+    first_wait: jax.Array  # [] the slot at which a row started waiting, or -1
     recent: jax.Array  # [B, L] the last L generated tokens (L = len(stop_ids))
+    queue: jax.Array  # [B, O] the answer being written (left-aligned)
+    queue_len: jax.Array  # [B] its length
+    queue_pos: jax.Array  # [B] its next token
     cache: KVCache
     tokens: jax.Array
     logp: jax.Array
@@ -106,105 +117,106 @@ class _State:
     observation: jax.Array
 
 
-def _choose(s: _State, logits, key, config: EpisodeConfig) -> _State:
-    """One token for every row that is neither done nor waiting, written at slot s.step."""
+def _write(s: _State, logits, key, config: EpisodeConfig) -> _State:
+    """Writes slot s.step: a sampled token for every generating row, the next answer token
+    for every row being answered, nothing for the rest."""
     sampling = config.sampling
-    active = ~s.done & ~s.waiting
+    feeding = ~s.done & (s.queue_pos < s.queue_len)
+    active = ~s.done & ~s.waiting & ~feeding
     scaled = logits if sampling.greedy else logits / sampling.temperature
     if sampling.greedy:
-        token = _argmax(scaled)
-        logp = _logp_at(scaled, token)
+        sampled = _argmax(scaled)
+        logp = _logp_at(scaled, sampled)
     else:
-        token, logp = _filter_and_sample(scaled, key, sampling)
+        sampled, logp = _filter_and_sample(scaled, key, sampling)
+    answer = jnp.take_along_axis(
+        s.queue, jnp.minimum(s.queue_pos, s.queue.shape[1] - 1)[:, None], 1)[:, 0]
+    token = jnp.where(feeding, answer, sampled)
+    written = feeding | active
     eos = (jnp.any(token[:, None] == jnp.asarray(sampling.eos_ids, jnp.int32)[None], -1)
            if sampling.eos_ids else jnp.zeros(token.shape, bool))
     recent = jnp.where(active[:, None],
                        jnp.concatenate([s.recent[:, 1:], token[:, None]], 1), s.recent)
     stop = jnp.all(recent == jnp.asarray(config.stop_ids, jnp.int32)[None], -1)
+    starts_waiting = active & ~eos & stop
 
     def write(buffer, value):
-        column = jnp.where(active, value, jnp.zeros_like(value)).astype(buffer.dtype)
-        return jax.lax.dynamic_update_slice(buffer, column[:, None], (0, s.step))
+        return jax.lax.dynamic_update_slice(buffer, value.astype(buffer.dtype)[:, None],
+                                            (0, s.step))
 
     return s.replace(
         step=s.step + 1,
-        last_token=jnp.where(active, token, s.last_token),
+        last_token=jnp.where(written, token, s.last_token),
+        pending=written,
         done=s.done | (active & eos),
-        waiting=s.waiting | (active & ~eos & stop),
+        waiting=s.waiting | starts_waiting,
+        first_wait=jnp.where((s.first_wait < 0) & jnp.any(starts_waiting), s.step,
+                             s.first_wait),
         recent=recent,
-        tokens=write(s.tokens, jnp.where(active, token, sampling.pad_id)),
-        logp=write(s.logp, logp),
+        queue_pos=s.queue_pos + feeding.astype(jnp.int32),
+        tokens=write(s.tokens, jnp.where(written, token, sampling.pad_id)),
+        logp=write(s.logp, jnp.where(active, logp, 0.0)),
         generated=write(s.generated, active),
+        observation=write(s.observation, feeding),
     )
 
 
 def _start(graphdef, state, prompts, prompt_mask, key, config: EpisodeConfig) -> _State:
     model = nnx.merge(graphdef, state)
     batch, prompt_len = prompts.shape
-    n = config.max_tokens
+    n, width = config.max_tokens, config.max_observation_tokens
     mask = prompt_mask.astype(bool)
     cache = model.init_cache(batch, prompt_len + n)
     hidden, cache = model.decode(prompts, default_positions(mask), mask, cache)
     s = _State(
         step=jnp.zeros((), jnp.int32), last_token=jnp.zeros((batch,), jnp.int32),
-        position=mask.sum(-1).astype(jnp.int32), done=jnp.zeros((batch,), bool),
-        waiting=jnp.zeros((batch,), bool), parked=jnp.zeros((batch,), bool),
-        recent=jnp.full((batch, len(config.stop_ids)), -1, jnp.int32), cache=cache,
+        pending=jnp.zeros((batch,), bool), position=mask.sum(-1).astype(jnp.int32),
+        done=jnp.zeros((batch,), bool), waiting=jnp.zeros((batch,), bool),
+        first_wait=jnp.full((), -1, jnp.int32),
+        recent=jnp.full((batch, len(config.stop_ids)), -1, jnp.int32),
+        queue=jnp.zeros((batch, width), jnp.int32), queue_len=jnp.zeros((batch,), jnp.int32),
+        queue_pos=jnp.zeros((batch,), jnp.int32), cache=cache,
         tokens=jnp.full((batch, n), config.sampling.pad_id, jnp.int32),
         logp=jnp.zeros((batch, n), jnp.float32), generated=jnp.zeros((batch, n), bool),
         observation=jnp.zeros((batch, n), bool))
-    return _choose(s, model.logits(hidden[:, -1]), jax.random.fold_in(key, 0), config)
+    return _write(s, model.logits(hidden[:, -1]), jax.random.fold_in(key, 0), config)
 
 
 def _run(graphdef, state, s: _State, key, config: EpisodeConfig) -> _State:
-    """Decodes until every row is done or waiting with its last token in the cache."""
+    """Decodes and writes slots until they run out, nothing can go on, or a waiting row
+    has waited max_wait_tokens slots (the host then answers the waiting rows)."""
     model = nnx.merge(graphdef, state)
-    n = config.max_tokens
 
     def body(s):
-        feed = ~s.done & ~s.parked  # a waiting row's stop token still goes into the cache
         hidden, cache = model.decode(s.last_token[:, None], s.position[:, None],
-                                     feed[:, None], s.cache)
-        s = s.replace(cache=cache, position=s.position + feed.astype(jnp.int32),
-                      parked=s.waiting)
-        return _choose(s, model.logits(hidden[:, 0]), jax.random.fold_in(key, s.step), config)
+                                     s.pending[:, None], s.cache)
+        s = s.replace(cache=cache, position=s.position + s.pending.astype(jnp.int32),
+                      pending=jnp.zeros_like(s.pending))
+        return _write(s, model.logits(hidden[:, 0]), jax.random.fold_in(key, s.step), config)
 
     def cond(s):
-        return (s.step < n) & jnp.any(~s.done & ~s.parked)
+        waiting = jnp.any(s.waiting & ~s.done)
+        going = jnp.any(~s.done & ~s.waiting)
+        waited = (s.first_wait >= 0) & (s.step - s.first_wait >= config.max_wait_tokens)
+        return (s.step < config.max_tokens) & going & ~(waiting & waited)
 
-    s = jax.lax.while_loop(cond, body, s)
-    # Out of slots: every row still going ends here.
-    return s.replace(done=s.done | ((s.step >= n) & ~s.parked))
+    return jax.lax.while_loop(cond, body, s)
 
 
-def _append(graphdef, state, s: _State, chunk, chunk_mask, key, config: EpisodeConfig):
-    """Writes an observation chunk [B, O] (left-padded; all padding for rows that get none)
-    into the cache and the slots, then samples the next token of the rows it answers."""
-    model = nnx.merge(graphdef, state)
-    chunk_mask = chunk_mask.astype(bool)
-    answered = jnp.any(chunk_mask, -1)
-    positions = s.position[:, None] + jnp.maximum(jnp.cumsum(chunk_mask, -1) - 1, 0)
-    # The loop's last step chose nothing: its slot (s.step - 1) is empty in the buffers and
-    # in the cache, whose next write (cache.index) is that slot. The chunk starts there.
-    slot = s.step - 1
-    hidden, cache = model.decode(chunk, positions, chunk_mask, s.cache)
-
-    def put(buffer, value):
-        return jax.lax.dynamic_update_slice(buffer, value.astype(buffer.dtype), (0, slot))
-
-    s = s.replace(
-        step=slot + chunk.shape[1], cache=cache,
-        position=s.position + chunk_mask.sum(-1).astype(jnp.int32),
-        tokens=put(s.tokens, jnp.where(chunk_mask, chunk, config.sampling.pad_id)),
-        observation=put(s.observation, chunk_mask),
-        waiting=s.waiting & ~answered, parked=s.parked & ~answered,
-        recent=jnp.where(answered[:, None], -1, s.recent))
-    return _choose(s, model.logits(hidden[:, -1]), key, config)
+def _load(s: _State, answers, lengths, answered) -> _State:
+    """Hands the answers [B, O] (left-aligned, `lengths` tokens) to the rows `answered`."""
+    return s.replace(
+        queue=jnp.where(answered[:, None], answers, s.queue),
+        queue_len=jnp.where(answered, lengths, s.queue_len),
+        queue_pos=jnp.where(answered, 0, s.queue_pos),
+        waiting=s.waiting & ~answered,
+        recent=jnp.where(answered[:, None], -1, s.recent),
+        first_wait=jnp.full((), -1, jnp.int32))
 
 
 _start_jit = jax.jit(_start, static_argnames=("graphdef", "config"))
 _run_jit = jax.jit(_run, static_argnames=("graphdef", "config"), donate_argnums=(2,))
-_append_jit = jax.jit(_append, static_argnames=("graphdef", "config"), donate_argnums=(2,))
+_load_jit = jax.jit(_load, donate_argnums=(0,))
 
 
 def generate_episodes(graphdef, state, prompts, prompt_mask, key, *, config: EpisodeConfig,
@@ -221,7 +233,8 @@ def generate_episodes(graphdef, state, prompts, prompt_mask, key, *, config: Epi
         call included) -> the text appended to its context (e.g. "<result>27</result>").
 
     Returns:
-      EpisodeOutput.
+      EpisodeOutput. A row that closes a call with no turns left, or with too few slots
+      left for the answer and one more token, ends its episode there.
     """
     prompts = jnp.asarray(prompts, jnp.int32)
     prompt_mask = jnp.asarray(prompt_mask, bool)
@@ -229,18 +242,20 @@ def generate_episodes(graphdef, state, prompts, prompt_mask, key, *, config: Epi
     width, n = config.max_observation_tokens, config.max_tokens
     turns = np.zeros(batch, np.int32)
     s = _start_jit(graphdef, state, prompts, prompt_mask, key, config=config)
-    for turn in range(config.max_turns + 1):
-        s = _run_jit(graphdef, state, s, jax.random.fold_in(key, 2 * turn + 1), config=config)
+    run_key = jax.random.fold_in(key, 1)
+    while True:  # each pass answers or ends at least one waiting row
+        s = _run_jit(graphdef, state, s, run_key, config=config)
         waiting = np.asarray(s.waiting & ~s.done)
         if not waiting.any():
             break
-        if turn == config.max_turns or int(s.step) + width > n:
-            s = s.replace(done=s.done | s.waiting)  # no more turns, or no room for one
-            break
-        chunk, chunk_mask = _answers(s, waiting, tokenizer, observe, width)
-        turns += waiting
-        s = _append_jit(graphdef, state, s, jnp.asarray(chunk), jnp.asarray(chunk_mask),
-                        jax.random.fold_in(key, 2 * turn + 2), config=config)
+        answers, lengths = _answers(s, waiting, tokenizer, observe, width)
+        room = n - int(s.step)
+        answered = waiting & (turns < config.max_turns) & (lengths > 0) & (lengths < room)
+        s = s.replace(done=s.done | jnp.asarray(waiting & ~answered))
+        if answered.any():
+            turns += answered
+            s = _load_jit(s, jnp.asarray(answers), jnp.asarray(lengths),
+                          jnp.asarray(answered))
     return EpisodeOutput(tokens=s.tokens, logp=s.logp, generated=s.generated,
                          observation=s.observation, turns=jnp.asarray(turns),
                          length=jnp.minimum(s.step, n))
@@ -258,18 +273,18 @@ def turn_texts(tokens, generated, observation, tokenizer) -> list[str]:
 
 
 def _answers(s: _State, waiting, tokenizer, observe, width: int):
-    """The observation chunk [B, O] (left-padded, cut to O tokens) and its mask."""
+    """The answers [B, O] of the waiting rows (left-aligned, cut to O tokens) and their
+    lengths [B] (0 for the other rows)."""
     tokens, generated, observation = (np.asarray(x) for x in
                                       (s.tokens, s.generated, s.observation))
     texts = turn_texts(tokens, generated, observation, tokenizer)
-    chunk = np.zeros((len(texts), width), np.int32)
-    mask = np.zeros((len(texts), width), bool)
+    answers = np.zeros((len(texts), width), np.int32)
+    lengths = np.zeros(len(texts), np.int32)
     for row in np.flatnonzero(waiting):
         ids = list(tokenizer.encode(observe(texts[row])))[:width]
-        if ids:
-            chunk[row, width - len(ids):] = ids
-            mask[row, width - len(ids):] = True
-    return chunk, mask
+        answers[row, :len(ids)] = ids
+        lengths[row] = len(ids)
+    return answers, lengths
 
 
 def episode_texts(out: EpisodeOutput, tokenizer) -> list[str]:

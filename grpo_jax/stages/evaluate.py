@@ -15,13 +15,15 @@ import dataclasses
 import time
 
 import ml_collections
+import numpy as np
 
 from grpo_jax import evals as evals_lib
 from grpo_jax.rewards.parsing import last_number
 from grpo_jax.runner import StageKind
 from grpo_jax.runner.build import eval_seed
-from grpo_jax.runner.rollouts import sample_and_score
-from grpo_jax.runner.toolkit import SAMPLES_PER_LOG, log_samples, sampling_config
+from grpo_jax.runner.rollouts import sample_and_score, tool_episodes
+from grpo_jax.runner.toolkit import (SAMPLES_PER_LOG, add_tool_fields, log_samples,
+                                     sampling_config)
 
 
 def default_section() -> ml_collections.ConfigDict:
@@ -43,6 +45,7 @@ def default_section() -> ml_collections.ConfigDict:
     s.max_thinking_tokens = 0
     s.end_thinking = "</think>"  # the end-of-thinking delimiter, as text
     s.continuation = "Wait"  # written in place of an early end of thinking, as text
+    add_tool_fields(s)  # tools: multi-turn episodes with a tool (e.g. calc), as in rl
     return s
 
 
@@ -78,6 +81,9 @@ def validate(check) -> None:
     if high and low > high:
         check.fail("min_thinking_tokens", f"{low} exceeds max_thinking_tokens {high}")
     check.string("continuation")
+    if check.tool_fields() and (low or high):
+        check.fail("tools", "budget forcing and multi-turn episodes do not combine: set "
+                            "tools to '' or min/max_thinking_tokens to 0")
     if check.string("end_thinking") == "" and (low or high):
         check.fail("end_thinking", "budget forcing (min_thinking_tokens / "
                                    "max_thinking_tokens) needs the delimiter's text")
@@ -119,7 +125,8 @@ def run_eval(run, stage) -> None:
     t0 = time.time()
     records = sample_and_score(run, examples, num_samples=section.num_samples,
                                batch_size=section.batch_size, sampling=sampling,
-                               key=run.stage_key(stage.index, 0))
+                               key=run.stage_key(stage.index, 0),
+                               episodes=tool_episodes(run, section, sampling))
     k = section.num_samples
     ks = resolved_ks(section)
 
@@ -142,6 +149,13 @@ def run_eval(run, stage) -> None:
         lenient = figures_of("accuracy_lenient", last_number)
         figures.update({f"{name}_lenient": value for name, value in lenient.items()
                         if name.startswith(("pass@", "maj@"))})
+    if "turns" in records[0]:  # multi-turn: how the tool was used
+        turns = np.asarray([r["turns"] for r in records])
+        figures.update(tool_calls=float(turns.mean()), tool_call_rate=float((turns > 0).mean()),
+                       tool_errors=float(np.mean([r["tool_errors"] for r in records])))
+    if "correct_call" in records[0]["components"]:
+        figures["correct_call_rate"] = float(np.mean([r["components"]["correct_call"]
+                                                      for r in records]))
     figures["eval_time_s"] = time.time() - t0
     run.evals[stage.name] = figures
     flat = {k: v for k, v in figures.items() if isinstance(v, (int, float))}

@@ -17,7 +17,8 @@ from grpo_jax.rl import ppo
 from grpo_jax.rl.reward_model import add_scalar_head, scalar_head_policy
 from grpo_jax.runner import Learner, StageKind, rl_loop
 from grpo_jax.runner.rl_loop import minibatches, reduce_update_metrics
-from grpo_jax.runner.toolkit import add_off_policy_fields, section_sampling, stage_optimizer
+from grpo_jax.runner.toolkit import (add_off_policy_fields, add_tool_fields, section_sampling,
+                                     stage_optimizer)
 from grpo_jax.training import init_opt_state
 
 
@@ -51,6 +52,7 @@ def default_section() -> ml_collections.ConfigDict:
     s.checkpoint_every = 20  # steps between checkpoints (0 = only at the end)
     s.overlong_cache = 0  # soft overlong punishment ramp L_cache (tokens); 0 = off
     add_off_policy_fields(s)
+    add_tool_fields(s)
     return s
 
 
@@ -73,6 +75,7 @@ def validate(check) -> None:
         check.positive("kl_horizon")
     check.rl_loop_fields()
     check.off_policy_fields()
+    check.tool_fields()
 
 
 class PPOLearner(Learner):

@@ -20,7 +20,8 @@ from grpo_jax.rl.fused import make_fused_iterations
 from grpo_jax.rl.update import LossSettings, make_prepare_fn, make_train_step
 from grpo_jax.runner import ConfigError, Learner, StageKind, rl_loop
 from grpo_jax.runner.rl_loop import fused_rl_loop, minibatches, reduce_update_metrics
-from grpo_jax.runner.toolkit import add_off_policy_fields, section_sampling, stage_optimizer
+from grpo_jax.runner.toolkit import (add_off_policy_fields, add_tool_fields, section_sampling,
+                                     stage_optimizer)
 from grpo_jax.sampling import check_prompt_groups
 from grpo_jax.training import init_opt_state
 
@@ -76,6 +77,7 @@ def default_section() -> ml_collections.ConfigDict:
     # iteration, no dynamic sampling, overlong ramp or reference reset. 0 = host rewards.
     s.fused_steps = 0
     add_off_policy_fields(s)
+    add_tool_fields(s)
     return s
 
 
@@ -130,12 +132,16 @@ def validate(check) -> None:
                 check.fail(field, f"{section.algorithm} weights each token by its own "
                                   f"clipped ratio; leave {field} on its default")
     check.off_policy_fields()
+    check.tool_fields()
     if check.integer("fused_steps", low=0):
         _validate_fused(check)
 
 
 def _validate_fused(check) -> None:
     section, k = check.section, check.section.fused_steps
+    if section.tools:
+        check.fail("fused_steps", f"multi-turn episodes (tools {section.tools!r}) need the "
+                                  "host between turns: set fused_steps to 0")
     for field in ("steps", "checkpoint_every"):
         if section[field] % k:
             check.fail("fused_steps", f"{field} {section[field]} is not a multiple of "

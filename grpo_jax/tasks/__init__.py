@@ -1,6 +1,6 @@
 """Verifiable tasks: examples from a seed, prompt templates, noisy worked solutions, scoring.
 
-Built-in tasks: "arithmetic", "countdown", "gsm8k" (read offline from a data directory). Add one with `@register_task("name")` on a
+Built-in tasks: "arithmetic", "countdown", "tool_arithmetic", "gsm8k" (read offline from a data directory). Add one with `@register_task("name")` on a
 `Task` subclass (see README).
 """
 
@@ -12,6 +12,7 @@ from grpo_jax.tasks.templates import TEMPLATES, apply_template, format_completio
 from grpo_jax.tasks.arithmetic import ArithmeticTask  # noqa: E402  isort: skip
 from grpo_jax.tasks.countdown import CountdownTask  # noqa: E402  isort: skip
 from grpo_jax.tasks.gsm8k import GSM8KTask  # noqa: E402  isort: skip
+from grpo_jax.tasks.tool_arithmetic import ToolArithmeticTask  # noqa: E402  isort: skip
 
 __all__ = [
     "ArithmeticTask",
@@ -20,6 +21,7 @@ __all__ = [
     "Example",
     "TEMPLATES",
     "Task",
+    "ToolArithmeticTask",
     "apply_template",
     "available_tasks",
     "format_completion",

@@ -112,6 +112,9 @@ class Task(abc.ABC):
     test_fraction: float = 0.1
     # Extra characters a CharTokenizer needs for this task beyond the default alphabet.
     characters: str = ""
+    # Multi-character tokens (e.g. a tool's call tags) a CharTokenizer or SentencePiece model
+    # keeps as one id each, beside the think / answer tags.
+    tags: tuple[str, ...] = ()
 
     def __init__(self, difficulty: int | Sequence[int] = 1):
         self.difficulties = _difficulties(difficulty)

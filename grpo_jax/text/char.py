@@ -51,9 +51,10 @@ class CharTokenizer:
 
     @classmethod
     def for_task(cls, task=None, *, extra_chars: str = "") -> "CharTokenizer":
-        """The default alphabet plus the task's `characters` and `extra_chars`."""
+        """The default alphabet plus the task's `characters` and `extra_chars`; the task's
+        `tags` are single ids after the think / answer tags."""
         chars = DEFAULT_ALPHABET + getattr(task, "characters", "") + extra_chars
-        return cls(chars)
+        return cls(chars, tags=TAG_TOKENS + tuple(getattr(task, "tags", ())))
 
     @classmethod
     def for_texts(cls, texts: Iterable[str]) -> "CharTokenizer":

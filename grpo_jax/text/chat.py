@@ -16,7 +16,7 @@ import json
 from collections.abc import Mapping, Sequence
 from pathlib import Path
 
-__all__ = ["ChatTemplateError", "load_chat_template", "render_chat"]
+__all__ = ["ChatTemplateError", "load_chat_template", "render_chat", "tool_response_renderer"]
 
 CHAT_TEMPLATE_FILE = "chat_template.jinja"
 
@@ -120,3 +120,31 @@ def render_chat(template: str, messages: Sequence[Mapping[str, str]], *,
                                **{k: v for k, v in special_tokens.items() if v is not None})
     except jinja2.TemplateError as error:
         raise ChatTemplateError(f"chat template: {type(error).__name__}: {error}") from None
+
+
+def tool_response_renderer(template: str, **special_tokens: str | None):
+    """How a chat template writes a tool's answer in the middle of the assistant's turn, or
+    None when it has no tool role.
+
+    The text after the assistant's call is what the template renders after an assistant
+    message and a "tool" message, up to and including the next assistant header: e.g. for
+    Qwen2's template "<|im_end|>\n<|im_start|>user\n<tool_response>\n{observation}\n
+    </tool_response><|im_end|>\n<|im_start|>assistant\n". A template that raises on the
+    role, drops the message, or writes it anywhere but after the assistant's text has none.
+
+    Returns:
+      observation text -> the text appended to the context, or None.
+    """
+    said, observed = "\x01assistant\x01", "\x01tool\x01"
+    messages = [{"role": "user", "content": "question"},
+                {"role": "assistant", "content": said}, {"role": "tool", "content": observed}]
+    try:
+        rendered = render_chat(template, messages, add_generation_prompt=True,
+                               **special_tokens)
+    except ChatTemplateError:
+        return None
+    if rendered.count(said) != 1 or rendered.count(observed) != 1 \
+            or rendered.index(said) > rendered.index(observed):
+        return None
+    before, after = rendered[rendered.index(said) + len(said):].split(observed)
+    return lambda observation: before + observation + after

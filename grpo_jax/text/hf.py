@@ -6,7 +6,8 @@ import os
 from collections.abc import Iterable
 from pathlib import Path
 
-from grpo_jax.text.chat import CHAT_TEMPLATE_FILE, ChatTemplateError, load_chat_template, render_chat
+from grpo_jax.text.chat import (CHAT_TEMPLATE_FILE, ChatTemplateError, load_chat_template,
+                                render_chat, tool_response_renderer)
 
 # The files of a Hugging Face tokenizer that travel with it (an export copies them).
 TOKENIZER_FILES = ("tokenizer.json", "tokenizer_config.json", "special_tokens_map.json",
@@ -125,12 +126,21 @@ class HFTokenizer:
             raise ChatTemplateError(
                 f"{self.path.parent}: no chat template (neither tokenizer_config.json's "
                 f"chat_template nor {CHAT_TEMPLATE_FILE}); use task.template=r1_zero or plain")
-        specials = {"bos_token": self.bos_id, "eos_token": self.eos_id,
-                    "pad_token": self.pad_id}
         return render_chat(self.chat_template, messages,
                            add_generation_prompt=add_generation_prompt,
-                           **{name: self.id_to_token(i) if i >= 0 else None
-                              for name, i in specials.items()})
+                           **self._special_tokens())
+
+    def tool_response_renderer(self):
+        """observation -> the text of a tool's answer in the checkpoint's chat format
+        (`text.chat.tool_response_renderer`), or None without a template or a tool role."""
+        if self.chat_template is None:
+            return None
+        return tool_response_renderer(self.chat_template, **self._special_tokens())
+
+    def _special_tokens(self) -> dict:
+        specials = {"bos_token": self.bos_id, "eos_token": self.eos_id,
+                    "pad_token": self.pad_id}
+        return {name: self.id_to_token(i) if i >= 0 else None for name, i in specials.items()}
 
     def files(self) -> list[Path]:
         """The tokenizer's files next to tokenizer.json (what an export copies)."""

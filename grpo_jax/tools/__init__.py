@@ -8,6 +8,7 @@ come back as observations.
 from grpo_jax.tools.base import (TOOLS, ToolCall, answer, call_tool, find_call,
                                  render_observation)
 from grpo_jax.tools.calculator import calculate, evaluate
+from grpo_jax.tools.environment import ToolEnvironment
 
-__all__ = ["TOOLS", "ToolCall", "answer", "calculate", "call_tool", "evaluate", "find_call",
-           "render_observation"]
+__all__ = ["TOOLS", "ToolCall", "ToolEnvironment", "answer", "calculate", "call_tool",
+           "evaluate", "find_call", "render_observation"]

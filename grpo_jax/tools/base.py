@@ -79,10 +79,11 @@ def call_tool(name: str, argument: str, *, tools=None,
 
 
 def answer(turn_text: str, *, tools=None, deadline_seconds: float = DEADLINE_SECONDS,
-           max_chars: int = MAX_OBSERVATION_CHARS) -> str:
+           max_chars: int = MAX_OBSERVATION_CHARS,
+           render: Callable[[str], str] = render_observation) -> str:
     """The environment's reply to a turn (`sampling.generate_episodes`' observe): the
-    rendered observation of the last complete call in `turn_text`, or an error observation
-    when the turn holds none."""
+    observation of the last complete call in `turn_text`, or an error observation when the
+    turn holds none, as `render` writes it."""
     names = sorted(TOOLS if tools is None else tools)
     calls = []
     text = turn_text
@@ -90,9 +91,8 @@ def answer(turn_text: str, *, tools=None, deadline_seconds: float = DEADLINE_SEC
         calls.append(call)
         text = text[call.end:]
     if not calls:
-        return render_observation("error: no complete tool call")
+        return render("error: no complete tool call")
     call = calls[-1]
-    return render_observation(call_tool(call.name, call.argument, tools=tools,
-                                        deadline_seconds=deadline_seconds,
-                                        max_chars=max_chars))
+    return render(call_tool(call.name, call.argument, tools=tools,
+                            deadline_seconds=deadline_seconds, max_chars=max_chars))
 

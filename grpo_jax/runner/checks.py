@@ -208,6 +208,7 @@ class SectionCheck(Fields):
 
         name = self.choice("tools", ("", *sorted(TOOLS)))
         self.integer("max_turns", low=0)
+        self.integer("max_wait_tokens", low=0)
         width = self.integer("max_observation_tokens")
         if name and width >= self.section.max_new_tokens:
             self.fail("max_observation_tokens", f"{width} leaves no room for the policy's "

@@ -70,7 +70,7 @@ def tool_episodes(run, section, sampling: SamplingConfig
                            stop_ids=tuple(run.tokenizer.encode(environment.stop_text)),
                            max_turns=section.max_turns,
                            max_observation_tokens=section.max_observation_tokens,
-                           sampling=sampling)
+                           max_wait_tokens=section.max_wait_tokens, sampling=sampling)
     return config, environment
 
 

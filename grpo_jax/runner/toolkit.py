@@ -110,6 +110,9 @@ def add_tool_fields(section) -> None:
     section.tools = ""
     section.max_turns = 4  # the most tool answers an episode gets
     section.max_observation_tokens = 24  # an answer's width in tokens (a longer one is cut)
+    # The most slots a row that closed its call waits before the loop stops for the host to
+    # answer it (its answer is then written beside the rows still generating).
+    section.max_wait_tokens = 4
 
 
 def section_sampling(run, section, *, temperature: float = 1.0) -> SamplingConfig:

@@ -140,6 +140,30 @@ def test_a_chat_template_writes_the_tool_turn():
     assert ToolEnvironment()("<calc>3*9</calc>") == "<result>27</result>"
 
 
+def test_a_checkpoint_tokenizer_writes_tool_answers_in_its_chat_format(tmp_path):
+    """A Hugging Face tokenizer directory: its template's tool turn wraps the answer, and
+    the run's environment (`tool_episodes` with task.template=chat) uses it."""
+    from grpo_jax.runner.rollouts import tool_episodes
+    from grpo_jax.sampling import SamplingConfig
+    from grpo_jax.text import HFTokenizer
+    from tests.test_real_checkpoint import _write_tokenizer
+
+    _write_tokenizer(tmp_path)
+    tokenizer = HFTokenizer(tmp_path)
+    expected = "<|im_end|>\n<|im_start|>tool\n27<|im_end|>\n<|im_start|>assistant\n"
+    assert tokenizer.tool_response_renderer()("27") == expected
+
+    class Run:  # what tool_episodes reads of a run
+        config = tools_config.get_config("smoke")
+        config.task.template = "chat"
+
+    Run.tokenizer = tokenizer
+    sampling = SamplingConfig(max_new_tokens=48, eos_ids=tuple(tokenizer.eos_ids))
+    episode, environment = tool_episodes(Run, Run.config.rl, sampling)
+    assert environment("<calc>3*9</calc>") == expected
+    assert episode.stop_ids == tuple(tokenizer.encode("</calc>")) and episode.max_tokens == 48
+
+
 @pytest.mark.parametrize("overrides,message", [
     ({"rl.fused_steps": 1}, "rl.fused_steps: multi-turn episodes (tools 'calc') need the host"),
     ({"rl.max_observation_tokens": 48}, "rl.max_observation_tokens: 48 leaves no room"),

@@ -1,12 +1,12 @@
 """Tool calls as environment state: GRPO on multi-turn episodes with a calculator.
 
-The task (grpo_jax/tasks/tool_arithmetic.py) is "a op b" with 3-5 digit operands, which a
-tiny model cannot compute in its head. Its pretraining data call the calculator in half of
-the worked solutions (`<calc>4821*367</calc><result>1769307</result>`) and copy the result
-into the answer, with noise. RL samples multi-turn episodes (`rl.tools=calc`): a turn ends
-at `</calc>`, the calculator's answer is appended as an observation (attended to, never
-trained on), and the policy continues from its KV cache. Evaluation runs with and without
-the tool, before and after RL.
+The task (grpo_jax/tasks/tool_arithmetic.py) is "a op b" with 3-5 digit operands (3-4
+here), which a tiny model cannot compute in its head. Its pretraining data call the
+calculator in most of the worked solutions (`<calc>4821*367</calc><result>1769307</result>`)
+and copy the result into the answer, with noise. RL samples multi-turn episodes
+(`rl.tools=calc`): a turn ends at `</calc>`, the calculator's answer is appended as an
+observation (attended to, never trained on), and the policy continues from its KV cache.
+Evaluation runs with and without the tool, before and after RL.
 
     python -m grpo_jax.main --config=configs/tools.py            # the CPU job
     python -m grpo_jax.main --config=configs/tools.py:smoke      # seconds, real gradients
@@ -33,13 +33,15 @@ def get_config(preset: str | None = None) -> ml_collections.ConfigDict:
     config = default.get_config(preset)
     config.stages = "pretrain,eval_base,eval_base_no_tool,rl,eval_final,eval_final_no_tool"
     config.task.name = "tool_arithmetic"
-    # Operands of 3, 4 or 5 digits; half of the noisy worked solutions call the calculator.
-    config.task.kwargs = ml_collections.ConfigDict({"difficulty": (1, 2, 3), "tool_rate": 0.5})
-    config.task.solution_error_rate = 0.3  # a miscopied operand or result (or a wrong guess)
+    # Operands of 3 or 4 digits; most noisy worked solutions call the calculator.
+    config.task.kwargs = ml_collections.ConfigDict({"difficulty": (1, 2), "tool_rate": 0.8})
+    config.task.solution_error_rate = 0.2  # a miscopied operand or result (or a wrong guess)
     config.task.format_error_rate = 0.1
     config.task.prompt_len = 24
     config.model.max_seq_len = 80  # prompt bucket + the whole episode
-    config.pretrain.steps = 1000
+    # Copying the operands into the call and the result into the answer (induction over
+    # repeated digits) takes the tiny model a few thousand steps.
+    config.pretrain.steps = 2500
     config.pretrain.pack_len = 80
 
     config.rl.tools = "calc"

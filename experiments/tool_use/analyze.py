@@ -100,10 +100,12 @@ def table(summary: dict) -> str:
              "|---|---|---|---|---|---|"]
     for stage, label in STAGES.items():
         c = summary["conditions"][stage]
-        cell = lambda name, scale=100.0: fmt(c[name], scale) if name in c else "-"  # noqa: E731
-        lines.append(f"| {label} | {cell('pass@1')}% | {cell('pass@8')}% | "
-                     f"{cell('correct_call_rate')}% | {cell('tool_call_rate')}% | "
-                     f"{cell('tool_errors', 1.0)} |")
+        def cell(name, scale=100.0, unit="%"):
+            return fmt(c[name], scale) + unit if name in c else "-"
+
+        lines.append(f"| {label} | {cell('pass@1')} | {cell('pass@8')} | "
+                     f"{cell('correct_call_rate')} | {cell('tool_call_rate')} | "
+                     f"{cell('tool_errors', 1.0, '')} |")
     lines += ["", "| paired difference (same seed) | pass@1 | pass@8 | correct tool use |",
               "|---|---|---|---|"]
     for label, stats in summary["contrasts"].items():

@@ -208,7 +208,9 @@ def test_tool_record_counts_calls_errors_and_observation_share():
 def smoke(tmp_path_factory):
     """`python -m grpo_jax.main --config=configs/tools.py:smoke`, in process."""
     workdir = tmp_path_factory.mktemp("tools_smoke")
-    train_and_evaluate(tools_config.get_config("smoke"), str(workdir))
+    config = tools_config.get_config("smoke")
+    config.mesh.num_devices = 1  # the tests' 8 virtual CPU devices would each do it all
+    train_and_evaluate(config, str(workdir))
     return workdir
 
 
@@ -233,6 +235,7 @@ def test_the_smoke_job_calls_the_tool_with_real_gradients(smoke):
 def _from_smoke(smoke, stage: str, **fields):
     config = tools_config.get_config("smoke")
     config.model.init_from = str(smoke)
+    config.mesh.num_devices = 1
     config.stages = stage
     if stage == "ppo":
         config.ppo = default_section("ppo")

@@ -14,6 +14,7 @@ from grpo_jax.pipeline import train_and_evaluate
 def pretrain_config(cache_dir):
     config = default_config.get_config("smoke")
     config.stages = "pretrain"
+    config.model.num_layers = 1  # one block: the same programs to cache, compiled faster
     config.compilation_cache_dir = str(cache_dir)
     return config
 

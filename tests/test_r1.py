@@ -66,6 +66,7 @@ def _fake_sampler(monkeypatch):
 def test_rejection_sft_trains_only_on_verified_completions(tmp_path, monkeypatch):
     _fake_sampler(monkeypatch)
     config = default_config.get_config("smoke")
+    config.model.num_layers = 1  # one block: the stage's logic, at a fraction of the compile
     config.rsft = default_section("rejection_sft")
     config.rsft.update(dict(num_problems=16, num_samples=4, sample_batch_size=16,
                             max_new_tokens=24, steps=2, batch_size=8, mix_sft_examples=0))
@@ -115,6 +116,7 @@ def test_distill_section_errors_name_the_field():
 
 def test_r1_pipeline_smoke_runs_end_to_end(tmp_path):
     config = r1_pipeline.get_config("smoke")
+    config.model.num_layers = 1  # one block: the pipeline's logic, at a fraction of the compile
     summary = train_and_evaluate(config, str(tmp_path))
     assert {"before", "after"} <= set(summary)
     assert (tmp_path / "report.md").exists() and (tmp_path / "report.json").exists()
@@ -174,9 +176,9 @@ def test_distill_into_a_pretrained_student_starts_from_its_parameters(tmp_path, 
     _, expected = Policy.from_model(model)
     jax.tree.map(lambda a, b: np.testing.assert_array_equal(np.asarray(a), np.asarray(b)),
                  started[0], jax.device_get(expected))
-    two_layers = pretrained("two_layers", num_layers=2)
+    one_layer = pretrained("one_layer", num_layers=1)  # tiny-1m has 4
     with pytest.raises(ConfigError, match=r"distill\.student_init_from: .* another shape"):
-        run_stage(distill_config(two_layers), "distill", tmp_path / "refused")
+        run_stage(distill_config(one_layer), "distill", tmp_path / "refused")
     config = distill_config(str(tmp_path / "nowhere"))
     with pytest.raises(ConfigError, match=r"distill\.student_init_from: .* \(no checkpoints/\)"):
         validate(config, KINDS)

@@ -41,6 +41,7 @@ def rl_only(config):
 def test_main_job_smoke_writes_report(tmp_path):
     config = default_config.get_config("smoke")
     config.mesh.shape = {"data": 2, "fsdp": 2, "tensor": 2}  # all 8 test devices
+    config.model.num_layers = 1  # one block: the job's logic, at a fraction of the compile
     summary = train_and_evaluate(config, str(tmp_path))
     assert {"before", "after"} <= set(summary)
     for name in ("report.md", "report.json", "metrics.jsonl", "config.json"):
@@ -272,6 +273,7 @@ def test_train_step_compiles_once(tmp_path):
 
     config = default_config.get_config("smoke")
     config.mesh.shape = {"data": 2, "fsdp": 2, "tensor": 2}
+    config.model.num_layers = 1
     run = Run(config, str(tmp_path), KINDS)
     try:
         optimizer, _ = stage_optimizer(run, lr=config.pretrain.lr, steps=10)

@@ -36,7 +36,8 @@ def make(seed=0, **overrides):
 
 
 def test_named_configs_param_counts():
-    for name, low, high in [("tiny-1m", 0.8e6, 1.2e6), ("tiny-10m", 8e6, 12e6)]:
+    for name, low, high in [("tiny-300k", 0.25e6, 0.35e6), ("tiny-1m", 0.8e6, 1.2e6),
+                            ("tiny-10m", 8e6, 12e6)]:
         config = named_config(name)
         model = Transformer(config, rngs=nnx.Rngs(0))
         count = sum(x.size for x in jax.tree.leaves(nnx.state(model, nnx.Param)))

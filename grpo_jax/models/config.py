@@ -140,6 +140,18 @@ class ModelConfig:
 
 
 _NAMED = {
+    # ~0.3M parameters at vocab 64: a student a quarter of tiny-1m's size (distillation
+    # studies: a small pretrained student and a larger RL-trained teacher).
+    "tiny-300k": dict(
+        vocab_size=64,
+        hidden_size=96,
+        num_layers=2,
+        num_heads=3,
+        num_kv_heads=1,
+        head_dim=32,
+        mlp_size=384,
+        max_seq_len=512,
+    ),
     # ~1.0M parameters at vocab 64 (the synthetic tasks use small character vocabularies).
     "tiny-1m": dict(
         vocab_size=64,
@@ -224,7 +236,7 @@ def named_config(name: str, **overrides) -> ModelConfig:
     """Returns the named ModelConfig with field overrides (e.g. vocab_size=48, remat=True).
 
     Args:
-      name: one of "tiny-1m", "tiny-10m", "qwen2.5-0.5b", "qwen2.5-1.5b", "llama-3.2-1b".
+      name: one of "tiny-300k", "tiny-1m", "tiny-10m", "qwen2.5-0.5b", "qwen2.5-1.5b", "llama-3.2-1b".
       **overrides: ModelConfig fields to replace.
 
     Returns:

@@ -45,10 +45,13 @@ def test_fill_rows_repeats_to_a_batch():
 
 
 def _fake_sampler(monkeypatch):
-    """sample_and_score replaced by noisy worked solutions scored by the task's real rewards."""
+    """sample_and_score replaced by noisy worked solutions scored by the task's real rewards;
+    returns the list of the params each call was given."""
+    sampled_with = []
 
     def fake(run, examples, *, num_samples, batch_size, sampling, key, weights=None,
              policy=None, params=None):
+        sampled_with.append(params)
         rng = np.random.default_rng(0)
         fns = run.task.reward_fns()
         out = []
@@ -61,6 +64,7 @@ def _fake_sampler(monkeypatch):
         return out
 
     monkeypatch.setattr(runner_supervised, "sample_and_score", fake)
+    return sampled_with
 
 
 def test_rejection_sft_trains_only_on_verified_completions(tmp_path, monkeypatch):
@@ -134,8 +138,9 @@ def test_r1_pipeline_smoke_runs_end_to_end(tmp_path):
     assert spans["reasoning_rl"][1] < spans["final_rl"][0]
 
 
-def test_distill_into_a_pretrained_student_starts_from_its_parameters(tmp_path, monkeypatch):
-    """student_init_from: the student is a finished run's final policy (here a pretrained
+def test_distill_from_another_runs_teacher_into_a_pretrained_student(tmp_path, monkeypatch):
+    """teacher: another finished run's final policy (here after RL) samples the traces;
+    student_init_from: the student is a finished run's final policy (here a pretrained
     tiny-1m), not a fresh init; a run of another size is refused with one line."""
     import jax
 
@@ -151,7 +156,13 @@ def test_distill_into_a_pretrained_student_starts_from_its_parameters(tmp_path, 
         return str(tmp_path / name)
 
     student_dir = pretrained("student")
-    _fake_sampler(monkeypatch)
+    # The teacher: another run's final policy after RL (its checkpoints also hold the RL
+    # stage's state), of another shape than the student and the run's own model.
+    teacher = default_config.get_config("smoke")
+    teacher.model.num_layers = 2
+    teacher.rl.steps = 1
+    run_stage(teacher, "rl", tmp_path / "teacher")
+    sampled_with = _fake_sampler(monkeypatch)
     started = []
     original = distill_stage.train_on_rows
 
@@ -167,11 +178,17 @@ def test_distill_into_a_pretrained_student_starts_from_its_parameters(tmp_path, 
         config.distill = default_section("distill")
         config.distill.update(dict(num_problems=8, num_samples=2, sample_batch_size=16,
                                    max_new_tokens=24, steps=1, batch_size=8,
-                                   student_model="tiny-1m", student_init_from=student_from))
+                                   student_model="tiny-1m", student_init_from=student_from,
+                                   teacher=str(tmp_path / "teacher")))
         config.stages = "distill"
         return config
 
     run_stage(distill_config(student_dir), "distill", tmp_path / "distill")
+    _, teacher_model, _, _ = load_run_policy(str(tmp_path / "teacher"))
+    _, teacher_params = Policy.from_model(teacher_model)
+    assert len(sampled_with) == 1 and len(sampled_with[0]["blocks"]) == 2
+    jax.tree.map(lambda a, b: np.testing.assert_array_equal(np.asarray(a), np.asarray(b)),
+                 jax.device_get(sampled_with[0]), jax.device_get(teacher_params))
     _, model, _, _ = load_run_policy(student_dir)
     _, expected = Policy.from_model(model)
     jax.tree.map(lambda a, b: np.testing.assert_array_equal(np.asarray(a), np.asarray(b)),

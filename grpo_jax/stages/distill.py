@@ -7,14 +7,11 @@ resume: `Run.replace_model`)."""
 
 from __future__ import annotations
 
-import json
 import os
 
 import ml_collections
-from flax import nnx
 
-from grpo_jax.checkpoint import Checkpointer
-from grpo_jax.models import Transformer, available_models, named_config
+from grpo_jax.models import available_models
 from grpo_jax.runner import StageKind
 from grpo_jax.runner.supervised import (sample_verified, stage_rows, train_on_rows,
                                         validate_verified_sampling, verified_sampling_fields)
@@ -48,31 +45,13 @@ def validate(check) -> None:
 
 
 def load_teacher(run, workdir: str):
-    """(Policy, params) of the final checkpoint of another grpo_jax run (same tokenizer).
+    """(Policy, params) of another grpo_jax run's final policy (same tokenizer): its latest
+    checkpoint that ended a stage, of the shape its own config.json (or a distilled model's
+    name in the checkpoint meta) gives, a LoRA run's adapters merged onto its base
+    (`build.load_run_policy`)."""
+    from grpo_jax.runner.build import load_run_policy  # pylint: disable=import-outside-toplevel
 
-    The teacher's shape comes from its own config.json (and a distilled model's name in its
-    checkpoint meta), not from this run's config. A LoRA teacher is its latest finished
-    stage's base with the adapters merged in (`build.load_run_policy`)."""
-    with open(os.path.join(workdir, "config.json")) as f:
-        cfg = json.load(f)
-    if cfg["model"].get("lora_rank"):  # its checkpoints hold adapters: merged onto its base
-        from grpo_jax.runner.build import load_run_policy  # pylint: disable=import-outside-toplevel
-
-        return Policy.from_model(load_run_policy(workdir, tokenizer=run.tokenizer)[1])
-    with Checkpointer(os.path.join(workdir, "checkpoints")) as ckpt:
-        step = ckpt.latest_step()
-        if step is None:
-            raise ValueError(f"teacher: no checkpoint in {workdir}/checkpoints")
-        meta = ckpt.restore_meta(step)
-        name = meta.get("model_name", cfg["model"]["name"])
-        model_config = named_config(name, vocab_size=run.tokenizer.vocab_size,
-                                    max_seq_len=cfg["model"]["max_seq_len"],
-                                    dtype=cfg["model"]["dtype"],
-                                    param_dtype=cfg["model"]["param_dtype"])
-        abstract = nnx.eval_shape(lambda: Transformer(model_config, rngs=nnx.Rngs(0)))
-        policy, template = Policy.from_model(abstract)
-        state, _ = ckpt.restore(step, target={"params": template})
-    return policy, state["params"]
+    return Policy.from_model(load_run_policy(workdir, tokenizer=run.tokenizer)[1])
 
 
 def run_distill(run, stage) -> None:

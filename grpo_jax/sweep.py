@@ -43,8 +43,8 @@ from grpo_jax import storage
 # sweep process never imports jax.
 from grpo_jax.metrics import read_metrics
 
-__all__ = ["Run", "expand", "interval", "main", "paired_interval", "summarize",
-           "t_quantile"]
+__all__ = ["Run", "expand", "finished_runs", "format_interval", "interval", "main",
+           "paired_interval", "stage_figures", "summarize", "t_quantile"]
 
 # Student's t 0.975 quantiles for 1..30 degrees of freedom (standard tables).
 _T975 = (12.706, 4.303, 3.182, 2.776, 2.571, 2.447, 2.365, 2.306, 2.262, 2.228, 2.201, 2.179,
@@ -165,6 +165,44 @@ def final_figures(run: Run) -> dict:
     if rows:
         figures.update({f"train/{k}": rows[-1][k] for k in FINAL_TRAINING if k in rows[-1]})
     return figures
+
+
+def finished_runs(root: str) -> list[Run]:
+    """The finished runs of a local sweep directory, each rebuilt from its directory name
+    (`k=v,...,seed=S`: `run.overrides`, `run.arm`, `run.seed`), in name order: what a
+    study's analysis script reads."""
+    runs = []
+    for name in sorted(os.listdir(root)) if os.path.isdir(root) else ():
+        parts = [part.split("=", 1) for part in name.split(",")]
+        if not all(len(p) == 2 for p in parts) or parts[-1][0] != "seed":
+            continue
+        try:
+            seed = int(parts[-1][1])
+        except ValueError:
+            continue
+        run = Run([tuple(p) for p in parts[:-1]], seed, root, "", ())
+        if run.finished:
+            runs.append(run)
+    return runs
+
+
+def stage_figures(run: Run) -> dict[str, dict]:
+    """{stage name: its last metrics row} of a run: an eval stage's held-out figures, or a
+    training stage's last step."""
+    return {row["stage"]: row for row in read_metrics(run.workdir) if "stage" in row}
+
+
+def format_interval(stats: dict, scale: float = 100.0, digits: int = 1,
+                    signed: bool = False) -> str:
+    """`interval` / `paired_interval` output as "mean ± half-width" (times `scale`), "-"
+    without a value, "(n=1)" without a spread; `signed` writes the mean's sign (differences)."""
+    if stats["n"] == 0 or not math.isfinite(stats["mean"]):
+        return "-"
+    mean = stats["mean"] * scale
+    text = f"{mean:+.{digits}f}" if signed else f"{mean:.{digits}f}"
+    if stats["n"] < 2:
+        return f"{text} (n=1)"
+    return f"{text} ± {(stats['ci95'][1] - stats['ci95'][0]) / 2 * scale:.{digits}f}"
 
 
 def training_rows(run: Run) -> list[dict]:

@@ -76,6 +76,27 @@ def test_paired_interval_by_hand():
     assert sweep.interval(arm)["ci95"][0] < sweep.interval(base)["ci95"][1]
 
 
+def test_finished_runs_stage_figures_and_format(tmp_path):
+    """A study's reading of a sweep directory: finished runs only, rebuilt from their names
+    (arm, overrides, seed), their last row per stage, and intervals as table cells."""
+    runs = sweep.expand(["rl.beta=0.0,0.1"], [0, 1], str(tmp_path), "cfg.py")
+    for run, pass1 in zip(runs[:3], (0.5, 0.6, 0.7)):
+        _fake_run(run, pass1, kl=0.0)
+    os.makedirs(runs[3].workdir)  # started, not finished
+    os.makedirs(tmp_path / "notes")  # not a run
+    found = sweep.finished_runs(str(tmp_path))
+    assert [(r.arm, r.seed) for r in found] == [("rl.beta=0.0", 0), ("rl.beta=0.0", 1),
+                                                ("rl.beta=0.1", 0)]
+    assert found[2].overrides == (("rl.beta", "0.1"),) and found[2].workdir == runs[2].workdir
+    assert sweep.stage_figures(found[1])["rl"]["pass@1"] == pytest.approx(0.6)
+    assert sweep.finished_runs(str(tmp_path / "nowhere")) == []
+    stats = sweep.paired_interval([0.5, 0.6, 0.7], [0.4, 0.45, 0.65])  # mean 0.1, std 0.05
+    half = 4.303 * 0.05 / math.sqrt(3) * 100
+    assert sweep.format_interval(stats, signed=True) == f"+10.0 ± {half:.1f}"
+    assert sweep.format_interval(sweep.interval([0.25]), digits=2) == "25.00 (n=1)"
+    assert sweep.format_interval(sweep.interval([])) == "-"
+
+
 def test_summary_and_skipping_finished_runs(tmp_path, monkeypatch):
     root = str(tmp_path)
     runs = sweep.expand(["rl.beta=0.0,0.1"], [0, 1, 2], root, "cfg.py")

@@ -44,7 +44,7 @@ from grpo_jax import storage
 from grpo_jax.metrics import read_metrics
 
 __all__ = ["Run", "expand", "finished_runs", "format_interval", "interval", "main",
-           "paired_interval", "stage_figures", "summarize", "t_quantile"]
+           "paired_interval", "stage_figures", "summarize", "t_quantile", "write_analysis"]
 
 # Student's t 0.975 quantiles for 1..30 degrees of freedom (standard tables).
 _T975 = (12.706, 4.303, 3.182, 2.776, 2.571, 2.447, 2.365, 2.306, 2.262, 2.228, 2.201, 2.179,
@@ -203,6 +203,13 @@ def format_interval(stats: dict, scale: float = 100.0, digits: int = 1,
     if stats["n"] < 2:
         return f"{text} (n=1)"
     return f"{text} ± {(stats['ci95'][1] - stats['ci95'][0]) / 2 * scale:.{digits}f}"
+
+
+def write_analysis(out: str, summary: dict, table: str) -> None:
+    """Writes a study's analysis into the directory `out`: summary.json (`summary`, JSON
+    indented by 2, no final newline) and table.md (`table`, as given)."""
+    storage.write_text(storage.join(out, "summary.json"), json.dumps(summary, indent=2))
+    storage.write_text(storage.join(out, "table.md"), table)
 
 
 def training_rows(run: Run) -> list[dict]:

@@ -97,6 +97,18 @@ def test_finished_runs_stage_figures_and_format(tmp_path):
     assert sweep.format_interval(sweep.interval([])) == "-"
 
 
+def test_write_analysis(tmp_path):
+    """A study's outputs: summary.json indented by 2 (NaN kept, no final newline) and
+    table.md byte for byte as given (UTF-8)."""
+    summary = {"arm": sweep.interval([0.5]), "seeds": [0]}
+    table = "| arm | pass@1 |\n|---|---|\n| a | 50.0 ± 1.0 |\n"
+    sweep.write_analysis(str(tmp_path), summary, table)
+    text = (tmp_path / "summary.json").read_text(encoding="utf-8")
+    assert text == json.dumps(summary, indent=2) and '"std": NaN' in text
+    assert json.loads(text)["seeds"] == [0]
+    assert (tmp_path / "table.md").read_bytes() == table.encode("utf-8")
+
+
 def test_summary_and_skipping_finished_runs(tmp_path, monkeypatch):
     root = str(tmp_path)
     runs = sweep.expand(["rl.beta=0.0,0.1"], [0, 1, 2], root, "cfg.py")

@@ -44,8 +44,6 @@ this file summary.json, table.md and variance.png. Intervals: 95% over seeds (St
 from __future__ import annotations
 
 import argparse
-import json
-import math
 import os
 import sys
 import time
@@ -332,13 +330,7 @@ def summarize(per_seed: dict) -> dict:
 
 
 def fmt(stats: dict, digits: int = 3, signed: bool = False) -> str:
-    if stats["n"] == 0 or not math.isfinite(stats["mean"]):
-        return "-"
-    sign = "+" if signed else ""
-    if stats["n"] < 2:
-        return f"{stats['mean']:{sign}.{digits}f} (n=1)"
-    half = (stats["ci95"][1] - stats["ci95"][0]) / 2
-    return f"{stats['mean']:{sign}.{digits}f} ± {half:.{digits}f}"
+    return sweep.format_interval(stats, 1.0, digits, signed)
 
 
 def table(summary: dict, G: int) -> str:
@@ -383,7 +375,8 @@ def table(summary: dict, G: int) -> str:
               f"| ‖grad J‖² / tr Cov(none, G = {G}) | {fmt(main['grad_j_sq_over_var_none'], 4)} "
               f"| {fmt(acc['grad_j_sq_over_var_none'], 4)} |",
               f"| b* - mean reward, mean over prompts with reward variance | "
-              f"{fmt(main['bstar_minus_mean'], 3, True)} | {fmt(acc['bstar_minus_mean'], 3, True)} |",
+              f"{fmt(main['bstar_minus_mean'], 3, True)} | "
+              f"{fmt(acc['bstar_minus_mean'], 3, True)} |",
               f"| abs(b* - mean reward) | {fmt(main['abs_bstar_minus_mean'])} | "
               f"{fmt(acc['abs_bstar_minus_mean'])} |",
               f"| prompts (of 64) with reward variance | {fmt(main['informative_prompts'], 1)} | "
@@ -485,11 +478,8 @@ def main() -> None:
     summary["per_seed"] = {str(k): {kind: {n: v for n, v in f.items() if n != "per_prompt"}
                                     if kind in REWARDS else f for kind, f in per.items()}
                            for k, per in per_seed.items()}
-    with open(os.path.join(args.out, "summary.json"), "w", encoding="utf-8") as f:
-        json.dump(summary, f, indent=2)
     text = table(summary, args.group)
-    with open(os.path.join(args.out, "table.md"), "w", encoding="utf-8") as f:
-        f.write(text)
+    sweep.write_analysis(args.out, summary, text)
     plot(summary, per_seed, args.out)
     print(text)
 

@@ -3,9 +3,9 @@ paired by seed against no forcing.
 
 Reads the finished eval-only runs of `run.py` (`<root>/eval_final.<field>=<v>,seed=S`) and
 writes next to this file (or to --out): summary.json, table.md (the README's table) and
-budget_forcing.png (pass@1, mean completion length and format rate against the thinking budget: the caps
-(max_thinking_tokens) and the minima with "Wait" (min_thinking_tokens) as paired differences
-to no forcing, with 95% intervals).
+budget_forcing.png (pass@1, mean completion length and format rate against the thinking
+budget: the caps (max_thinking_tokens) and the minima with "Wait" (min_thinking_tokens) as
+paired differences to no forcing, with 95% intervals).
 
     python experiments/budget_forcing/analyze.py --root=runs/experiments/budget_forcing
 
@@ -49,14 +49,9 @@ def label(arm: tuple[str, int]) -> str:
 
 def load_runs(root: str) -> dict[tuple[str, int], dict[int, sweep.Run]]:
     runs: dict[tuple[str, int], dict[int, sweep.Run]] = {}
-    for name in sorted(os.listdir(root)):
-        parts = dict(part.split("=", 1) for part in name.split(",") if "=" in part)
-        if "seed" not in parts:
-            continue
-        seed = int(parts.pop("seed"))
-        run = sweep.Run(list(parts.items()), seed, root, "", ())
-        if run.finished and len(run.overrides) == 1:
-            runs.setdefault(arm_of(run), {})[seed] = run
+    for run in sweep.finished_runs(root):
+        if len(run.overrides) == 1:
+            runs.setdefault(arm_of(run), {})[run.seed] = run
     return runs
 
 
@@ -105,16 +100,6 @@ def analyze(runs) -> dict:
     return summary
 
 
-def fmt(stats: dict, scale: float, digits: int, signed: bool = False) -> str:
-    if stats["n"] == 0 or not math.isfinite(stats["mean"]):
-        return "-"
-    mean = stats["mean"] * scale
-    text = f"{mean:+.{digits}f}" if signed else f"{mean:.{digits}f}"
-    if stats["n"] < 2:
-        return text + " (n=1)"
-    return f"{text} ± {(stats['ci95'][1] - stats['ci95'][0]) / 2 * scale:.{digits}f}"
-
-
 def verdict(stats: dict) -> str:
     if stats["n"] < 2:
         return ""
@@ -123,6 +108,7 @@ def verdict(stats: dict) -> str:
 
 
 def table(summary: dict) -> str:
+    fmt = sweep.format_interval
     lines = [("| forcing | seeds | pass@1 | pass@1 - none (paired) | mean length (tokens) | "
              "length - none (paired) | format rate | pass@8 |"),
              "|---|---|---|---|---|---|---|---|"]
@@ -188,11 +174,8 @@ def main() -> None:
     if not runs:
         raise SystemExit(f"{args.root}: no finished run (report.json) found")
     summary = analyze(runs)
-    with open(os.path.join(args.out, "summary.json"), "w", encoding="utf-8") as f:
-        json.dump(summary, f, indent=2)
     text = table(summary)
-    with open(os.path.join(args.out, "table.md"), "w", encoding="utf-8") as f:
-        f.write(text)
+    sweep.write_analysis(args.out, summary, text)
     plot(summary, args.out)
     print(text)
 

@@ -31,7 +31,6 @@ next to this file, summary.json, table.md and weights.png.
 from __future__ import annotations
 
 import argparse
-import json
 import math
 import os
 import sys
@@ -245,18 +244,8 @@ def summarize(per_seed: dict) -> dict:
     return summary
 
 
-def fmt(stats: dict, scale: float = 100.0, digits: int = 1, signed: bool = False) -> str:
-    if stats["n"] == 0 or not math.isfinite(stats["mean"]):
-        return "-"
-    mean = stats["mean"] * scale
-    sign = "+" if signed else ""
-    if stats["n"] < 2:
-        return f"{mean:{sign}.{digits}f} (n=1)"
-    half = (stats["ci95"][1] - stats["ci95"][0]) / 2 * scale
-    return f"{mean:{sign}.{digits}f} ± {half:.{digits}f}"
-
-
 def table(summary: dict) -> str:
+    fmt = sweep.format_interval
     lines = ["Share of each method's total weight by bin of the group pass rate p (%, mean "
              "± 95% interval over seeds; groups with p = 0 or 1 weigh 0):", "",
              "| p | groups (share of 0 < p < 1) | GRPO sum abs(A) | Dr. GRPO sum abs(A) | "
@@ -389,11 +378,8 @@ def main() -> None:
     summary["settings"] = {"prompts": args.prompts, "group": args.group, "reward": "accuracy",
                            "adv_eps": EPS}
     summary["per_seed"] = {str(k): v for k, v in per_seed.items()}
-    with open(os.path.join(args.out, "summary.json"), "w", encoding="utf-8") as f:
-        json.dump(summary, f, indent=2)
     text = table(summary)
-    with open(os.path.join(args.out, "table.md"), "w", encoding="utf-8") as f:
-        f.write(text)
+    sweep.write_analysis(args.out, summary, text)
     plot(summary, args.out, args.group)
     print(text)
 

@@ -16,7 +16,6 @@ problems, the same prompt order and keys), with a 95% interval over seeds (Stude
 from __future__ import annotations
 
 import argparse
-import json
 import math
 import os
 import sys
@@ -30,34 +29,10 @@ FIGURES = ("pass@1", "pass@8", "maj@8", "format_rate")
 TRAINING = ("kl_behaviour", "is_weight_max", "staleness", "reward_mean")
 
 
-def load_runs(root: str) -> list[sweep.Run]:
-    runs = []
-    for name in sorted(os.listdir(root)):
-        parts = dict(part.split("=", 1) for part in name.split(",") if "=" in part)
-        if "seed" not in parts:
-            continue
-        seed = int(parts.pop("seed"))
-        run = sweep.Run(list(parts.items()), seed, root, "", ())
-        if run.finished:
-            runs.append(run)
-    return runs
-
-
 def arm_of(run) -> tuple[int, str]:
     overrides = dict(run.overrides)
     k = int(overrides.get("rl.max_staleness", 0))
     return k, "-" if k == 0 else overrides.get("rl.off_policy_correction", "tis")
-
-
-def fmt(stats: dict, scale: float = 100.0, digits: int = 1) -> str:
-    if stats["n"] == 0 or not math.isfinite(stats["mean"]):
-        return "-"
-    mean = stats["mean"] * scale
-    if stats["n"] < 2:
-        return f"{mean:.{digits}f} (n=1)"
-    half = (stats["ci95"][1] - stats["ci95"][0]) / 2 * scale
-    return f"{mean:+.{digits}f} ± {half:.{digits}f}" if stats.get("paired") else \
-        f"{mean:.{digits}f} ± {half:.{digits}f}"
 
 
 def analyze(runs) -> dict:
@@ -90,6 +65,7 @@ def analyze(runs) -> dict:
 
 
 def table(summary: dict) -> str:
+    fmt = sweep.format_interval
     lines = ["| K | correction | seeds | pass@1 | pass@1 - K=0 (paired) | pass@8 | "
              "pass@8 - K=0 (paired) | mean KL(sampler ‖ trainer) per token | "
              "largest IS weight |",
@@ -100,9 +76,9 @@ def table(summary: dict) -> str:
         lines.append(
             f"| {k[2:]} | {correction} | {len(entry['seeds'])} | "
             f"{fmt(entry['figures']['pass@1'])}% | "
-            f"{fmt(paired['pass@1']) + '%' if 'pass@1' in paired else '-'} | "
+            f"{fmt(paired['pass@1'], signed=True) + '%' if 'pass@1' in paired else '-'} | "
             f"{fmt(entry['figures']['pass@8'])}% | "
-            f"{fmt(paired['pass@8']) + '%' if 'pass@8' in paired else '-'} | "
+            f"{fmt(paired['pass@8'], signed=True) + '%' if 'pass@8' in paired else '-'} | "
             f"{fmt(entry['training']['kl_behaviour'], 1.0, 4)} | "
             f"{fmt(entry['training']['is_weight_max'], 1.0, 2)} |")
     return "\n".join(lines) + "\n"
@@ -167,15 +143,12 @@ def main() -> None:
     parser.add_argument("--sweep", required=True, help="the sweep directory")
     parser.add_argument("--out", default=HERE)
     args = parser.parse_args()
-    runs = load_runs(args.sweep)
+    runs = sweep.finished_runs(args.sweep)
     if not runs:
         raise SystemExit(f"{args.sweep}: no finished run (report.json) found")
     summary = analyze(runs)
-    with open(os.path.join(args.out, "summary.json"), "w", encoding="utf-8") as f:
-        json.dump(summary, f, indent=2)
     text = table(summary)
-    with open(os.path.join(args.out, "table.md"), "w", encoding="utf-8") as f:
-        f.write(text)
+    sweep.write_analysis(args.out, summary, text)
     plot(summary, runs, args.out)
     print(text)
 

@@ -34,13 +34,9 @@ MODELS = ("base", "rl")
 def load_runs(root: str) -> dict[str, dict[int, sweep.Run]]:
     """{model: {seed: finished run}} of the directories `model=M,seed=S` under root."""
     runs: dict[str, dict[int, sweep.Run]] = {}
-    for name in sorted(os.listdir(root)):
-        parts = dict(part.split("=", 1) for part in name.split(",") if "=" in part)
-        if "seed" not in parts or "model" not in parts:
-            continue
-        run = sweep.Run([("model", parts["model"])], int(parts["seed"]), root, "", ())
-        if run.finished:
-            runs.setdefault(parts["model"], {})[run.seed] = run
+    for run in sweep.finished_runs(root):
+        if [key for key, _ in run.overrides] == ["model"]:
+            runs.setdefault(run.overrides[0][1], {})[run.seed] = run
     return runs
 
 
@@ -50,10 +46,6 @@ def wall_time(run: sweep.Run) -> float:
         return math.nan
     with open(path, encoding="utf-8") as f:
         return float(json.load(f)["wall_s"])
-
-
-def half(stats: dict) -> float:
-    return (stats["ci95"][1] - stats["ci95"][0]) / 2 if stats["n"] > 1 else math.nan
 
 
 def crossing(ks, diffs) -> dict:
@@ -74,7 +66,8 @@ def analyze(runs) -> dict:
     seeds = sorted(set(runs.get("base", {})) & set(runs.get("rl", {})))
     figures = {m: {s: sweep.final_figures(r) for s, r in members.items()}
                for m, members in runs.items()}
-    summary: dict = {"seeds_paired": seeds, "ks": list(KS), "models": {}, "paired_rl_minus_base": {}}
+    summary: dict = {"seeds_paired": seeds, "ks": list(KS), "models": {},
+                     "paired_rl_minus_base": {}}
     for model in MODELS:
         members = sorted(runs.get(model, {}))
         entry = {"seeds": members, "pass@k": {}, "maj@k": {}, "per_seed_pass@k": {},
@@ -108,15 +101,8 @@ def analyze(runs) -> dict:
     return summary
 
 
-def pct(stats: dict, signed: bool = False) -> str:
-    if stats["n"] == 0 or not math.isfinite(stats["mean"]):
-        return "-"
-    mean = stats["mean"] * 100
-    text = f"{mean:+.1f}" if signed else f"{mean:.1f}"
-    return f"{text} ± {half(stats) * 100:.1f}" if stats["n"] > 1 else f"{text} (n=1)"
-
-
 def table(summary: dict) -> str:
+    pct = sweep.format_interval
     base, rl = summary["models"]["base"], summary["models"]["rl"]
     paired = summary["paired_rl_minus_base"]
     lines = [("| k | base pass@k | RL pass@k | RL - base, paired | paired 95% interval | "
@@ -184,11 +170,8 @@ def main() -> None:
     if not runs.get("base") or not runs.get("rl"):
         raise SystemExit(f"{args.root}: needs finished model=base and model=rl runs")
     summary = analyze(runs)
-    with open(os.path.join(args.out, "summary.json"), "w", encoding="utf-8") as f:
-        json.dump(summary, f, indent=2)
     text = table(summary)
-    with open(os.path.join(args.out, "table.md"), "w", encoding="utf-8") as f:
-        f.write(text)
+    sweep.write_analysis(args.out, summary, text)
     plot(summary, args.out)
     print(text)
     print("sign change:", summary["sign_change"])

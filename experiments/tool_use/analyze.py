@@ -15,7 +15,6 @@ Differences are taken within a seed (the same base, held-out problems and keys),
 from __future__ import annotations
 
 import argparse
-import json
 import math
 import os
 import sys
@@ -39,35 +38,8 @@ CONTRASTS = (("GRPO, with the tool", "eval_final", "eval_base"),
 CURVES = ("tool_call_rate", "reward/correct_call", "pass@1", "turns", "tool_errors")
 
 
-def load_runs(root: str) -> list[sweep.Run]:
-    runs = []
-    for name in sorted(os.listdir(root)):
-        parts = dict(part.split("=", 1) for part in name.split(",") if "=" in part)
-        if "seed" in parts and len(parts) == 1:
-            run = sweep.Run([], int(parts["seed"]), root, "", ())
-            if run.finished:
-                runs.append(run)
-    return runs
-
-
-def eval_figures(run) -> dict[str, dict]:
-    rows = read_metrics(run.workdir)
-    return {r["stage"]: r for r in rows if r.get("stage") in STAGES}
-
-
-def fmt(stats: dict, scale: float = 100.0, digits: int = 1, signed: bool = False) -> str:
-    if stats["n"] == 0 or not math.isfinite(stats["mean"]):
-        return "-"
-    mean = stats["mean"] * scale
-    if stats["n"] < 2:
-        return f"{mean:.{digits}f} (n=1)"
-    half = (stats["ci95"][1] - stats["ci95"][0]) / 2 * scale
-    return f"{mean:+.{digits}f} ± {half:.{digits}f}" if signed else \
-        f"{mean:.{digits}f} ± {half:.{digits}f}"
-
-
 def analyze(runs) -> dict:
-    figures = {run.seed: eval_figures(run) for run in runs}
+    figures = {run.seed: sweep.stage_figures(run) for run in runs}
     seeds = sorted(figures)
 
     def values(stage, name):
@@ -95,6 +67,7 @@ def analyze(runs) -> dict:
 
 
 def table(summary: dict) -> str:
+    fmt = sweep.format_interval
     lines = ["| held-out (128 problems x 8 samples) | pass@1 | pass@8 | correct tool use | "
              "episodes with a call | tool errors per episode |",
              "|---|---|---|---|---|---|"]
@@ -172,15 +145,12 @@ def main() -> None:
     parser.add_argument("--sweep", required=True, help="the sweep directory")
     parser.add_argument("--out", default=HERE)
     args = parser.parse_args()
-    runs = load_runs(args.sweep)
+    runs = [run for run in sweep.finished_runs(args.sweep) if not run.overrides]
     if not runs:
         raise SystemExit(f"{args.sweep}: no finished run (report.json) found")
     summary = analyze(runs)
-    with open(os.path.join(args.out, "summary.json"), "w", encoding="utf-8") as f:
-        json.dump(summary, f, indent=2)
     text = table(summary)
-    with open(os.path.join(args.out, "table.md"), "w", encoding="utf-8") as f:
-        f.write(text)
+    sweep.write_analysis(args.out, summary, text)
     plot(summary, runs, args.out)
     print(text)
 

@@ -41,10 +41,16 @@ def arm_of(run: sweep.Run) -> tuple[str, int]:
     return ("max" if key.endswith("max_thinking_tokens") else "min"), value
 
 
-def label(arm: tuple[str, int]) -> str:
+def label(arm: tuple[str, int], continuation: str = "Wait") -> str:
     kind, value = arm
     return {"none": "no forcing", "max": f"cap: at most {value} thinking tokens",
-            "min": f'at least {value} thinking tokens ("Wait")'}[kind]
+            "min": f'at least {value} thinking tokens ("{continuation}")'}[kind]
+
+
+def continuation_of(run: sweep.Run) -> str:
+    """The run's forced continuation (its config.json's eval_final.continuation)."""
+    with open(os.path.join(run.workdir, "config.json"), encoding="utf-8") as f:
+        return json.load(f)["eval_final"]["continuation"]
 
 
 def load_runs(root: str) -> dict[tuple[str, int], dict[int, sweep.Run]]:
@@ -85,7 +91,8 @@ def analyze(runs) -> dict:
     summary = {}
     for arm in sorted(runs, key=order):
         seeds = sorted(runs[arm])
-        entry = {"label": label(arm), "kind": arm[0], "budget": arm[1], "seeds": seeds,
+        entry = {"label": label(arm, continuation_of(runs[arm][seeds[0]])), "kind": arm[0],
+                 "budget": arm[1], "seeds": seeds,
                  "figures": {}, "paired_vs_none": {},
                  "wall_s": {str(s): wall_time(runs[arm][s]) for s in seeds},
                  "examples_seed0": examples(runs[arm][seeds[0]])}
@@ -143,8 +150,11 @@ def plot(summary: dict, out: str) -> None:
                        label="no forcing (95% band)")
             if s["n"] > 1:
                 ax.axhspan(s["ci95"][0] * scale, s["ci95"][1] * scale, color="gray", alpha=0.15)
+        forced = [e["label"].split("(")[-1].rstrip(")") for e in summary.values()
+                  if e["kind"] == "min"]
         for kind, color, text in (("max", "C0", "max_thinking_tokens (cap)"),
-                                  ("min", "C3", 'min_thinking_tokens + "Wait"')):
+                                  ("min", "C3", "min_thinking_tokens + "
+                                   + (forced[0] if forced else ""))):
             entries = [e for e in summary.values() if e["kind"] == kind]
             if not entries:
                 continue

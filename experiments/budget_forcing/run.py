@@ -3,6 +3,14 @@ each evaluated with its own seed, without forcing and at each thinking budget.
 
     python experiments/budget_forcing/run.py [--root=runs/experiments/budget_forcing] [--print]
 
+The second part of the study forces a continuation the models have seen: the GRPO models of
+the length_bias study (pretrained on traces that redo steps, `task.kwargs.redo_rate` 0.3),
+with " redo" instead of "Wait" and minima only:
+
+    python experiments/budget_forcing/run.py --root=runs/experiments/budget_forcing/redo \
+        --models="runs/experiments/length_bias/sweep/rl.algorithm=grpo,seed={seed}" \
+        --continuation=" redo" --caps= --minima=16,24,32
+
 Runs, one after another, the evaluations that have not finished (a run is finished when its
 report.json exists, so running this again resumes), each an eval-only run of
 `runs/experiments/off_policy/sweep/rl.max_staleness=0,seed=S` into
@@ -33,7 +41,8 @@ sys.path.insert(0, REPO)
 
 from grpo_jax import sweep
 
-SOURCES = os.path.join(REPO, "runs", "experiments", "off_policy", "sweep")
+MODELS = os.path.join(REPO, "runs", "experiments", "off_policy", "sweep",
+                      "rl.max_staleness=0,seed={seed}")
 CAPS = (4, 8, 12, 16)
 MINIMA = (24, 32)
 SEEDS = (0, 1, 2)
@@ -41,21 +50,22 @@ MAX_NEW_TOKENS = 48
 NUM_SAMPLES = 8
 
 
-def arms() -> list[tuple[str, int]]:
+def arms(caps=CAPS, minima=MINIMA) -> list[tuple[str, int]]:
     return ([("eval_final.max_thinking_tokens", 0)]
-            + [("eval_final.max_thinking_tokens", c) for c in CAPS]
-            + [("eval_final.min_thinking_tokens", m) for m in MINIMA])
+            + [("eval_final.max_thinking_tokens", c) for c in caps]
+            + [("eval_final.min_thinking_tokens", m) for m in minima])
 
 
-def runs(root: str) -> list[sweep.Run]:
+def runs(root: str, models: str = MODELS, continuation: str = "Wait", caps=CAPS,
+         minima=MINIMA) -> list[sweep.Run]:
     out = []
     for seed in SEEDS:
-        model = os.path.join(SOURCES, f"rl.max_staleness=0,seed={seed}")
+        model = os.path.abspath(models.format(seed=seed))
         extra = ["--config.stages=eval_final", f"--config.model.init_from={model}",
                  f"--config.eval_final.max_new_tokens={MAX_NEW_TOKENS}",
                  f"--config.eval_final.num_samples={NUM_SAMPLES}",
-                 "--config.eval_final.continuation=Wait"]
-        for key, value in arms():
+                 f"--config.eval_final.continuation={continuation}"]
+        for key, value in arms(caps, minima):
             out.append(sweep.Run([(key, str(value))], seed, root, "configs/default.py", extra))
     return out
 
@@ -66,8 +76,16 @@ def main() -> None:
                         default=os.path.join("runs", "experiments", "budget_forcing"))
     parser.add_argument("--print", action="store_true", dest="print_only",
                         help="print the commands and exit")
+    parser.add_argument("--models", default=MODELS,
+                        help="the RL runs to evaluate, {seed} standing for the seed")
+    parser.add_argument("--continuation", default="Wait",
+                        help="the text that replaces an end of thinking before the minimum")
+    parser.add_argument("--caps", default=",".join(map(str, CAPS)))
+    parser.add_argument("--minima", default=",".join(map(str, MINIMA)))
     args = parser.parse_args()
-    for run in runs(os.path.abspath(args.root)):
+    budgets = lambda text: tuple(int(v) for v in text.split(",") if v.strip())
+    for run in runs(os.path.abspath(args.root), args.models, args.continuation,
+                    budgets(args.caps), budgets(args.minima)):
         if args.print_only:
             print(shlex.join(run.command))
             continue

@@ -163,17 +163,21 @@ def _check_problem(index: int, problem: Mapping[str, Any]) -> list[Mapping[str, 
     return samples
 
 
-def _summarise(problems: Sequence[Sequence[Mapping[str, Any]]], ks, maj_ks) -> dict[str, Any]:
+def _per_problem(samples: Sequence[Mapping[str, Any]], ks, maj_ks) -> dict[str, float]:
+    """One problem's pass@k and maj@k (computed once, averaged for every grouping)."""
+    correct = [bool(x["correct"]) for x in samples]
+    values = {f"pass@{k}": pass_at_k(len(samples), sum(correct), k) for k in ks}
+    answers = [x["answer"] for x in samples]
+    values.update({f"maj@{k}": maj_at_k(answers, correct, k) for k in maj_ks})
+    return values
+
+
+def _summarise(problems: Sequence[Sequence[Mapping[str, Any]]], values, ks,
+               maj_ks) -> dict[str, Any]:
     num_samples = sum(len(s) for s in problems)
     metrics: dict[str, Any] = {"num_problems": len(problems), "num_samples": num_samples}
-    for k in ks:
-        metrics[f"pass@{k}"] = sum(
-            pass_at_k(len(s), sum(bool(x["correct"]) for x in s), k) for s in problems
-        ) / len(problems)
-    for k in maj_ks:
-        metrics[f"maj@{k}"] = sum(
-            maj_at_k([x["answer"] for x in s], [x["correct"] for x in s], k) for s in problems
-        ) / len(problems)
+    for name in [f"pass@{k}" for k in ks] + [f"maj@{k}" for k in maj_ks]:
+        metrics[name] = sum(v[name] for v in values) / len(problems)
     metrics["format_rate"] = sum(bool(x["formatted"]) for s in problems for x in s) / num_samples
     metrics["mean_length"] = sum(int(x["length"]) for s in problems for x in s) / num_samples
     return metrics
@@ -227,12 +231,15 @@ def evaluate_samples(
                     f"{name}: each k must be an int in [1, {min_n}] (the fewest samples of "
                     f"any problem), got {k!r}"
                 )
-    metrics = _summarise(checked, ks, maj_ks)
-    groups: dict[Any, list] = {}
-    for problem, samples in zip(problems, checked):
-        groups.setdefault(problem.get("difficulty", 0), []).append(samples)
+    values = [_per_problem(samples, ks, maj_ks) for samples in checked]
+    metrics = _summarise(checked, values, ks, maj_ks)
+    groups: dict[Any, tuple[list, list]] = {}
+    for problem, samples, value in zip(problems, checked, values):
+        group = groups.setdefault(problem.get("difficulty", 0), ([], []))
+        group[0].append(samples)
+        group[1].append(value)
     metrics["by_difficulty"] = {
-        d: _summarise(groups[d], ks, maj_ks)
+        d: _summarise(*groups[d], ks, maj_ks)
         for d in sorted(groups, key=lambda d: (str(type(d)), d))
     }
     return metrics

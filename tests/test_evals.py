@@ -478,17 +478,30 @@ def test_runs_with_different_seeds_evaluate_the_same_problems(tmp_path):
     """task.eval_seed, not the run's seed, draws the held-out problems: two seeds of a sweep
     are paired problem by problem (their models, and so their completions, differ)."""
     from configs import default as default_config
+    from grpo_jax.metrics import read_metrics
     from grpo_jax.pipeline import run_stage
+    from grpo_jax.runner import ConfigError, validate
+    from grpo_jax.stages import KINDS
 
     prompts = {}
     for seed in (0, 1):
         config = default_config.get_config("smoke")
         config.seed = seed
         config.model.num_layers = 1
+        config.eval_final.samples_logged = 4 if seed == 0 else -1  # seed 1: every completion
         run_stage(config, "eval_final", str(tmp_path / str(seed)))
         rows = [json.loads(line) for line in open(tmp_path / str(seed) / "samples.jsonl")]
         prompts[seed] = [r["prompt"] for r in rows]
-    assert prompts[0] and prompts[0] == prompts[1]
+    assert len(prompts[0]) == 4 and prompts[0] == prompts[1][:4]
+    # samples_logged -1: all eval_size x num_samples completions, whose accuracies average
+    # to the stage's pass@1.
+    section = config.eval_final
+    assert len(rows) == config.task.eval_size * section.num_samples
+    figures = [r for r in read_metrics(tmp_path / "1") if r.get("stage") == "eval_final"][-1]
+    assert np.mean([r["accuracy"] for r in rows]) == pytest.approx(figures["pass@1"])
+    config.eval_final.samples_logged = 0
+    with pytest.raises(ConfigError, match=r"eval_final\.samples_logged"):
+        validate(config, KINDS)
     config = default_config.get_config("smoke")
     from grpo_jax.runner.build import build_task, eval_seed
 

@@ -1,11 +1,12 @@
 """Every held-out completion of a run's kept checkpoints (the eval stages log only 4).
 
-The eval stage keeps SAMPLES_PER_LOG = 4 generated texts in samples.jsonl, too few for the
-length of the correct and of the incorrect completions or the redo rate. This script runs
-eval-only jobs in-process, from each sweep run's kept checkpoints (config.py keeps every
-20th RL step), with that limit lifted, and writes all 128 problems x 8 samples to
-OUT/<run>/step=<k>/eval/samples.jsonl (metrics.jsonl has the stage's figures; policy/ next
-to it holds that checkpoint's parameters as a run directory model.init_from can start from):
+The eval stages of the sweep keep 4 generated texts in samples.jsonl (the eval section's
+samples_logged), too few for the length of the correct and of the incorrect completions or
+the redo rate. This script runs eval-only jobs in-process, from each sweep run's kept
+checkpoints (config.py keeps every 20th RL step), with samples_logged -1, and writes all
+128 problems x 8 samples to OUT/<run>/step=<k>/eval/samples.jsonl (metrics.jsonl has the
+stage's figures; policy/ next to it holds that checkpoint's parameters as a run directory
+model.init_from can start from):
 
     python experiments/length_bias/held_out.py --sweep=runs/experiments/length_bias/sweep \
         --out=runs/experiments/length_bias/held_out
@@ -78,15 +79,13 @@ def policy_view(run_dir: str, checkpoint_step: int, out: str) -> str:
 def evaluate_checkpoint(run_dir: str, checkpoint_step: int, out: str, *, exact_final: bool):
     """Eval-only job in `out` from checkpoint `checkpoint_step` of `run_dir`."""
     from grpo_jax import pipeline
-    from grpo_jax.runner import toolkit
-    from grpo_jax.stages import evaluate
 
-    toolkit.SAMPLES_PER_LOG = evaluate.SAMPLES_PER_LOG = 1 << 30  # keep every completion
     run_config = json.load(open(os.path.join(run_dir, "config.json"), encoding="utf-8"))
     config = _load_config_module().get_config()
     config.seed = int(run_config["seed"])
     config.model.init_from = os.path.abspath(policy_view(run_dir, checkpoint_step, out))
     config.checkpoint.max_to_keep = 1
+    config.eval_base.samples_logged = config.eval_final.samples_logged = -1  # every one
     if exact_final:  # the sweep's eval_final is stage 2 of eval_base,rl,eval_final
         for name in ("pad0", "pad1"):
             config[name] = type(config.eval_base)(config.eval_base.to_dict())

@@ -158,11 +158,12 @@ SAMPLES_PER_LOG = 4  # generated texts kept per eval stage and per RL sample log
 SAMPLE_EVERY = 10  # RL steps between sample logs (and the first step)
 
 
-def log_samples(run, stage, examples, texts, rewards, components) -> None:
-    """The first SAMPLES_PER_LOG (prompt, completion, reward) of a batch in samples.jsonl
-    and TensorBoard (`MetricWriter.write_samples`), at the run's current global step."""
+def log_samples(run, stage, examples, texts, rewards, components, *,
+                limit: int = SAMPLES_PER_LOG) -> None:
+    """The first `limit` (prompt, completion, reward) of a batch in samples.jsonl and
+    TensorBoard (`MetricWriter.write_samples`), at the run's current global step."""
     rows = []
-    for i in range(min(SAMPLES_PER_LOG, len(texts))):
+    for i in range(min(limit, len(texts))):
         rows.append({"prompt": prompt_text(run, examples[i]), "completion": texts[i],
                      "reward": float(rewards[i]),
                      **{name: float(value[i]) for name, value in components.items()}})

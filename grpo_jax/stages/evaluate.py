@@ -45,6 +45,9 @@ def default_section() -> ml_collections.ConfigDict:
     s.max_thinking_tokens = 0
     s.end_thinking = "</think>"  # the end-of-thinking delimiter, as text
     s.continuation = "Wait"  # written in place of an early end of thinking, as text
+    # Completions written to samples.jsonl (the first ones, problem by problem); -1: every
+    # one, problems x num_samples (per-completion lengths, answers and rewards for a study).
+    s.samples_logged = SAMPLES_PER_LOG
     add_tool_fields(s)  # tools: multi-turn episodes with a tool (e.g. calc), as in rl
     return s
 
@@ -71,6 +74,9 @@ def validate(check) -> None:
             isinstance(k, int) and not isinstance(k, bool) and 1 <= k <= n for k in ks):
         check.fail("ks", f"expected a tuple of ints in [1, num_samples = {n}] (pass@k and "
                          f"maj@k need k of the num_samples samples), got {ks!r}")
+    if check.integer("samples_logged", low=-1) == 0:
+        check.fail("samples_logged", "expected -1 (every completion) or a positive count, "
+                                     "got 0")
     low = check.integer("min_thinking_tokens", low=0)
     high = check.integer("max_thinking_tokens", low=0)
     if low > new:
@@ -160,10 +166,12 @@ def run_eval(run, stage) -> None:
     run.evals[stage.name] = figures
     flat = {k: v for k, v in figures.items() if isinstance(v, (int, float))}
     run.writer.write(run.global_step, flat, stage=stage.name)
-    shown = records[:SAMPLES_PER_LOG]
+    limit = stage.section.get("samples_logged", SAMPLES_PER_LOG)
+    shown = records if limit < 0 else records[:limit]
     log_samples(run, stage, [r["example"] for r in shown], [r["text"] for r in shown],
                 [r["reward"] for r in shown],
-                {name: [r["components"][name] for r in shown] for name in shown[0]["components"]})
+                {name: [r["components"][name] for r in shown] for name in shown[0]["components"]},
+                limit=len(shown))
     print(f"[grpo_jax] {stage.name}: " + ", ".join(
         f"{k}={v:.3f}" for k, v in flat.items()), flush=True)
     run.finish_stage(stage)

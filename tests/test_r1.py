@@ -144,7 +144,7 @@ def test_distill_from_another_runs_teacher_into_a_pretrained_student(tmp_path, m
     tiny-1m), not a fresh init; a run of another size is refused with one line."""
     import jax
 
-    from grpo_jax.runner.build import load_run_policy
+    from grpo_jax.runner.build import load_finished_run, load_run_policy
     from grpo_jax.stages import distill as distill_stage
     from grpo_jax.training import Policy
 
@@ -161,7 +161,7 @@ def test_distill_from_another_runs_teacher_into_a_pretrained_student(tmp_path, m
     teacher = default_config.get_config("smoke")
     teacher.model.num_layers = 2
     teacher.rl.steps = 1
-    run_stage(teacher, "rl", tmp_path / "teacher")
+    teacher_run = run_stage(teacher, "rl", tmp_path / "teacher")
     sampled_with = _fake_sampler(monkeypatch)
     started = []
     original = distill_stage.train_on_rows
@@ -186,6 +186,14 @@ def test_distill_from_another_runs_teacher_into_a_pretrained_student(tmp_path, m
     run_stage(distill_config(student_dir), "distill", tmp_path / "distill")
     _, teacher_model, _, _ = load_run_policy(str(tmp_path / "teacher"))
     _, teacher_params = Policy.from_model(teacher_model)
+    # What a study loads from a finished run: the same parameters, its task and tokenizer.
+    finished = load_finished_run(str(tmp_path / "teacher"))
+    jax.tree.map(lambda a, b: np.testing.assert_array_equal(np.asarray(a), np.asarray(b)),
+                 jax.device_get(finished.params), jax.device_get(teacher_params))
+    assert finished.config.model.num_layers == 2 and finished.task.name == "arithmetic"
+    assert finished.tokenizer.encode("Q: 7*8") == teacher_run.tokenizer.encode("Q: 7*8")
+    with pytest.raises(FileNotFoundError, match="not a grpo_jax run directory"):
+        load_finished_run(str(tmp_path / "nowhere"))
     assert len(sampled_with) == 1 and len(sampled_with[0]["blocks"]) == 2
     jax.tree.map(lambda a, b: np.testing.assert_array_equal(np.asarray(a), np.asarray(b)),
                  jax.device_get(sampled_with[0]), jax.device_get(teacher_params))

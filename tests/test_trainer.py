@@ -317,8 +317,8 @@ def test_per_sequence_score_grads_sum_to_the_batch_gradient_and_give_the_baselin
     sum (another program: all rows in one forward), and their squared norms feed
     losses.optimal_baseline."""
     from grpo_jax import losses
-    from grpo_jax.rl.update import (sequence_logp, sequence_score_grads,
-                                    sequence_score_sq_norms)
+    from grpo_jax.rl.update import (flat_sequence_score_grads, sequence_logp,
+                                    sequence_score_grads, sequence_score_sq_norms)
 
     policy, params = _tiny_policy()
     rng = np.random.default_rng(1)
@@ -343,6 +343,12 @@ def test_per_sequence_score_grads_sum_to_the_batch_gradient_and_give_the_baselin
                for i in range(rows)]
     np.testing.assert_allclose(norms, by_hand, rtol=1e-5)
     assert len(set(np.round(np.asarray(norms), 4))) == rows  # rows differ
+    flat = np.asarray(flat_sequence_score_grads(policy, params, tokens, attention, prompt_len))
+    count = sum(g[0].size for g in jax.tree.leaves(grads))
+    assert flat.shape == (rows, count)
+    np.testing.assert_array_equal(flat[2], np.concatenate(
+        [np.asarray(g[2]).ravel() for g in jax.tree.leaves(grads)]))
+    np.testing.assert_allclose(np.diag(flat @ flat.T), norms, rtol=1e-5)
     rewards = jnp.asarray([1.0, 0.0, 0.5, 2.0])
     baseline = losses.optimal_baseline(rewards, norms)
     assert float(baseline) == pytest.approx(float(jnp.sum(norms * rewards) / jnp.sum(norms)))

@@ -59,38 +59,27 @@ EPS = 1e-6
 # ------------------------------------------------------------------------------ sampling
 def setup(base: str):
     """The base run's task, tokenizer, policy and parameters, built as the run built them."""
-    from grpo_jax import tasks as tasks_lib
-    from grpo_jax.runner.build import build_tokenizer, load_run_policy, run_directory_config
-    from grpo_jax.training import Policy
+    from grpo_jax.runner.build import load_finished_run
 
-    config = run_directory_config(base)
-    if config is None:
-        raise SystemExit(f"{base}: not a grpo_jax run directory; run the off_policy study's "
-                         "base command first (experiments/off_policy/README.md)")
-    task = tasks_lib.get_task(config.task.name, **config.task.kwargs.to_dict())
-    tokenizer = build_tokenizer(config, task, base)
-    _, model, _, _ = load_run_policy(base, tokenizer=tokenizer)
-    policy, params = Policy.from_model(model)
-    return {"config": config, "task": task, "tokenizer": tokenizer, "policy": policy,
-            "params": params, "prompt_len": int(config.task.prompt_len)}
+    try:
+        run = load_finished_run(base)
+    except FileNotFoundError as err:
+        raise SystemExit(f"{err}; run the off_policy study's base command first "
+                         "(experiments/off_policy/README.md)") from None
+    return {"config": run.config, "task": run.task, "tokenizer": run.tokenizer,
+            "policy": run.policy, "params": run.params,
+            "prompt_len": int(run.config.task.prompt_len)}
 
 
 def grad_fn(s):
     """jit(tokens, attention, loss_mask) -> [rows, P] flattened score functions."""
     import jax
-    import jax.numpy as jnp
 
-    from grpo_jax.rl.update import sequence_score_grads
+    from grpo_jax.rl.update import flat_sequence_score_grads
 
     policy, params, prompt_len = s["policy"], s["params"], s["prompt_len"]
-
-    @jax.jit
-    def fn(tokens, attention, loss_mask):
-        grads = sequence_score_grads(policy, params, tokens, attention, prompt_len,
-                                     loss_mask=loss_mask)
-        return jnp.concatenate([g.reshape(g.shape[0], -1) for g in jax.tree.leaves(grads)], 1)
-
-    return fn
+    return jax.jit(lambda tokens, attention, loss_mask: flat_sequence_score_grads(
+        policy, params, tokens, attention, prompt_len, loss_mask=loss_mask))
 
 
 def collect(s, seed: int, num_prompts: int, group: int, prompts_per_call: int) -> dict:

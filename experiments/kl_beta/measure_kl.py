@@ -58,17 +58,12 @@ TRAINING = ("kl_ref", "zero_std_groups", "reward_mean", "reward_std", "pass@1",
 def setup(base: str, samples: int):
     """The base run's task, tokenizer, policy and the fixed held-out prompts."""
     from grpo_jax import tasks as tasks_lib
-    from grpo_jax.runner.build import (build_tokenizer, eval_seed, load_run_policy,
-                                       run_directory_config)
-    from grpo_jax.training import Policy
+    from grpo_jax.runner.build import eval_seed, load_finished_run
 
-    config = run_directory_config(base)
-    if config is None:
-        raise SystemExit(f"{base}: not a grpo_jax run directory")
-    task = tasks_lib.get_task(config.task.name, **config.task.kwargs.to_dict())
-    tokenizer = build_tokenizer(config, task, base)
-    _, model, _, _ = load_run_policy(base, tokenizer=tokenizer)
-    policy, params = Policy.from_model(model)
+    try:
+        config, task, tokenizer, policy, params = load_finished_run(base)
+    except FileNotFoundError as err:
+        raise SystemExit(str(err)) from None
     examples = task.examples("test", int(config.task.eval_size), seed=eval_seed(config))
     rows = [ex for ex in examples for _ in range(samples)]
     prompts = [tasks_lib.apply_template(ex, template=config.task.template,

@@ -83,6 +83,16 @@ def sequence_score_grads(policy: Policy, params: Params, tokens, attention_mask,
         params, tokens, attention_mask, mask)
 
 
+def flat_sequence_score_grads(policy: Policy, params: Params, tokens, attention_mask,
+                              prompt_len: int, loss_mask=None, temperature: float = 1.0):
+    """[B, P] `sequence_score_grads` with each row's leaves flattened and concatenated (in
+    `jax.tree.leaves` order, P = the number of parameters): rows whose Gram matrix and
+    norms a gradient-variance study takes."""
+    grads = sequence_score_grads(policy, params, tokens, attention_mask, prompt_len,
+                                 loss_mask, temperature)
+    return jnp.concatenate([g.reshape(g.shape[0], -1) for g in jax.tree.leaves(grads)], 1)
+
+
 def sequence_score_sq_norms(policy: Policy, params: Params, tokens, attention_mask,
                             prompt_len: int, loss_mask=None, temperature: float = 1.0):
     """[B] squared norms ||grad_theta log pi(y_i | x_i)||^2 (`sequence_score_grads`)."""

@@ -12,7 +12,7 @@ from __future__ import annotations
 import dataclasses
 import os
 import tempfile
-from typing import Any
+from typing import Any, NamedTuple
 
 import ml_collections
 from flax import nnx
@@ -235,6 +235,36 @@ def load_run_policy(workdir: str, *, stage: str | None = None, tokenizer=None,
     nnx.replace_by_pure_dict(state, cast)
     nnx.update(model, state)
     return model_config, model, meta, model_type
+
+
+class FinishedRun(NamedTuple):
+    """A finished run's final policy with what it was trained on (`load_finished_run`)."""
+    config: ml_collections.ConfigDict
+    task: Any
+    tokenizer: Any
+    policy: Any  # training.Policy
+    params: Any
+
+
+def load_finished_run(workdir: str) -> FinishedRun:
+    """The config, task, tokenizer, policy and final parameters of a grpo_jax run directory,
+    built as the run built them (`load_run_policy`): what a study or an evaluation script
+    needs from a finished run.
+
+    Raises:
+      FileNotFoundError: `workdir` is not a grpo_jax run directory, or has no checkpoint.
+    """
+    from grpo_jax.training import Policy  # pylint: disable=import-outside-toplevel
+
+    config = run_directory_config(workdir)
+    if config is None:
+        raise FileNotFoundError(f"{workdir}: not a grpo_jax run directory (no config.json "
+                                "with stages and no checkpoints/)")
+    task = build_task(config)
+    tokenizer = build_tokenizer(config, task, workdir)
+    _, model, _, _ = load_run_policy(workdir, tokenizer=tokenizer)
+    policy, params = Policy.from_model(model)
+    return FinishedRun(config, task, tokenizer, policy, params)
 
 
 def build_model(config, tokenizer):

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import os
 
 import numpy as np
 import pytest
@@ -133,7 +134,19 @@ def test_r1_pipeline_smoke_runs_end_to_end(tmp_path):
         assert all(r["reward_std"] > 0 and r["grad_norm"] > 0 for r in rows), stage
     # The two RL stages' curves are drawn against the global step: the second follows the
     # first (both start at their stage step 1).
-    spans = json.loads((tmp_path / "report.json").read_text())["plot_steps"]["reward_mean"]
+    report = json.loads((tmp_path / "report.json").read_text())
+    # The code that made the run: this checkout's commit (None outside a git checkout).
+    code = report["provenance"]
+    import subprocess
+
+    import jax
+
+    head = subprocess.run(["git", "rev-parse", "HEAD"], capture_output=True, text=True,
+                          cwd=os.path.dirname(os.path.abspath(__file__)), check=False)
+    assert code["commit"] == (head.stdout.strip() if head.returncode == 0 else None)
+    assert code["jax"] == jax.__version__ and isinstance(code["modified"], (bool, type(None)))
+    assert "Code: grpo_jax " in (tmp_path / "report.md").read_text()
+    spans = report["plot_steps"]["reward_mean"]
     assert set(spans) == {"reasoning_rl", "final_rl"}
     assert spans["reasoning_rl"][1] < spans["final_rl"][0]
 

@@ -165,6 +165,7 @@ def write_report(
     group_key: str | None = None,
     labels: Mapping[str, str] | None = None,
     notes: Sequence[str] = (),
+    extra: Mapping[str, Any] | None = None,
 ) -> dict[str, str]:
     """Writes report.md, report.json and one PNG per plotted series into `workdir`.
 
@@ -186,6 +187,7 @@ def write_report(
       labels: column name -> table header (e.g. {"after": "rl"}); a column without one is
         headed by its name.
       notes: lines of text printed under the table (e.g. what the columns are).
+      extra: more top-level entries of report.json (e.g. "provenance": the code's commit).
 
     Returns:
       {"markdown": path, "json": path, "plot:<series>": path, ...}. report.json also has
@@ -251,6 +253,7 @@ def write_report(
         "num_history_steps": len(history),
         "plots": plotted,
         "plot_steps": spans,
+        **(extra or {}),
     }
     json_path = storage.join(workdir, "report.json")
     storage.write_text(json_path, json.dumps(report, indent=2))

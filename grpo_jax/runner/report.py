@@ -2,6 +2,11 @@
 
 from __future__ import annotations
 
+import os
+import platform
+import subprocess
+import sys
+
 from grpo_jax import evals as evals_lib
 from grpo_jax import parallel
 from grpo_jax.metrics import read_metrics
@@ -52,6 +57,30 @@ def eval_columns(stage_names, kinds, evals) -> list[tuple[str, str, str | None, 
     return out
 
 
+def code_provenance() -> dict:
+    """What code made a run: the git commit of the grpo_jax checkout (None outside one,
+    e.g. an installed wheel), whether tracked files differed from it, and the versions of
+    Python, jax and flax. Read when the run starts, kept in report.json."""
+    import flax  # pylint: disable=import-outside-toplevel
+    import jax  # pylint: disable=import-outside-toplevel
+
+    root = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+
+    def git(*args):
+        try:
+            done = subprocess.run(["git", "-C", root, *args], capture_output=True, text=True,
+                                  timeout=10, check=False)
+        except (OSError, subprocess.SubprocessError):
+            return None
+        return done.stdout.strip() if done.returncode == 0 else None
+
+    commit = git("rev-parse", "HEAD") if os.path.exists(os.path.join(root, ".git")) else None
+    status = git("status", "--porcelain", "--untracked-files=no") if commit else None
+    return {"commit": commit, "modified": bool(status) if status is not None else None,
+            "python": platform.python_version(), "jax": jax.__version__,
+            "flax": flax.__version__, "argv": list(sys.argv)}
+
+
 def write_run_report(run) -> dict:
     """report.md / report.json / plots; returns the summary (column -> figures).
 
@@ -81,9 +110,15 @@ def write_run_report(run) -> dict:
                                 if isinstance(v, (int, float)) and k != "wall_time"}
     if not summary or not parallel.is_primary():  # process 0 writes the report
         return summary
+    code = getattr(run, "provenance", None)
+    if code:
+        commit = code["commit"][:12] if code["commit"] else "not a git checkout"
+        notes.append(f"Code: grpo_jax {commit}" + (" with modified files" if code["modified"]
+                                                      else "")
+                     + f"; jax {code['jax']}, flax {code['flax']}, Python {code['python']}.")
     evals_lib.write_report(
         run.workdir, title=f"grpo_jax run: {run.config.task.name}", summary=summary,
         history=history, plots=PLOTS, step_key="step", group_key="stage", labels=labels,
-        notes=notes,
+        notes=notes, extra={"provenance": code} if code else None,
     )
     return summary

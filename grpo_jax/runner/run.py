@@ -31,6 +31,7 @@ from grpo_jax.runner.build import (CONFIG_FILE, HISTORY_FIELD, RunInputs, build_
 from grpo_jax.runner.checks import (check_vocabulary, extendable_stage, mesh_rules,
                                     stage_names)
 from grpo_jax.runner.guards import NonFiniteError, Preempted, StopRequest, WorkdirLock
+from grpo_jax.runner.report import code_provenance
 from grpo_jax.runner.resume import CorruptCheckpointError, check_config_drift
 from grpo_jax.runner.validation import check_stages, validate
 from grpo_jax.training import Policy, all_finite, default_batch_streams
@@ -138,6 +139,8 @@ class Run:
         if self.history:
             record[HISTORY_FIELD] = self.history
         self.record = record  # config.json's content, kept in every checkpoint's meta too
+        # The code at the start (git commit, versions), for report.json; process 0 writes it.
+        self.provenance = code_provenance() if primary else None
         if primary:
             storage.write_text(storage.join(self.workdir, CONFIG_FILE),
                                json.dumps(record, indent=2))

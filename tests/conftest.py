@@ -26,13 +26,6 @@ if "xla_backend_optimization_level" not in _flags:
 # micro-batch update test 55 -> 18 CPU s, the R1 pipeline smoke test 35 -> 18 CPU s).
 if "xla_cpu_use_fusion_emitters" not in _flags:
     _flags += " --xla_cpu_use_fusion_emitters=false"
-# The 8 virtual devices share the machine's cores, so under load one device's thread can
-# reach a collective minutes after the others; XLA:CPU aborts the process when a rendezvous
-# waits longer than its warn-stuck plus terminate timeouts (tests/test_collectives.py).
-for _flag in ("xla_cpu_collective_call_warn_stuck_timeout_seconds",
-              "xla_cpu_collective_call_terminate_timeout_seconds"):
-    if _flag not in _flags:
-        _flags += f" --{_flag}=600"
 os.environ["XLA_FLAGS"] = _flags.strip()
 
 import jax  # noqa: E402

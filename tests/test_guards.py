@@ -196,10 +196,10 @@ def test_apply_if_finite_keeps_the_state_on_any_non_finite_value():
 
 
 def test_the_sampler_never_emits_an_id_outside_the_vocabulary():
-    from grpo_jax.sampling.sampler import _argmax
+    from grpo_jax.sampling.choice import argmax
 
     x = jnp.array([[0.1, 2.0, 0.3], [jnp.nan, jnp.nan, jnp.nan]])
-    np.testing.assert_array_equal(np.asarray(_argmax(x)), [1, 2])
+    np.testing.assert_array_equal(np.asarray(argmax(x)), [1, 2])
 
 
 def test_a_busy_workdir_is_refused_and_a_stale_lock_taken_over(tmp_path):

@@ -1,5 +1,7 @@
-"""On-device sampling: prefill + `lax.while_loop` decode over a pytree KV cache, and
-multi-turn episodes that continue from the cache after each tool answer."""
+"""On-device sampling: one decode core (`sampling.decode`: prefill, then one
+`lax.while_loop` over a pytree KV cache) run without pauses by `generate` and with host
+hand-offs by `generate_episodes` (multi-turn episodes continuing from the cache after each
+tool answer); token choice in `sampling.choice`."""
 
 from grpo_jax.sampling.episodes import (EpisodeConfig, EpisodeOutput, episode_rows,
                                         episode_texts, generate_episodes)

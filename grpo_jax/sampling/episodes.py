@@ -8,14 +8,16 @@ Each row's completion is a run of slots after its left-padded prompt. A slot hol
 the policy generated (`generated`: it carries the loss), an observation token the
 environment wrote (`observation`: attended to, never in the loss or the KL), or nothing (a
 hole, masked out of attention: a row waiting for its answer). A turn ends for a row when its
-last generated tokens are `config.stop_ids` (the call's closing tag). The on-device loop
-writes one slot per step for every row: the generating rows sample, the rows being answered
-write their answer's next token, the waiting rows write nothing. It stops for the host
-when a row has waited `config.max_wait_tokens` slots (or nothing else can go on); the host
-reads each waiting row's text since its last observation, asks `observe(text)` for the
-answer, and hands the answers' tokens to the loop, which writes and decodes them one per
-step, beside the rows still generating. No turn re-reads the history: the prompt is
-prefilled once and every later token is decoded once, into the cache column of its slot.
+last generated tokens are `config.stop_ids` (the call's closing tag). The decode core
+(`sampling.decode`) writes one slot per step for every row: the generating rows sample, the
+rows being answered write their answer's next token, the waiting rows write nothing. It
+stops for the host when a row has waited `config.max_wait_tokens` slots (or nothing else
+can go on; `decode.paused`); the host reads each waiting row's text since its last
+observation, asks `observe(text)` for the answer, and hands the answers' tokens to the
+loop's queue (`decode.hand_off`), which writes and decodes them one per step, beside the
+rows still generating. No turn re-reads the history: the prompt is prefilled once per
+prompt group and every later token is decoded once, into the cache column of its slot; the
+cache grows in `sampling.cache_phases` phases (the host grows it between runs).
 
 The layout keeps teacher forcing exact: a generated token always directly follows the
 token it was sampled after (its previous generated token, the answer's last token, or the
@@ -35,8 +37,10 @@ import jax.numpy as jnp
 import numpy as np
 from flax import nnx
 
-from grpo_jax.models.transformer import KVCache, default_positions
-from grpo_jax.sampling.sampler import SamplingConfig, _argmax, _filter_and_sample, _logp_at
+from grpo_jax.sampling import decode
+from grpo_jax.sampling.config import SamplingConfig
+from grpo_jax.sampling.decode import DecodeSpec, DecodeState
+from grpo_jax.sampling.sampler import checked_prompts
 
 
 @dataclasses.dataclass(frozen=True)
@@ -51,8 +55,9 @@ class EpisodeConfig:
       max_observation_tokens: O, the longest answer in tokens; a longer one is cut.
       max_wait_tokens: the most slots a row that closed its call waits before the loop
         stops for the host to answer it (fewer: more host round trips; more: more holes).
-      sampling: temperature, top_k, top_p, greedy, eos_ids and pad_id as in SamplingConfig
-        (max_new_tokens and the budget-forcing fields unused).
+      sampling: token choice, eos_ids, pad_id, budget forcing (its forced tokens share the
+        queue with the answers), cache_phases (over the N slots) and prompt_group as in
+        SamplingConfig (its max_new_tokens unused).
     """
 
     max_tokens: int
@@ -82,6 +87,9 @@ class EpisodeOutput:
       observation: [B, N] bool, the environment's tokens.
       turns: [B] int32, observations each row received.
       length: [] int32, the slots written (the rest of the N are empty).
+      tool_errors: [B] int32, the observations the environment called errors (its
+        `is_error`; zeros for an environment without one).
+      forced: [B, N] bool, the generated tokens budget forcing wrote.
     """
 
     tokens: jax.Array
@@ -90,6 +98,8 @@ class EpisodeOutput:
     observation: jax.Array
     turns: jax.Array
     length: jax.Array
+    tool_errors: jax.Array
+    forced: jax.Array
 
     @property
     def attention_mask(self) -> jax.Array:
@@ -97,126 +107,30 @@ class EpisodeOutput:
         return self.generated | self.observation
 
 
-@flax.struct.dataclass
-class _State:
-    step: jax.Array  # [] the next slot
-    last_token: jax.Array  # [B] the token written last
-    pending: jax.Array  # [B] last_token is written but not in the cache yet
-    position: jax.Array  # [B] the rotary position of the next token decoded
-    done: jax.Array  # [B] the episode ended (EOS, out of turns or slots)
-    waiting: jax.Array  # [B] the turn ended with the stop sequence; no answer yet
-    first_wait: jax.Array  # [] the slot at which a row started waiting, or -1
-    recent: jax.Array  # [B, L] the last L generated tokens (L = len(stop_ids))
-    queue: jax.Array  # [B, O] the answer being written (left-aligned)
-    queue_len: jax.Array  # [B] its length
-    queue_pos: jax.Array  # [B] its next token
-    cache: KVCache
-    tokens: jax.Array
-    logp: jax.Array
-    generated: jax.Array
-    observation: jax.Array
+def _spec(config: EpisodeConfig) -> DecodeSpec:
+    return DecodeSpec(sampling=config.sampling, slots=config.max_tokens,
+                      stop_ids=config.stop_ids, max_wait_tokens=config.max_wait_tokens,
+                      answer_width=config.max_observation_tokens)
 
 
-def _write(s: _State, logits, key, config: EpisodeConfig) -> _State:
-    """Writes slot s.step: a sampled token for every generating row, the next answer token
-    for every row being answered, nothing for the rest."""
-    sampling = config.sampling
-    feeding = ~s.done & (s.queue_pos < s.queue_len)
-    active = ~s.done & ~s.waiting & ~feeding
-    scaled = logits if sampling.greedy else logits / sampling.temperature
-    if sampling.greedy:
-        sampled = _argmax(scaled)
-        logp = _logp_at(scaled, sampled)
-    else:
-        sampled, logp = _filter_and_sample(scaled, key, sampling)
-    answer = jnp.take_along_axis(
-        s.queue, jnp.minimum(s.queue_pos, s.queue.shape[1] - 1)[:, None], 1)[:, 0]
-    token = jnp.where(feeding, answer, sampled)
-    written = feeding | active
-    eos = (jnp.any(token[:, None] == jnp.asarray(sampling.eos_ids, jnp.int32)[None], -1)
-           if sampling.eos_ids else jnp.zeros(token.shape, bool))
-    recent = jnp.where(active[:, None],
-                       jnp.concatenate([s.recent[:, 1:], token[:, None]], 1), s.recent)
-    stop = jnp.all(recent == jnp.asarray(config.stop_ids, jnp.int32)[None], -1)
-    starts_waiting = active & ~eos & stop
-
-    def write(buffer, value):
-        return jax.lax.dynamic_update_slice(buffer, value.astype(buffer.dtype)[:, None],
-                                            (0, s.step))
-
-    return s.replace(
-        step=s.step + 1,
-        last_token=jnp.where(written, token, s.last_token),
-        pending=written,
-        done=s.done | (active & eos),
-        waiting=s.waiting | starts_waiting,
-        first_wait=jnp.where((s.first_wait < 0) & jnp.any(starts_waiting), s.step,
-                             s.first_wait),
-        recent=recent,
-        queue_pos=s.queue_pos + feeding.astype(jnp.int32),
-        tokens=write(s.tokens, jnp.where(written, token, sampling.pad_id)),
-        logp=write(s.logp, jnp.where(active, logp, 0.0)),
-        generated=write(s.generated, active),
-        observation=write(s.observation, feeding),
-    )
+def _start(graphdef, weights, prompts, prompt_mask, key, spec: DecodeSpec) -> DecodeState:
+    return decode.prefill(nnx.merge(graphdef, weights), prompts, prompt_mask, key, spec)
 
 
-def _start(graphdef, state, prompts, prompt_mask, key, config: EpisodeConfig) -> _State:
-    model = nnx.merge(graphdef, state)
-    batch, prompt_len = prompts.shape
-    n, width = config.max_tokens, config.max_observation_tokens
-    mask = prompt_mask.astype(bool)
-    cache = model.init_cache(batch, prompt_len + n)
-    hidden, cache = model.decode(prompts, default_positions(mask), mask, cache)
-    s = _State(
-        step=jnp.zeros((), jnp.int32), last_token=jnp.zeros((batch,), jnp.int32),
-        pending=jnp.zeros((batch,), bool), position=mask.sum(-1).astype(jnp.int32),
-        done=jnp.zeros((batch,), bool), waiting=jnp.zeros((batch,), bool),
-        first_wait=jnp.full((), -1, jnp.int32),
-        recent=jnp.full((batch, len(config.stop_ids)), -1, jnp.int32),
-        queue=jnp.zeros((batch, width), jnp.int32), queue_len=jnp.zeros((batch,), jnp.int32),
-        queue_pos=jnp.zeros((batch,), jnp.int32), cache=cache,
-        tokens=jnp.full((batch, n), config.sampling.pad_id, jnp.int32),
-        logp=jnp.zeros((batch, n), jnp.float32), generated=jnp.zeros((batch, n), bool),
-        observation=jnp.zeros((batch, n), bool))
-    return _write(s, model.logits(hidden[:, -1]), jax.random.fold_in(key, 0), config)
+def _run(graphdef, weights, s: DecodeState, key, spec: DecodeSpec, end: int) -> DecodeState:
+    return decode.run(nnx.merge(graphdef, weights), s, key, spec, end)
 
 
-def _run(graphdef, state, s: _State, key, config: EpisodeConfig) -> _State:
-    """Decodes and writes slots until they run out, nothing can go on, or a waiting row
-    has waited max_wait_tokens slots (the host then answers the waiting rows)."""
-    model = nnx.merge(graphdef, state)
-
-    def body(s):
-        hidden, cache = model.decode(s.last_token[:, None], s.position[:, None],
-                                     s.pending[:, None], s.cache)
-        s = s.replace(cache=cache, position=s.position + s.pending.astype(jnp.int32),
-                      pending=jnp.zeros_like(s.pending))
-        return _write(s, model.logits(hidden[:, 0]), jax.random.fold_in(key, s.step), config)
-
-    def cond(s):
-        waiting = jnp.any(s.waiting & ~s.done)
-        going = jnp.any(~s.done & ~s.waiting)
-        waited = (s.first_wait >= 0) & (s.step - s.first_wait >= config.max_wait_tokens)
-        return (s.step < config.max_tokens) & going & ~(waiting & waited)
-
-    return jax.lax.while_loop(cond, body, s)
+def _grow(graphdef, weights, s: DecodeState, size: int) -> DecodeState:
+    return decode.grow(nnx.merge(graphdef, weights), s, size)
 
 
-def _load(s: _State, answers, lengths, answered) -> _State:
-    """Hands the answers [B, O] (left-aligned, `lengths` tokens) to the rows `answered`."""
-    return s.replace(
-        queue=jnp.where(answered[:, None], answers, s.queue),
-        queue_len=jnp.where(answered, lengths, s.queue_len),
-        queue_pos=jnp.where(answered, 0, s.queue_pos),
-        waiting=s.waiting & ~answered,
-        recent=jnp.where(answered[:, None], -1, s.recent),
-        first_wait=jnp.full((), -1, jnp.int32))
-
-
-_start_jit = jax.jit(_start, static_argnames=("graphdef", "config"))
-_run_jit = jax.jit(_run, static_argnames=("graphdef", "config"), donate_argnums=(2,))
-_load_jit = jax.jit(_load, donate_argnums=(0,))
+_weights_jit = jax.jit(decode.rollout_state, static_argnames=("graphdef",))
+_start_jit = jax.jit(_start, static_argnames=("graphdef", "spec"))
+_run_jit = jax.jit(_run, static_argnames=("graphdef", "spec", "end"), donate_argnums=(2,))
+_grow_jit = jax.jit(_grow, static_argnames=("graphdef", "size"))
+_hand_off_jit = jax.jit(decode.hand_off, donate_argnums=(0,))
+_paused_jit = jax.jit(decode.paused, static_argnames=("spec",))
 
 
 def generate_episodes(graphdef, state, prompts, prompt_mask, key, *, config: EpisodeConfig,
@@ -225,40 +139,55 @@ def generate_episodes(graphdef, state, prompts, prompt_mask, key, *, config: Epi
 
     Args:
       graphdef, state: the model (`nnx.split`).
-      prompts: [B, P] int32 left-padded; prompt_mask: [B, P] bool.
+      prompts: [B, P] int32 left-padded; prompt_mask: [B, P] bool; rows in contiguous
+        groups of config.sampling.prompt_group share one prompt.
       key: PRNG key.
       config: EpisodeConfig (static).
       tokenizer: encodes the answers (and decodes each turn's text for `observe`).
       observe: the environment: the text a row generated since its last observation (its
         call included) -> the text appended to its context (e.g. "<result>27</result>").
+        With an `is_error(observation) -> bool` attribute (`tools.ToolEnvironment`), the
+        answers it calls errors are counted in `tool_errors`.
 
     Returns:
       EpisodeOutput. A row that closes a call with no turns left, or with too few slots
       left for the answer and one more token, ends its episode there.
     """
-    prompts = jnp.asarray(prompts, jnp.int32)
-    prompt_mask = jnp.asarray(prompt_mask, bool)
-    batch = prompts.shape[0]
-    width, n = config.max_observation_tokens, config.max_tokens
+    if not isinstance(config, EpisodeConfig):
+        raise ValueError(f"generate_episodes: config must be an EpisodeConfig, got "
+                         f"{type(config).__name__}")
+    prompts, prompt_mask = checked_prompts(prompts, prompt_mask, config.sampling.prompt_group,
+                                           "generate_episodes")
+    spec = _spec(config)
+    batch, prompt_len = prompts.shape
+    n, ends = config.max_tokens, spec.phase_ends
+    is_error = getattr(observe, "is_error", None)
     turns = np.zeros(batch, np.int32)
-    s = _start_jit(graphdef, state, prompts, prompt_mask, key, config=config)
-    run_key = jax.random.fold_in(key, 1)
-    while True:  # each pass answers or ends at least one waiting row
-        s = _run_jit(graphdef, state, s, run_key, config=config)
-        waiting = np.asarray(s.waiting & ~s.done)
-        if not waiting.any():
-            break
-        answers, lengths = _answers(s, waiting, tokenizer, observe, width)
-        room = n - int(s.step)
-        answered = waiting & (turns < config.max_turns) & (lengths > 0) & (lengths < room)
-        s = s.replace(done=s.done | jnp.asarray(waiting & ~answered))
-        if answered.any():
+    tool_errors = np.zeros(batch, np.int32)
+    weights = _weights_jit(graphdef, state)
+    s = _start_jit(graphdef, weights, prompts, prompt_mask, key, spec=spec)
+    run_key, phase = jax.random.fold_in(key, 1), 0
+    while True:  # each pause answers or ends every waiting row; each phase ends once
+        s = _run_jit(graphdef, weights, s, run_key, spec=spec, end=ends[phase])
+        if bool(_paused_jit(s, spec=spec)):
+            waiting = np.asarray(s.waiting & ~s.done)
+            answers, lengths, errors = _answers(s, waiting, tokenizer, observe, is_error,
+                                                spec.queue_width, config.max_observation_tokens)
+            room = n - int(s.step)
+            answered = waiting & (turns < config.max_turns) & (lengths > 0) & (lengths < room)
             turns += answered
-            s = _load_jit(s, jnp.asarray(answers), jnp.asarray(lengths),
-                          jnp.asarray(answered))
+            tool_errors += answered & errors
+            s = _hand_off_jit(s, jnp.asarray(answers), jnp.asarray(lengths),
+                              jnp.asarray(answered), jnp.asarray(waiting & ~answered))
+        elif int(s.step) >= ends[phase] and phase + 1 < len(ends) and bool(jnp.any(~s.done)):
+            phase += 1
+            s = _grow_jit(graphdef, weights, s, size=prompt_len + ends[phase])
+        else:
+            break
     return EpisodeOutput(tokens=s.tokens, logp=s.logp, generated=s.generated,
                          observation=s.observation, turns=jnp.asarray(turns),
-                         length=jnp.minimum(s.step, n))
+                         length=jnp.minimum(s.step, n), tool_errors=jnp.asarray(tool_errors),
+                         forced=s.forced)
 
 
 def turn_texts(tokens, generated, observation, tokenizer) -> list[str]:
@@ -272,19 +201,27 @@ def turn_texts(tokens, generated, observation, tokenizer) -> list[str]:
     return out
 
 
-def _answers(s: _State, waiting, tokenizer, observe, width: int):
-    """The answers [B, O] of the waiting rows (left-aligned, cut to O tokens) and their
-    lengths [B] (0 for the other rows)."""
+def _answers(s: DecodeState, waiting, tokenizer, observe, is_error, queue_width: int,
+             width: int):
+    """The answers of the waiting rows, asked of `observe`.
+
+    Returns:
+      (answers [B, Q] int32 left-aligned, cut to `width` tokens; lengths [B] int32, 0 for
+      the other rows; errors [B] bool, `is_error` of each answer's text).
+    """
     tokens, generated, observation = (np.asarray(x) for x in
                                       (s.tokens, s.generated, s.observation))
     texts = turn_texts(tokens, generated, observation, tokenizer)
-    answers = np.zeros((len(texts), width), np.int32)
+    answers = np.zeros((len(texts), queue_width), np.int32)
     lengths = np.zeros(len(texts), np.int32)
+    errors = np.zeros(len(texts), bool)
     for row in np.flatnonzero(waiting):
-        ids = list(tokenizer.encode(observe(texts[row])))[:width]
+        text = observe(texts[row])
+        ids = list(tokenizer.encode(text))[:width]
         answers[row, :len(ids)] = ids
         lengths[row] = len(ids)
-    return answers, lengths
+        errors[row] = bool(is_error(text)) if is_error is not None else False
+    return answers, lengths, errors
 
 
 def episode_texts(out: EpisodeOutput, tokenizer) -> list[str]:

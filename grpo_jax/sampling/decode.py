@@ -1,0 +1,446 @@
+"""The decode core: one prefill, then one `lax.while_loop` of cached decode steps.
+
+Both samplers run it: `sampler.generate` (single-turn, the loop without pauses, one device
+call) and `episodes.generate_episodes` (multi-turn, the loop plus a host hand-off).
+
+A run writes one completion slot per step for every row (`DecodeState`). A slot holds a
+token of the policy (`generated`: it carries the loss), a token the environment wrote
+(`observation`), or nothing (a hole: a row waiting for the host). The tokens the policy did
+not choose come from one queue per row: budget forcing fills it (the end-of-thinking
+delimiter at the maximum, the continuation in place of a premature end; these are
+`generated` and `forced`), the host fills it with the environment's answer
+(`hand_off`; these are `observation`). One pause rule (`paused`) stops the loop for the
+host: a row whose last policy tokens are `DecodeSpec.stop_ids` waits, and the loop stops
+when one has waited `max_wait_tokens` slots, the slots run out, or no other row can go on.
+
+The prompt is prefilled once per prompt group (`SamplingConfig.prompt_group`), the KV cache
+grows in `SamplingConfig.cache_phases` phases (one `run` each), the weights are cast to the
+compute dtype once (`rollout_state`), and on a mesh every row-major buffer keeps the
+rollout layout (rows over data x fsdp; no collective in a decode step).
+
+Features are static: a spec without stop_ids carries no pause fields in its state and does
+no work for them in a step; one without budget forcing carries no forcing fields or queue.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from collections.abc import Sequence
+
+import flax.struct
+import jax
+import jax.numpy as jnp
+from flax import nnx
+
+from grpo_jax.models.transformer import (KVCache, default_positions, first_of_groups,
+                                         spread_to_groups)
+from grpo_jax.sampling.choice import argmax, filter_and_sample, logp_at
+from grpo_jax.sampling.config import SamplingConfig, phase_ends
+
+
+@dataclasses.dataclass(frozen=True)
+class DecodeSpec:
+    """Static settings of one decode run (hashable: a jit static argument).
+
+    Attributes:
+      sampling: token choice (greedy, temperature, top_k, top_p), eos_ids, pad_id, budget
+        forcing, cache_phases and prompt_group (its max_new_tokens unused here).
+      slots: N, the completion's columns.
+      stop_ids: the policy tokens after which a row waits for the host; () for a run without
+        pauses.
+      max_wait_tokens: the most slots a waiting row waits before the loop stops.
+      answer_width: O, the longest answer the host hands off, in tokens.
+    """
+
+    sampling: SamplingConfig
+    slots: int
+    stop_ids: tuple[int, ...] = ()
+    max_wait_tokens: int = 0
+    answer_width: int = 0
+
+    @property
+    def pauses(self) -> bool:
+        return bool(self.stop_ids)
+
+    @property
+    def forcing(self) -> bool:
+        return self.sampling.budget_forcing
+
+    @property
+    def phase_ends(self) -> tuple[int, ...]:
+        return phase_ends(self.slots, self.sampling.cache_phases)
+
+    @property
+    def queue_width(self) -> int:
+        """Q: the longest run of queued tokens (forced sequences, answers)."""
+        s = self.sampling
+        forced = max(len(s.end_thinking_ids), len(s.continuation_ids)) if self.forcing else 0
+        return max(forced, self.answer_width if self.pauses else 0, 1)
+
+    @property
+    def recent_width(self) -> int:
+        """The policy tokens a row remembers (the delimiter's and the stop sequence's)."""
+        forced = len(self.sampling.end_thinking_ids) if self.forcing else 0
+        return max(forced, len(self.stop_ids))
+
+
+@flax.struct.dataclass
+class DecodeState:
+    """The loop's carry. Fields of a feature the spec lacks are None.
+
+    Attributes:
+      step: [] int32, the next slot.
+      last_token: [B] int32, the token to decode next.
+      position: [B] int32, its rotary position.
+      done: [B] bool, the row ended (EOS; or the host ended it).
+      cache: the KVCache.
+      tokens: [B, N] int32 slots (pad_id where nothing was written).
+      logp: [B, N] float32, the policy's log-prob of each generated token (0 elsewhere).
+      generated: [B, N] bool, the policy's tokens, forced ones included (the loss mask).
+      forced: [B, N] bool, the tokens budget forcing wrote.
+      observation: [B, N] bool, the environment's tokens (pauses).
+      queue: [B, Q] int32, the tokens to write instead of the policy's (left-aligned).
+      queue_pos: [B] int32, its next token; queue_len: [B] int32, its length.
+      answering: [B] bool, the queue holds an answer (pauses).
+      recent: [B, R] int32, the last R tokens of the policy (-1 before the first).
+      thinking: [B] bool, before the end-of-thinking delimiter (forcing).
+      think_count: [B] int32, thinking tokens written (forcing).
+      pending: [B] bool, last_token was written at the last step (pauses; else ~done).
+      waiting: [B] bool, the row closed a call and waits for the host (pauses).
+      first_wait: [] int32, the slot at which a row began to wait, or -1 (pauses).
+    """
+
+    step: jax.Array
+    last_token: jax.Array
+    position: jax.Array
+    done: jax.Array
+    cache: KVCache
+    tokens: jax.Array
+    logp: jax.Array
+    generated: jax.Array
+    forced: jax.Array
+    observation: jax.Array | None = None
+    queue: jax.Array | None = None
+    queue_pos: jax.Array | None = None
+    queue_len: jax.Array | None = None
+    answering: jax.Array | None = None
+    recent: jax.Array | None = None
+    thinking: jax.Array | None = None
+    think_count: jax.Array | None = None
+    pending: jax.Array | None = None
+    waiting: jax.Array | None = None
+    first_wait: jax.Array | None = None
+
+
+_SCALARS = ("step", "first_wait", "cache")
+
+
+def initial_state(spec: DecodeSpec, cache: KVCache, position: jax.Array) -> DecodeState:
+    """The state before the first slot: empty buffers for `position.shape[0]` rows.
+
+    Args:
+      spec: the DecodeSpec.
+      cache: the KVCache after the prefill.
+      position: [B] int32, each row's first generated position (its prompt length).
+    """
+    batch, n, q = position.shape[0], spec.slots, spec.queue_width
+    rows = lambda dtype, fill=0: jnp.full((batch,), fill, dtype)
+    slots = lambda dtype, fill=0: jnp.full((batch, n), fill, dtype)
+    has_queue = spec.forcing or spec.pauses
+    return DecodeState(
+        step=jnp.zeros((), jnp.int32), last_token=rows(jnp.int32), position=position,
+        done=rows(bool), cache=cache, tokens=slots(jnp.int32, spec.sampling.pad_id),
+        logp=slots(jnp.float32), generated=slots(bool), forced=slots(bool),
+        observation=slots(bool) if spec.pauses else None,
+        queue=jnp.zeros((batch, q), jnp.int32) if has_queue else None,
+        queue_pos=rows(jnp.int32) if has_queue else None,
+        queue_len=rows(jnp.int32) if has_queue else None,
+        answering=rows(bool) if spec.pauses else None,
+        recent=(jnp.full((batch, spec.recent_width), -1, jnp.int32)
+                if spec.recent_width else None),
+        thinking=rows(bool, True) if spec.forcing else None,
+        think_count=rows(jnp.int32) if spec.forcing else None,
+        pending=rows(bool) if spec.pauses else None,
+        waiting=rows(bool) if spec.pauses else None,
+        first_wait=jnp.full((), -1, jnp.int32) if spec.pauses else None)
+
+
+def _padded(ids: Sequence[int], size: int) -> jax.Array:
+    return jnp.asarray(list(ids) + [0] * (size - len(ids)), jnp.int32)
+
+
+def _write(s: DecodeState, logits, key, spec: DecodeSpec) -> DecodeState:
+    """Writes slot s.step for every row: the policy's token (sampled, or forced), the next
+    token of an answer, or nothing (a waiting or ended row).
+
+    Args:
+      s: the state before the slot.
+      logits: [B, V] float32, the model's next-token logits of each row.
+      key: the slot's PRNG key.
+      spec: the DecodeSpec.
+
+    Returns:
+      The state after the slot.
+    """
+    sampling = spec.sampling
+    vocab = logits.shape[-1]
+    eos = jnp.asarray(sampling.eos_ids, jnp.int32) if sampling.eos_ids else None
+    is_eos = lambda t: (
+        jnp.any(t[:, None] == eos, -1) if eos is not None else jnp.zeros(t.shape, bool))
+    scaled = logits if sampling.greedy else logits / sampling.temperature
+    unmasked = scaled
+    end_ids = sampling.end_thinking_ids
+    recent = s.recent
+    last = lambda x, k: x if x.shape[1] == k else x[:, -k:]  # the last k columns
+
+    if spec.forcing:
+        # A token "ends thinking" if it completes the delimiter (given the last E-1 policy
+        # tokens) or is an EOS.
+        end = jnp.asarray(end_ids, jnp.int32)
+        prefix_ok = jnp.all(last(recent, len(end_ids))[:, 1:] == end[:-1], axis=-1)  # [B]
+        vocab_ids = jnp.arange(vocab)
+        vocab_ends = (vocab_ids[None, :] == end[-1]) & prefix_ok[:, None]
+        if eos is not None:
+            vocab_ends = vocab_ends | jnp.any(vocab_ids[:, None] == eos[None, :], -1)[None, :]
+        too_early = s.thinking & (s.think_count < sampling.min_thinking_tokens)
+        if not sampling.continuation_ids:
+            scaled = jnp.where(too_early[:, None] & vocab_ends, -jnp.inf, scaled)
+
+    if sampling.greedy:
+        token = argmax(scaled)
+        logp = logp_at(unmasked, token)
+    else:
+        token, logp = filter_and_sample(scaled, key, top_k=sampling.top_k,
+                                        top_p=sampling.top_p)
+    forced = jnp.zeros(token.shape, bool)
+
+    if s.queue is not None:
+        from_queue = s.queue_pos < s.queue_len
+        queued = jnp.take_along_axis(
+            s.queue, jnp.minimum(s.queue_pos, s.queue.shape[1] - 1)[:, None], -1)[:, 0]
+    if spec.pauses:
+        feeding = ~s.done & from_queue
+        if spec.forcing:  # the queue may hold forced tokens instead
+            feeding = feeding & s.answering
+        policy = ~s.done & ~s.waiting & ~feeding
+    else:
+        policy = ~s.done
+    updates = {}
+
+    if spec.forcing:
+        at_max = (~from_queue & s.thinking & (sampling.max_thinking_tokens > 0)
+                  & (s.think_count >= sampling.max_thinking_tokens))
+        premature = ~from_queue & ~at_max & too_early & jnp.take_along_axis(
+            vocab_ends, token[:, None], -1)[:, 0]
+        if not sampling.continuation_ids:
+            premature = jnp.zeros_like(premature)  # already masked out of the distribution
+        if spec.pauses:  # a waiting row or one being answered writes no policy token
+            at_max, premature = at_max & policy, premature & policy
+        size = s.queue.shape[1]
+        first_cont = sampling.continuation_ids[0] if sampling.continuation_ids else 0
+        token = jnp.where(from_queue, queued,
+                          jnp.where(at_max, end_ids[0], jnp.where(premature, first_cont, token)))
+        forced = from_queue | at_max | premature
+        updates.update(
+            queue=jnp.where(at_max[:, None], _padded(end_ids[1:], size)[None],
+                            jnp.where(premature[:, None],
+                                      _padded(sampling.continuation_ids[1:], size)[None],
+                                      s.queue)),
+            queue_pos=jnp.where(at_max | premature, 0,
+                                s.queue_pos + from_queue.astype(jnp.int32)),
+            queue_len=jnp.where(at_max, len(end_ids) - 1,
+                                jnp.where(premature, max(len(sampling.continuation_ids) - 1, 0),
+                                          s.queue_len)))
+        logp = jnp.where(forced, logp_at(unmasked, token), logp)
+        counted = s.thinking & policy if spec.pauses else s.thinking
+        updates["think_count"] = s.think_count + counted.astype(jnp.int32)
+        if spec.pauses:
+            updates["answering"] = s.answering & ~(at_max | premature)
+    elif spec.pauses:
+        token = jnp.where(from_queue, queued, token)
+        updates["queue_pos"] = s.queue_pos + from_queue.astype(jnp.int32)
+
+    if recent is not None:
+        shifted = jnp.concatenate([recent[:, 1:], token[:, None]], axis=1)
+        recent = jnp.where(policy[:, None], shifted, recent) if spec.pauses else shifted
+        updates["recent"] = recent
+    if spec.forcing:
+        completed = jnp.all(last(recent, len(end_ids)) == end, axis=-1)
+        updates["thinking"] = s.thinking & ~at_max & ~completed
+
+    def write(buffer, value):
+        return jax.lax.dynamic_update_slice(buffer, value[:, None].astype(buffer.dtype),
+                                            (0, s.step))
+
+    eos_token = is_eos(token)
+    if spec.pauses:
+        written = feeding | policy
+        stop = jnp.all(last(recent, len(spec.stop_ids))
+                       == jnp.asarray(spec.stop_ids, jnp.int32)[None], -1)
+        starts_waiting = policy & ~eos_token & stop
+        updates.update(
+            last_token=jnp.where(written, token, s.last_token), pending=written,
+            waiting=s.waiting | starts_waiting,
+            first_wait=jnp.where((s.first_wait < 0) & jnp.any(starts_waiting), s.step,
+                                 s.first_wait),
+            tokens=write(s.tokens, jnp.where(written, token, sampling.pad_id)),
+            observation=write(s.observation, feeding))
+    else:
+        token = jnp.where(policy, token, sampling.pad_id)
+        updates.update(last_token=token, tokens=write(s.tokens, token))
+    return s.replace(
+        step=s.step + 1, done=s.done | (policy & eos_token),
+        logp=write(s.logp, jnp.where(policy, logp, 0.0)),
+        generated=write(s.generated, policy), forced=write(s.forced, forced & policy),
+        **updates)
+
+
+def _rows(model, tree):
+    """Every array of `tree` with its rows (leading dim) split over the batch axes when the
+    model is sharded (`Transformer.constrain`); scalars as they are."""
+    if model.activation_sharding is None:
+        return tree
+    return jax.tree.map(
+        lambda x: model.constrain(x, ("batch",) + (None,) * (x.ndim - 1)) if x.ndim else x,
+        tree)
+
+
+def _cache_rows(model, cache: KVCache) -> KVCache:
+    """The cache's buffers with their rows ((batch row, KV head) pairs) placed by `_rows`."""
+    return cache.replace(keys=_rows(model, cache.keys), values=_rows(model, cache.values),
+                         key_valid=_rows(model, cache.key_valid))
+
+
+def _matrices_in(state, dtype):
+    """The model state with every floating matrix (ndim >= 2) cast to `dtype`; vectors (norm
+    scales, whose float32 product the RMSNorm takes) as they are."""
+
+    def cast(x):
+        value = x.get_value()
+        if value.ndim >= 2 and jnp.issubdtype(value.dtype, jnp.floating):
+            return x.replace(value.astype(dtype))
+        return x
+
+    return jax.tree.map(cast, state, is_leaf=lambda x: isinstance(x, nnx.Variable))
+
+
+def rollout_state(graphdef, state):
+    """The model state a decode run reads: every matrix in the compute dtype (the forward
+    pass casts each matrix it reads anyway: the samples are the same) and, on a mesh, the
+    rollout layout (`parallel.rollout_rules`: the weights gathered whole over data x fsdp,
+    once, so a decode step has no collective)."""
+    model = nnx.merge(graphdef, state)
+    state = _matrices_in(state, model.config.compute_dtype)
+    if model.activation_sharding is not None:
+        state = model.activation_sharding.rollout_state(state)
+    return state
+
+
+def prefill(model, prompts, prompt_mask, key, spec: DecodeSpec) -> DecodeState:
+    """Runs the prompts through the model once per prompt group and writes slot 0.
+
+    Args:
+      model: the Transformer (weights from `rollout_state`).
+      prompts: [B, P] int32, left-padded; rows in contiguous groups of
+        spec.sampling.prompt_group share one prompt.
+      prompt_mask: [B, P] bool.
+      key: PRNG key; slot t is chosen with fold_in(key, t).
+      spec: the DecodeSpec.
+
+    Returns:
+      The DecodeState after slot 0, its cache sized for the first phase.
+    """
+    prompts, prompt_mask = _rows(model, (prompts, prompt_mask.astype(bool)))
+    batch, prompt_len = prompts.shape
+    g = spec.sampling.prompt_group
+    group_prompts, group_mask = first_of_groups(prompts, g), first_of_groups(prompt_mask, g)
+    cache = model.init_cache(batch // g, prompt_len + spec.phase_ends[0])
+    hidden, cache = model.decode(group_prompts, default_positions(group_mask), group_mask, cache)
+    logits = model.logits(hidden[:, -1])
+    if g > 1:  # each group's prefill, broadcast to its rows (cache rows are b * K + k)
+        kv_heads = model.config.num_kv_heads
+        cache = cache.replace(
+            keys=tuple(spread_to_groups(k, g, kv_heads) for k in cache.keys),
+            values=tuple(spread_to_groups(v, g, kv_heads) for v in cache.values),
+            key_valid=spread_to_groups(cache.key_valid, g))
+        logits = spread_to_groups(logits, g)
+    s = initial_state(spec, _cache_rows(model, cache),
+                      prompt_mask.sum(-1).astype(jnp.int32))
+    s = s.replace(**_rows(model, {name: getattr(s, name) for name in s.__dataclass_fields__
+                                  if name not in _SCALARS and getattr(s, name) is not None}))
+    return _write(s, _rows(model, logits), jax.random.fold_in(key, 0), spec)
+
+
+def step(model, s: DecodeState, key, spec: DecodeSpec) -> DecodeState:
+    """One decode step: the last written tokens into the cache, then the next slot (the
+    body of `run`'s loop)."""
+    valid = s.pending if spec.pauses else ~s.done
+    hidden, cache = model.decode(s.last_token[:, None], s.position[:, None], valid[:, None],
+                                 s.cache)
+    advance = s.pending.astype(jnp.int32) if spec.pauses else 1
+    s = s.replace(cache=cache, position=s.position + advance)
+    logits = _rows(model, model.logits(hidden[:, 0]))
+    return _write(s, logits, jax.random.fold_in(key, s.step), spec)
+
+
+def _going(s: DecodeState):
+    """[] bool: some row can write a slot without the host."""
+    if s.waiting is None:
+        return ~jnp.all(s.done)
+    return jnp.any(~s.done & ~s.waiting)
+
+
+def paused(s: DecodeState, spec: DecodeSpec) -> jax.Array:
+    """[] bool, the pause rule: a row waits for the host, and it has waited max_wait_tokens
+    slots, or the slots ran out, or no other row can go on. Always False without pauses."""
+    if not spec.pauses:
+        return jnp.zeros((), bool)
+    waited = (s.first_wait >= 0) & (s.step - s.first_wait >= spec.max_wait_tokens)
+    return jnp.any(s.waiting & ~s.done) & (waited | (s.step >= spec.slots) | ~_going(s))
+
+
+def run(model, s: DecodeState, key, spec: DecodeSpec, end: int) -> DecodeState:
+    """Decodes slots until slot `end` (the end of the cache's phase), every row is done, or
+    the loop pauses for the host.
+
+    Args:
+      model: the Transformer (weights from `rollout_state`).
+      s: the state; its cache holds P + end slots.
+      key: PRNG key (slot t is chosen with fold_in(key, t)).
+      spec: the DecodeSpec.
+      end: the phase's last slot + 1 (static).
+
+    Returns:
+      The state after the last slot written.
+    """
+    if spec.pauses:
+        cond = lambda s: (s.step < end) & _going(s) & ~paused(s, spec)
+    else:
+        cond = lambda s: (s.step < end) & _going(s)
+    return jax.lax.while_loop(cond, lambda s: step(model, s, key, spec), s)
+
+
+def grow(model, s: DecodeState, size: int) -> DecodeState:
+    """The state with its cache grown to `size` slots (the next phase)."""
+    return s.replace(cache=_cache_rows(model, s.cache.grow(size)))
+
+
+def hand_off(s: DecodeState, answers, lengths, answered, ended) -> DecodeState:
+    """The host's answers queued for the rows that waited; the loop writes them next.
+
+    Args:
+      s: a paused DecodeState with pauses.
+      answers: [B, Q] int32, each answer left-aligned.
+      lengths: [B] int32, its length.
+      answered: [B] bool, the rows that get their answer.
+      ended: [B] bool, the rows whose episode ends here instead.
+    """
+    return s.replace(
+        queue=jnp.where(answered[:, None], answers, s.queue),
+        queue_len=jnp.where(answered, lengths, s.queue_len),
+        queue_pos=jnp.where(answered, 0, s.queue_pos),
+        answering=s.answering | answered,
+        waiting=s.waiting & ~answered,
+        done=s.done | ended,
+        recent=jnp.where(answered[:, None], -1, s.recent),
+        first_wait=jnp.full((), -1, jnp.int32))

@@ -48,8 +48,9 @@ def export(workdir: str, out: str, *, stage: str | None = None, dtype: str | Non
     from grpo_jax import tasks as tasks_lib
     from grpo_jax.models import save_pretrained
     from grpo_jax.models.hf import dtype_name
-    from grpo_jax.runner.build import (CONFIG_FILE, build_tokenizer, load_run_policy,
-                                       run_directory_config, tokenizer_kind)
+    from grpo_jax.runner.model_init import load_run_policy
+    from grpo_jax.runner.run_directory import CONFIG_FILE, run_directory_config
+    from grpo_jax.runner.tokenizers import build_tokenizer, tokenizer_kind
     from grpo_jax.runner.checks import output_dir_problem
 
     workdir, out = os.path.abspath(workdir), os.path.abspath(out)

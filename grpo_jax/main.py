@@ -15,10 +15,13 @@ process of a multi-process run that lost another exits 5, each with one line.
 
 from __future__ import annotations
 
+import difflib
+import importlib.util
 import os
 import re
 import sys
 
+import ml_collections
 from absl import app, flags
 from ml_collections import config_flags
 
@@ -30,49 +33,60 @@ def _fail(message: str) -> None:
     sys.exit(2)
 
 
-def _flag_error_line(err: BaseException, argv: list[str]) -> str:
-    """One line for a flag that could not be parsed or names no config field."""
+def _flag_error_line(err: BaseException) -> str:
+    """One line for a flag that could not be parsed (a value of the wrong type, ...)."""
     text = " ".join(str(err).replace("\\n", "\n").split())
-    if isinstance(err, (KeyError, AttributeError)):
-        match = re.search(r'Did you mean "([^"]+)" instead of "([^"]+)"', text)
-        if match:
-            suggestion, name = match.group(1), match.group(2)
-        else:
-            suggestion, name = None, re.sub(r"""^[\s'"\\]+|[\s'"\\]+$""", "", text)
-        path = _failed_override(err)  # the override ml-collections was resolving
-        flag = f"--config.{path}" if path else next(
-            (a.split("=", 1)[0] for a in argv[1:] if a.startswith("--config.")
-             and name in a.split("=", 1)[0].split(".")), f"--config.{name}")
-        hint = f" (did you mean {suggestion!r}?)" if suggestion else ""
-        return f"{flag}: no such config field {name!r}{hint}"
     text = re.sub(r"^flag\s+", "", text)
     return text.replace("could not convert string to float:", "expected a float, got") \
                .replace("invalid literal for int() with base 10:", "expected an int, got")
 
 
-def _failed_override(err: BaseException) -> str | None:
-    """The dotted path of the --config.* override that raised `err` (ml-collections resolves
-    them one by one in a frame with a `field_path` local; its message names only the last
-    part, e.g. 'steps', which several flags may share)."""
-    tb = err.__traceback__
-    path = None
-    while tb is not None:
-        value = tb.tb_frame.f_locals.get("field_path")
-        if isinstance(value, str) and "config_flags" in tb.tb_frame.f_code.co_filename:
-            path = value
-        tb = tb.tb_next
-    return path
+def _override_problem(argv: list[str]) -> str | None:
+    """The one line for the first `--config.*` override in `argv` that names no field of the
+    config it applies to (`--config=` in argv, else the default), found by walking its
+    dotted name through that config before ml-collections applies the overrides; None when
+    each names a field (or the config file does not load: `_config` reports that)."""
+    given = [a.split("=", 1)[1] for a in argv[1:] if a.startswith("--config=")]
+    path, *preset = (given[0] if given else _DEFAULT_CONFIG).split(":", 1)
+    try:  # as ml-collections loads it: the file's get_config(preset)
+        spec = importlib.util.spec_from_file_location("grpo_jax_config_check", path)
+        module = importlib.util.module_from_spec(spec)
+        spec.loader.exec_module(module)
+        config = module.get_config(*preset)
+    except Exception:  # noqa: BLE001  reported when ml-collections loads it
+        return None
+    if not isinstance(config, ml_collections.ConfigDict):
+        return None
+    for arg in argv[1:]:
+        match = re.match(r"^--?(?:no)?config\.([^=]+)", arg)
+        if not match:
+            continue
+        node = config
+        for part in match.group(1).split("."):
+            name = part.split("[", 1)[0]  # an index, e.g. stages[0], reads the field
+            if isinstance(node, ml_collections.ConfigDict) and name in node:
+                node = node[name]
+                continue
+            keys = list(node.keys()) if isinstance(node, ml_collections.ConfigDict) else []
+            close = difflib.get_close_matches(name, keys, 1, 0.75)
+            hint = f" (did you mean {close[0]!r}?)" if close else ""
+            return f"--config.{match.group(1)}: no such config field {name!r}{hint}"
+    return None
 
 
 try:
     # Without --config=, the default config is loaded and the --config.* overrides applied
-    # here, at import: a bad override is one line too.
+    # here, at import (their names checked first): a bad override is one line too.
+    if not any(a.startswith("--config=") for a in sys.argv[1:]):
+        _problem = _override_problem(sys.argv)
+        if _problem:
+            _fail(_problem)
     _CONFIG = config_flags.DEFINE_config_file(
         "config", _DEFAULT_CONFIG, "Path to an ml-collections config file, optionally :preset.",
         lock_config=True,
     )
 except (KeyError, AttributeError, TypeError, ValueError) as _err:
-    _fail(_flag_error_line(_err, sys.argv))
+    _fail(_flag_error_line(_err))
 
 
 def _config():
@@ -112,9 +126,12 @@ def default_workdir(config_arg: str) -> str:
 def parse_flags(argv: list[str]) -> list[str]:
     """absl flag parsing with bad flags / unknown fields reported in one line, exit 2."""
     try:
+        problem = _override_problem(argv)  # before ml-collections applies the overrides
+        if problem:
+            _fail(problem)
         return flags.FLAGS(argv)
     except (flags.Error, KeyError, AttributeError, TypeError, ValueError) as err:
-        _fail(_flag_error_line(err, argv))
+        _fail(_flag_error_line(err))
     return []
 
 

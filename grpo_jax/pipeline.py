@@ -20,7 +20,7 @@ import ml_collections
 from grpo_jax import compilation, host_memory, parallel, storage
 from grpo_jax.rewards.accuracy import configure_verifier
 from grpo_jax.runner import Run, StageSpec, validate
-from grpo_jax.runner.build import lora_summary, model_config_for
+from grpo_jax.runner.model_init import lora_summary, model_config_for
 from grpo_jax.runner.checks import mesh_size, stage_names
 from grpo_jax.runner.guards import Preempted, StopRequest
 from grpo_jax.runner.report import write_run_report

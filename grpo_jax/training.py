@@ -248,6 +248,10 @@ def keep_if(ok: jax.Array, new: Any, old: Any) -> Any:
     return jax.tree.map(lambda a, b: jnp.where(ok, a, b), new, old)
 
 
+# The flags of `apply_if_finite` (float, 1 = true), in every update step's metrics.
+FINITE_FLAGS = ("skipped", "nonfinite_loss", "nonfinite_grad", "nonfinite_update")
+
+
 def apply_if_finite(optimizer: optax.GradientTransformation, grads: Params, opt_state: Any,
                     params: Params, *, loss: jax.Array, also_ok: jax.Array | None = None):
     """One optimizer update, applied only when the loss, the gradients and the updated
@@ -274,6 +278,25 @@ def apply_if_finite(optimizer: optax.GradientTransformation, grads: Params, opt_
              "nonfinite_update": (~finite_update).astype(jnp.float32)}
     return (lora_lib.with_trainable(params, keep_if(ok, new_part, part)),
             keep_if(ok, new_opt_state, opt_state), flags)
+
+
+def optimizer_step(loss_fn: Callable[[Params, Any], tuple[jax.Array, dict]],
+                   optimizer: optax.GradientTransformation, params: Params, opt_state: Any,
+                   batch: Any, *, micro_batches: int, streams: int = 1, row_unit: int = 1,
+                   grad_norm_name: str = "grad_norm"):
+    """The tail of every update step: `accumulate_gradients` of `loss_fn` over the batch's
+    micro-batches, the gradients' global norm, then `apply_if_finite`.
+
+    Returns:
+      (params, opt_state, metrics): loss_fn's metrics summed over the micro-batches, the
+      global norm of the gradients as `grad_norm_name`, and apply_if_finite's flags
+      (FINITE_FLAGS: "skipped" = 1 when the update was not applied).
+    """
+    loss, grads, metrics = accumulate_gradients(loss_fn, params, batch, micro_batches, streams,
+                                                row_unit=row_unit)
+    metrics[grad_norm_name] = optax.global_norm(grads)
+    params, opt_state, flags = apply_if_finite(optimizer, grads, opt_state, params, loss=loss)
+    return params, opt_state, {**metrics, **flags}
 
 
 def init_opt_state(optimizer: optax.GradientTransformation, params: Params, mesh=None):

@@ -169,6 +169,20 @@ def test_python_level_config_errors(mutate, needle):
     assert needle in str(error.value)
 
 
+def test_override_names_are_checked_against_the_loaded_config_before_they_apply():
+    """The first --config.* name that is no field of the config it applies to, walked
+    through that config (the one of --config=, else the default), with a close match."""
+    problem = main_lib._override_problem  # pylint: disable=protected-access
+    assert problem(["grpo_jax", f"--config={DEFAULT}", "--config.rl.steps=3",
+                    "--config.rl.stpes=2", "--config.rl.lrr=1"]) == (
+        "--config.rl.stpes: no such config field 'stpes' (did you mean 'steps'?)")
+    assert problem(["grpo_jax", "--config.nope.x=1"]) == \
+        "--config.nope.x: no such config field 'nope'"
+    assert problem(["grpo_jax", f"--config={DEFAULT}", "--config.rl.lr=abc",
+                    "--config.model.hidden_size=64"]) is None  # values are checked later
+    assert problem(["grpo_jax", "--config=configs/nonexistent.py", "--config.x=1"]) is None
+
+
 def test_the_cli_exits_2_in_a_real_process(tmp_path):
     """The same in a fresh interpreter: exit status 2, one line, no traceback; also without
     --config= (the default config's overrides apply at import) and for a missing file."""

@@ -503,7 +503,7 @@ def test_runs_with_different_seeds_evaluate_the_same_problems(tmp_path):
     with pytest.raises(ConfigError, match=r"eval_final\.samples_logged"):
         validate(config, KINDS)
     config = default_config.get_config("smoke")
-    from grpo_jax.runner.build import build_task, eval_seed
+    from grpo_jax.runner.inputs import build_task, eval_seed
 
     task = build_task(config)
     config.seed, config.task.eval_seed = 1, 5
@@ -525,3 +525,12 @@ def test_write_report_plots_pass_and_maj_at_k_against_k(tmp_path):
     report = json.loads((tmp_path / "report.json").read_text())
     assert report["plots"]["pass@k, maj@k"] == "plot_at_k.png"
     assert "![pass@k, maj@k](plot_at_k.png)" in (tmp_path / "report.md").read_text()
+
+
+def test_solved_is_pass_at_1s_rule():
+    """One rule for a solved completion: its accuracy reward reaches SOLVED_AT (1), for
+    floats and arrays alike (the RL rollouts' rows, the evaluation's samples)."""
+    assert evals.SOLVED_AT == 1.0
+    assert evals.solved(1.0) and not evals.solved(0.999) and evals.solved(1.5)
+    np.testing.assert_array_equal(evals.solved(np.array([0.0, 1.0, 0.5, 2.0])),
+                                  [False, True, False, True])

@@ -189,7 +189,8 @@ def test_the_smallest_temperature_is_accepted():
 
 # ------------------------------------------------------------------ 6. deep JSON
 def test_deeply_nested_json_data_names_the_file_and_line(tmp_path):
-    from grpo_jax.tasks.data import load_json_file, load_jsonl
+    from grpo_jax.json_files import load_json_file
+    from grpo_jax.tasks.data import load_jsonl
     from grpo_jax.tasks.gsm8k import GSM8KTask
 
     row = json.dumps({"question": "1+1?", "answer": "1+1=<<1+1=2>>2\n#### 2"})

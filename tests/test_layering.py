@@ -1,5 +1,6 @@
 """The package's imports run one way: main -> pipeline -> stages -> runner -> library
-(export, the other command, sits beside main: runner and library only).
+(export, the other command, sits beside main: runner and library only; the studies sit above
+the pipeline: pipeline, stages, config_presets, runner and library).
 
 Every `import` statement (module level or inside a function) of every module of grpo_jax is
 read with `ast`; the test fails on any import cycle between modules and on any import
@@ -91,13 +92,18 @@ def _layer(module: str) -> str:
     parts = module.split(".")
     if len(parts) == 1:
         return "package"
-    return parts[1] if parts[1] in ("main", "export", "pipeline", "stages", "runner") \
-        else "library"
+    return parts[1] if parts[1] in ("main", "export", "pipeline", "stages", "runner", "studies",
+                                    "config_presets") else "library"
 
 
 def test_imports_run_one_way(graph):
     allowed = {  # layer -> layers it may import
         "main": {"pipeline", "runner", "library"},
+        # the studies (python -m grpo_jax.studies) sit above the pipeline: runs, their configs
+        # (stage kinds' default sections) and finished runs' policies
+        "studies": {"studies", "pipeline", "stages", "config_presets", "runner", "library"},
+        # the shared config builders of configs/*.py: stage kinds' default sections
+        "config_presets": {"stages", "library"},
         "export": {"runner", "library"},
         "pipeline": {"stages", "runner", "library"},
         "stages": {"stages", "runner", "library"},
@@ -131,3 +137,56 @@ def test_library_has_no_run_or_config_objects():
             if needle in source:
                 offenders.append(f"{module}: {needle}")
     assert not offenders, offenders
+
+
+def _package(module: str) -> str:
+    """The library package (or top-level module) a module belongs to: "models", "rl", ..."""
+    return module.split(".")[1]
+
+
+def test_library_packages_import_each_other_one_way(graph):
+    """Between library packages the imports form no cycle either (a package imports another
+    only where that one never imports it back, directly or not)."""
+    edges: dict[str, set[str]] = {}
+    for module, deps in graph.items():
+        if _layer(module) != "library":
+            continue
+        for dep in deps:
+            if dep != "grpo_jax" and _package(dep) != _package(module):
+                edges.setdefault(_package(module), set()).add(_package(dep))
+
+    def reaches(start, goal, seen=()):
+        return any(nxt == goal or (nxt not in seen and reaches(nxt, goal, (*seen, nxt)))
+                   for nxt in edges.get(start, ()))
+
+    both_ways = sorted(f"{a} <-> {b}" for a in edges for b in edges[a] if reaches(b, a))
+    assert not both_ways, both_ways
+
+
+@pytest.mark.parametrize("package,floor", [
+    # Checkpoint readers (models.hf, text.hf) read JSON through grpo_jax.json_files, not
+    # through the task data loader; rl's reward model encodes its rows with text.rows, not
+    # through sft.
+    ("models", "tasks"), ("text", "tasks"), ("rl", "sft"), ("sft", "rl"),
+    ("json_files", "*"), ("storage", "*"),
+])
+def test_library_floors(graph, package, floor):
+    found = sorted(f"{m} -> {d}" for m, deps in graph.items()
+                   if m.startswith("grpo_jax.") and _package(m) == package
+                   for d in deps if d != "grpo_jax" and _package(d) != package
+                   and (floor == "*" or _package(d) == floor))
+    assert not found, found
+
+
+def test_the_run_builders_import_in_layer_order_without_lazy_imports(graph):
+    """What a run is built from, by layer: run_directory -> tokenizers -> model_init ->
+    inputs; each imports only the layers above it, and every import at module level."""
+    order = [f"grpo_jax.runner.{name}"
+             for name in ("run_directory", "tokenizers", "model_init", "inputs")]
+    for index, module in enumerate(order):
+        assert not graph[module] & set(order[index + 1:]), module
+        tree = ast.parse(open(_modules()[module], encoding="utf-8").read())
+        lazy = [f"{module}:{sub.lineno}" for node in ast.walk(tree)
+                if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef))
+                for sub in ast.walk(node) if isinstance(sub, (ast.Import, ast.ImportFrom))]
+        assert not lazy, lazy

@@ -181,7 +181,7 @@ def test_sft_then_rl_resume_bit_exactly_and_export_the_merged_weights(tmp_path,
     from grpo_jax.export import export
     from grpo_jax.models import from_pretrained
     from grpo_jax.runner import validate
-    from grpo_jax.runner.build import build_model
+    from grpo_jax.runner.model_init import build_model
     from grpo_jax.stages import KINDS, default_section
 
     config = _lora_config(lora_targets=("q_kernel", "v_kernel", "o_kernel", "up_kernel"))

@@ -10,10 +10,11 @@ from flax import nnx
 
 from grpo_jax.models import Transformer, logprobs, named_config
 from grpo_jax.rl import ppo
-from grpo_jax.rl.batch import rollout_batch
+from grpo_jax.rl.rollout import Rollout
 from grpo_jax.runner import ConfigError, validate
 from grpo_jax.stages import KINDS, default_section
 from grpo_jax.rl.reward_model import add_scalar_head, scalar_head_policy
+from grpo_jax.rl.update import sequence_logp
 from grpo_jax.training import Policy
 
 from configs import default as default_config
@@ -55,10 +56,12 @@ def test_adaptive_kl_controller_literals():
 def _rollout(tokens, prompt_len, completion_mask, scores):
     """A RolloutBatch of the given sequences (sampler log-probs 0: unused here)."""
     rows = tokens.shape[0]
-    return rollout_batch(tokens[:, :prompt_len], jnp.ones((rows, prompt_len), bool),
-                         tokens[:, prompt_len:], completion_mask,
-                         jnp.zeros(completion_mask.shape, jnp.float32),
-                         jnp.asarray(scores, jnp.float32), version=0)
+    return Rollout(prompt_tokens=tokens[:, :prompt_len],
+                   prompt_mask=jnp.ones((rows, prompt_len), bool),
+                   tokens=tokens[:, prompt_len:], attention_mask=completion_mask,
+                   loss_mask=completion_mask,
+                   behaviour_logp=jnp.zeros(completion_mask.shape, jnp.float32),
+                   rewards=jnp.asarray(scores, jnp.float32), version=0).to_batch()
 
 
 def _tiny():
@@ -148,8 +151,8 @@ def test_ppo_update_fits_the_critic_and_moves_the_policy():
         *state, metrics = update(*state, batch)
         losses_seen.append(float(metrics["value_loss"]))
     assert losses_seen[-1] < 0.5 * losses_seen[0]  # the critic regresses onto the returns
-    new_logp = np.asarray(ppo.completion_logp(policy, state[0], batch.tokens,
-                                              batch.attention_mask, prompt_len))
+    new_logp = np.asarray(sequence_logp(policy, state[0], batch.tokens,
+                                        batch.attention_mask, prompt_len)[0])
     m = np.asarray(completion_mask)
     adv = np.asarray(batch.advantages)
     # The policy raised the log-prob of positive-advantage tokens on balance.

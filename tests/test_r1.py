@@ -157,7 +157,8 @@ def test_distill_from_another_runs_teacher_into_a_pretrained_student(tmp_path, m
     tiny-1m), not a fresh init; a run of another size is refused with one line."""
     import jax
 
-    from grpo_jax.runner.build import load_finished_run, load_run_policy
+    from grpo_jax.runner.inputs import load_finished_run
+    from grpo_jax.runner.model_init import load_run_policy
     from grpo_jax.stages import distill as distill_stage
     from grpo_jax.training import Policy
 

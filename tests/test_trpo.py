@@ -11,7 +11,7 @@ from flax import nnx
 from grpo_jax import losses
 from grpo_jax.models import Transformer, named_config
 from grpo_jax.rl import trpo
-from grpo_jax.rl.batch import rollout_batch
+from grpo_jax.rl.rollout import Rollout
 from grpo_jax.runner import ConfigError, validate
 from grpo_jax.stages import KINDS, default_section
 from grpo_jax.training import Policy
@@ -25,9 +25,12 @@ def _batch(rows=8, prompt_len=3, new=5, vocab=12, seed=0):
     lengths = rng.integers(1, new + 1, rows)
     completion_mask = jnp.asarray(np.arange(new)[None] < lengths[:, None])
     rewards = jnp.asarray(rng.integers(0, 2, rows), jnp.float32)
-    batch = rollout_batch(tokens[:, :prompt_len], jnp.ones((rows, prompt_len), bool),
-                          tokens[:, prompt_len:], completion_mask,
-                          jnp.zeros((rows, new), jnp.float32), rewards, version=0)
+    batch = Rollout(prompt_tokens=tokens[:, :prompt_len],
+                    prompt_mask=jnp.ones((rows, prompt_len), bool),
+                    tokens=tokens[:, prompt_len:], attention_mask=completion_mask,
+                    loss_mask=completion_mask,
+                    behaviour_logp=jnp.zeros((rows, new), jnp.float32), rewards=rewards,
+                    version=0).to_batch()
     return batch.with_advantages(losses.group_advantages(rewards, group_size=4))
 
 

@@ -147,7 +147,8 @@ def test_a_sentencepiece_tokenizer_is_trained_into_and_loaded_from_an_object_sto
         tmp_path, object_store):
     from configs import default
 
-    from grpo_jax.runner.build import build_task, build_tokenizer
+    from grpo_jax.runner.inputs import build_task
+    from grpo_jax.runner.tokenizers import build_tokenizer
 
     config = default.get_config("smoke")
     config.tokenizer = "sentencepiece"

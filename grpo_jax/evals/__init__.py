@@ -1,9 +1,11 @@
 """Evaluation: unbiased pass@k, maj@k, format rate, lengths, by-difficulty reports."""
 
-from grpo_jax.evals.metrics import evaluate_samples, maj_at_k, majority_vote, pass_at_k
+from grpo_jax.evals.metrics import (SOLVED_AT, evaluate_samples, maj_at_k, majority_vote,
+                                    pass_at_k, solved)
 from grpo_jax.evals.report import flatten_metrics, format_value, series_points, write_report
 
 __all__ = [
+    "SOLVED_AT",
     "evaluate_samples",
     "flatten_metrics",
     "format_value",
@@ -11,5 +13,6 @@ __all__ = [
     "majority_vote",
     "pass_at_k",
     "series_points",
+    "solved",
     "write_report",
 ]

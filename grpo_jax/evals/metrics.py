@@ -10,7 +10,21 @@ from typing import Any
 
 import numpy as np
 
-__all__ = ["evaluate_samples", "maj_at_k", "majority_vote", "pass_at_k"]
+__all__ = ["SOLVED_AT", "evaluate_samples", "maj_at_k", "majority_vote", "pass_at_k", "solved"]
+
+# A completion counts as solved (pass@1; a correct sample of pass@k and maj@k) when its
+# accuracy reward reaches this.
+SOLVED_AT = 1.0
+
+
+def solved(accuracy):
+    """pass@1's rule: the accuracy reward (a float, or a numpy / jax array of them) >= 1.
+
+    The RL rollouts' solved rows (`Rollout.correct`: the accuracy component, or the total
+    reward of a task without one), the evaluation's correct samples and the advantage
+    estimators' verified-correct indicator all use it.
+    """
+    return accuracy >= SOLVED_AT
 
 
 def pass_at_k(n: int, c: int, k: int) -> float:

@@ -29,8 +29,10 @@ from grpo_jax.models.transformer import (
     attend,
     completion_logprobs,
     default_positions,
+    entropy_of,
     logprobs,
     rope_inverse_frequencies,
+    target_logp,
 )
 
 __all__ = [
@@ -41,10 +43,12 @@ __all__ = [
     "attend",
     "completion_logprobs",
     "default_positions",
+    "entropy_of",
     "logprobs",
     "available_models",
     "named_config",
     "rope_inverse_frequencies",
+    "target_logp",
 ]
 
 from grpo_jax.models.hf import (

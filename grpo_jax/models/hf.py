@@ -13,6 +13,7 @@ from flax import nnx
 from safetensors import safe_open
 from safetensors.numpy import save_file
 
+from grpo_jax.json_files import load_json_file
 from grpo_jax.models.config import ModelConfig
 from grpo_jax.models.transformer import Transformer
 
@@ -165,12 +166,6 @@ def config_to_hf(config: ModelConfig, *, model_type: str = "qwen2") -> dict:
     return hf
 
 
-def _read_json(file: Path):
-    from grpo_jax.tasks.data import load_json_file
-
-    return load_json_file(file)  # ValueError naming the file and line
-
-
 def _open(file: Path, framework: str):
     """safe_open, with a missing, truncated or foreign file as a ValueError naming it (the
     header is checked against the file's length, so a copy cut short fails here)."""
@@ -189,7 +184,7 @@ def _tensor_files(path: Path) -> dict[str, Path]:
     """Maps each tensor name to its safetensors file (single file or sharded with an index)."""
     index = path / "model.safetensors.index.json"
     if index.exists():
-        weight_map = _read_json(index)
+        weight_map = load_json_file(index)
         weight_map = weight_map.get("weight_map") if isinstance(weight_map, dict) else None
         if not isinstance(weight_map, dict):
             raise ValueError(f"{index}: expected a JSON object with a 'weight_map' object")
@@ -344,7 +339,7 @@ def from_pretrained(path, *, dtype=None, param_dtype=None, value_head: bool | No
             f"{path}: config.json not found (expected a local Hugging Face checkpoint "
             "directory; download it beforehand, there is no network access at run time)"
         )
-    hf = _read_json(config_file)
+    hf = load_json_file(config_file)
     if not isinstance(hf, dict):
         raise ValueError(f"{config_file}: expected a JSON object, got {type(hf).__name__}")
     value_file = path / _VALUE_HEAD_FILE

@@ -681,6 +681,17 @@ def _chunked(fn, hidden, targets, chunk_size, chunk_rows=None):
     return tuple(untile(o) for o in outputs)
 
 
+def target_logp(log_probs, targets):
+    """log p(target): log-softmaxed logits [..., V] at int targets [...] -> [...] (the
+    output head's log-probs, and TRPO's from its whole logits)."""
+    return jnp.take_along_axis(log_probs, targets[..., None], axis=-1)[..., 0]
+
+
+def entropy_of(log_probs):
+    """-sum_v p log p over the last axis of log-softmaxed logits [..., V] -> [...]."""
+    return -jnp.sum(jnp.exp(log_probs) * log_probs, axis=-1)
+
+
 def _head_fn(kernel, temperature: float, return_entropy: bool, constrain=None):
     """fn(hidden [R, C, D], targets [R, C]) -> (log p(target), [entropy]) in float32, for
     the output `kernel` [D, V]; `constrain(x, names)` places the tiles (GSPMD), if given."""
@@ -693,9 +704,9 @@ def _head_fn(kernel, temperature: float, return_entropy: bool, constrain=None):
         if temperature != 1.0:
             z = z / temperature
         log_probs = jax.nn.log_softmax(z, axis=-1)
-        logp = jnp.take_along_axis(log_probs, y[..., None], axis=-1)[..., 0]
+        logp = target_logp(log_probs, y)
         if return_entropy:
-            return logp, -jnp.sum(jnp.exp(log_probs) * log_probs, axis=-1)
+            return logp, entropy_of(log_probs)
         return (logp,)
 
     return head

@@ -15,6 +15,7 @@ kernel goes to `grpo_jax.losses` first.
 from __future__ import annotations
 
 import dataclasses
+import enum
 from collections.abc import Callable, Mapping
 from typing import Any
 
@@ -23,9 +24,34 @@ import jax.numpy as jnp
 
 from grpo_jax import losses
 
-OBJECTIVES = ("clip", "cispo")
 KL_PLACEMENTS = ("loss", "reward")
 LOSS_AGGREGATIONS = tuple(losses.AGGREGATION_MODES)
+
+
+class Objective(enum.StrEnum):
+    """A policy objective: its name (a member equals its string, e.g. "cispo") and its
+    per-token loss (`loss`), as the estimator is the advantages' callable."""
+
+    CLIP = "clip"  # PPO's clipped surrogate: token or sequence ratio, optional dual clip
+    CISPO = "cispo"  # CISPO's clipped importance weight under a stop-gradient
+
+    @property
+    def token_ratio_only(self) -> bool:
+        """Each token is weighted by its own clipped ratio: no sequence-level ratio and no
+        dual clip (validation refuses them)."""
+        return self is Objective.CISPO
+
+    def loss(self, logp, old_logp, advantages, *, epsilon: float, epsilon_high: float | None,
+             dual_clip: float | None, ratio_level: str, mask):
+        """(per-token loss [B, N], clipped [B, N] bool): `losses.clipped_surrogate` or
+        `losses.cispo_surrogate` of the sampled tokens' log-probs under the current and the
+        old policy, with per-token advantages [B, N]."""
+        if self.token_ratio_only:
+            return losses.cispo_surrogate(logp, old_logp, advantages, epsilon=epsilon,
+                                          epsilon_high=epsilon_high, mask=mask)
+        return losses.clipped_surrogate(logp, old_logp, advantages, epsilon=epsilon,
+                                        epsilon_high=epsilon_high, dual_clip=dual_clip,
+                                        mask=mask, ratio_level=ratio_level)
 
 
 @dataclasses.dataclass(frozen=True)
@@ -81,7 +107,8 @@ class Algorithm:
       loss_agg: its loss aggregation (`grpo_jax.losses.aggregate` mode).
       description: one line with the paper.
       needs_groups: the estimator needs G >= 2 completions per prompt.
-      objective: "clip" (PPO's clipped surrogate, token or sequence ratio) or "cispo".
+      objective: its `Objective` (PPO's clipped surrogate, token or sequence ratio, or
+        CISPO's clipped weight); a name is accepted and made the member.
       kl_placement: "loss" (beta * KL per token in the loss) or "reward" (beta * KL per
         token subtracted from the reward before the estimator; no KL term in the loss).
       defaults: overrides of BASE_DEFAULTS for fields left on "auto".
@@ -92,13 +119,15 @@ class Algorithm:
     loss_agg: str
     description: str
     needs_groups: bool = True
-    objective: str = "clip"
+    objective: Objective = Objective.CLIP
     kl_placement: str = "loss"
     defaults: Mapping[str, Any] = dataclasses.field(default_factory=dict)
 
     def __post_init__(self):
-        if self.objective not in OBJECTIVES:
-            raise ValueError(f"{self.name}: objective {self.objective!r} not in {OBJECTIVES}")
+        if self.objective not in [o.value for o in Objective]:
+            raise ValueError(f"{self.name}: objective {self.objective!r} not in "
+                             f"{tuple(o.value for o in Objective)}")
+        object.__setattr__(self, "objective", Objective(self.objective))
         if self.kl_placement not in KL_PLACEMENTS:
             raise ValueError(f"{self.name}: kl_placement {self.kl_placement!r} not in "
                              f"{KL_PLACEMENTS}")
@@ -176,7 +205,7 @@ ALGORITHMS: Mapping[str, Algorithm] = {a.name: a for a in (
               "arXiv:2506.13585)",
               # The paper tunes only the upper bound and does not publish it; 0.28 is
               # DAPO's clip-higher and Trinity-RFT's CISPO default. epsilon 1: w >= 0.
-              objective="cispo", defaults={"epsilon": 1.0, "epsilon_high": 0.28, "beta": 0.0}),
+              objective=Objective.CISPO, defaults={"epsilon": 1.0, "epsilon_high": 0.28, "beta": 0.0}),
     Algorithm("rloo", _leave_one_out, "token-mean",
               "leave-one-out baseline within each group (Ahmadian et al., 2024, "
               "arXiv:2402.14740)"),

@@ -21,14 +21,13 @@ import functools
 import jax
 import jax.numpy as jnp
 import numpy as np
-import optax
 
 from grpo_jax import losses
 from grpo_jax.models import logprobs
 from grpo_jax.rl.batch import RolloutBatch
-from grpo_jax.rl.update import logp_mismatch, off_policy_weights
-from grpo_jax.training import (Params, Policy, accumulate_gradients, apply_if_finite,
-                               jit_update, keep_if)
+from grpo_jax.rl.update import logp_mismatch, off_policy_weights, sequence_logp
+from grpo_jax.training import (FINITE_FLAGS, Params, Policy, jit_update, keep_if,
+                               optimizer_step)
 
 # ---------------------------------------------------------------------------------------
 # Pure pieces
@@ -95,16 +94,6 @@ def adaptive_kl_coef(beta: float, kl: float, *, target: float, horizon: float,
     return float(beta * (1.0 + error * num_samples / horizon))
 
 
-def completion_logp(policy: Policy, params: Params, tokens, attention_mask, prompt_len: int,
-                    return_entropy: bool = False):
-    """Log-probs of the completion tokens [B, N] (and entropies) at temperature 1, with the
-    policy's output-head chunking."""
-    out = logprobs(policy.bind(params), tokens, attention_mask, return_entropy=return_entropy,
-                   chunk_size=policy.logprob_chunk_size, chunk_rows=policy.logprob_chunk_rows)
-    logp = out["logp"][:, prompt_len:]
-    return (logp, out["entropy"][:, prompt_len:]) if return_entropy else logp
-
-
 def completion_values(critic: Policy, critic_params: Params, tokens, attention_mask,
                       prompt_len: int):
     """V(s_t) before each completion token: the value head after token t-1, [B, N]."""
@@ -130,8 +119,8 @@ def make_prepare_fn(policy: Policy, critic: Policy, *, prompt_len: int, gamma: f
     @jax.jit
     def prepare(params, ref_params, critic_params, batch: RolloutBatch, beta):
         tokens, attn, mask = batch.tokens, batch.attention_mask, batch.loss_mask
-        old_logp = completion_logp(policy, params, tokens, attn, prompt_len)
-        ref_logp = (completion_logp(policy, ref_params, tokens, attn, prompt_len)
+        old_logp, _ = sequence_logp(policy, params, tokens, attn, prompt_len)
+        ref_logp = (sequence_logp(policy, ref_params, tokens, attn, prompt_len)[0]
                     if use_reference else old_logp)
         old_values = jnp.where(mask, completion_values(critic, critic_params, tokens, attn,
                                                        prompt_len), 0.0)
@@ -168,8 +157,8 @@ def make_ppo_update(policy: Policy, critic: Policy, policy_optimizer, critic_opt
 
     def policy_loss(params, batch: RolloutBatch, num_tokens):
         mask = batch.loss_mask
-        logp, entropy = completion_logp(policy, params, batch.tokens, batch.attention_mask,
-                                        prompt_len, return_entropy=True)
+        logp, entropy = sequence_logp(policy, params, batch.tokens, batch.attention_mask,
+                                      prompt_len, return_entropy=True)
         per_token, clipped = losses.clipped_surrogate(logp, batch.old_logp, batch.advantages,
                                                       epsilon=epsilon, mask=mask)
         if batch.is_weights is not None:  # an off-policy correction's per-token weights
@@ -191,25 +180,20 @@ def make_ppo_update(policy: Policy, critic: Policy, policy_optimizer, critic_opt
 
     def update(params, opt_state, critic_params, critic_opt_state, batch):
         num_tokens = jnp.maximum(jnp.sum(batch.loss_mask.astype(jnp.float32)), 1.0)
-        _, grads, metrics = accumulate_gradients(
-            functools.partial(policy_loss, num_tokens=num_tokens), params, batch, micro_batches,
-            policy.batch_streams)
-        _, critic_grads, critic_metrics = accumulate_gradients(
-            functools.partial(critic_loss, num_tokens=num_tokens), critic_params, batch,
-            micro_batches, critic.batch_streams)
-        metrics = {**metrics, **critic_metrics, "grad_norm": optax.global_norm(grads),
-                   "critic_grad_norm": optax.global_norm(critic_grads)}
+        new_params, new_opt_state, metrics = optimizer_step(
+            functools.partial(policy_loss, num_tokens=num_tokens), policy_optimizer, params,
+            opt_state, batch, micro_batches=micro_batches, streams=policy.batch_streams)
+        new_critic, new_critic_opt, critic_metrics = optimizer_step(
+            functools.partial(critic_loss, num_tokens=num_tokens), critic_optimizer,
+            critic_params, critic_opt_state, batch, micro_batches=micro_batches,
+            streams=critic.batch_streams, grad_norm_name="critic_grad_norm")
         # Policy and critic move together or not at all (a non-finite value of either).
-        new_params, new_opt_state, flags = apply_if_finite(
-            policy_optimizer, grads, opt_state, params, loss=metrics["pg_loss"])
-        new_critic, new_critic_opt, critic_flags = apply_if_finite(
-            critic_optimizer, critic_grads, critic_opt_state, critic_params,
-            loss=metrics["value_loss"])
-        ok = (flags["skipped"] + critic_flags["skipped"]) == 0
+        ok = (metrics["skipped"] + critic_metrics["skipped"]) == 0
         params, opt_state = keep_if(ok, (new_params, new_opt_state), (params, opt_state))
         critic_params, critic_opt_state = keep_if(ok, (new_critic, new_critic_opt),
                                                   (critic_params, critic_opt_state))
-        flags = {k: jnp.maximum(flags[k], critic_flags[k]) for k in flags}
-        return params, opt_state, critic_params, critic_opt_state, {**metrics, **flags}
+        flags = {k: jnp.maximum(metrics[k], critic_metrics[k]) for k in FINITE_FLAGS}
+        return (params, opt_state, critic_params, critic_opt_state,
+                {**metrics, **critic_metrics, **flags})
 
     return jit_update(update, num_state_args=4)

@@ -22,8 +22,8 @@ import optax
 from flax import nnx, struct
 
 from grpo_jax.models import ModelConfig, Transformer, logprobs
-from grpo_jax.training import (Params, Policy, accumulate_gradients, apply_if_finite,
-                               jit_update)
+from grpo_jax.text.rows import encode_pair_rows
+from grpo_jax.training import Params, Policy, jit_update, optimizer_step
 
 REWARD_MODEL_REWARD = "reward_model"  # name of the learned reward in a stage's `rewards`
 
@@ -99,10 +99,9 @@ def preference_pairs(task, examples, *, seed: int, max_tries: int = 8):
 
 def encode_texts(tokenizer, prompts: Sequence[str], completions: Sequence[str], *, seq_len: int):
     """Right-padded BOS prompt completion EOS rows: (tokens int32 [B, L], mask bool [B, L])."""
-    from grpo_jax.sft.data import encode_pairs
-
-    data = encode_pairs(tokenizer, prompts, completions, seq_len=seq_len)
-    return data.tokens, data.attention_mask
+    tokens, attention_mask, _ = encode_pair_rows(tokenizer, prompts, completions,
+                                                 seq_len=seq_len)
+    return tokens, attention_mask
 
 
 @struct.dataclass
@@ -139,12 +138,8 @@ def make_reward_model_step(policy: Policy, optimizer: optax.GradientTransformati
     def step(params, opt_state, batch):
         num_pairs = jnp.asarray(batch.chosen_tokens.shape[0], jnp.float32)
         fn = functools.partial(loss_fn, num_pairs=num_pairs)
-        _, grads, metrics = accumulate_gradients(fn, params, batch, micro_batches,
-                                                  policy.batch_streams)
-        metrics["grad_norm"] = optax.global_norm(grads)
-        params, opt_state, flags = apply_if_finite(optimizer, grads, opt_state, params,
-                                                   loss=metrics["loss"])
-        return params, opt_state, {**metrics, **flags}
+        return optimizer_step(fn, optimizer, params, opt_state, batch,
+                              micro_batches=micro_batches, streams=policy.batch_streams)
 
     return jit_update(step)
 

@@ -19,6 +19,7 @@ import jax.numpy as jnp
 import optax.tree_utils as otu
 
 from grpo_jax import losses
+from grpo_jax.models import entropy_of, target_logp
 from grpo_jax.rl.batch import RolloutBatch
 from grpo_jax.rl.update import logp_mismatch
 from grpo_jax.training import Params, Policy, all_finite, keep_if
@@ -43,12 +44,12 @@ def trpo_objectives(policy: Policy, old_params: Params, batch: RolloutBatch, *,
     num_tokens = jnp.maximum(jnp.sum(mask.astype(jnp.float32)), 1.0)
     old_logits = jax.lax.stop_gradient(
         completion_logits(policy, old_params, tokens, attn, prompt_len))
-    old_logp = jnp.take_along_axis(jax.nn.log_softmax(old_logits), targets[..., None], -1)[..., 0]
+    old_logp = target_logp(jax.nn.log_softmax(old_logits), targets)
     advantages = batch.advantages
 
     def surrogate(params):
         logits = completion_logits(policy, params, tokens, attn, prompt_len)
-        logp = jnp.take_along_axis(jax.nn.log_softmax(logits), targets[..., None], -1)[..., 0]
+        logp = target_logp(jax.nn.log_softmax(logits), targets)
         ratio = jnp.exp(logp - old_logp)
         return jnp.sum(jnp.where(mask, ratio * advantages, 0.0)) / num_tokens
 
@@ -90,7 +91,7 @@ def make_trpo_step(policy: Policy, *, prompt_len: int, max_kl: float, damping: f
         num_tokens = jnp.maximum(jnp.sum(mask.astype(jnp.float32)), 1.0)
         old_logp_all = jax.nn.log_softmax(
             completion_logits(policy, params, batch.tokens, batch.attention_mask, prompt_len))
-        entropy = -jnp.sum(jnp.exp(old_logp_all) * old_logp_all, axis=-1)
+        entropy = entropy_of(old_logp_all)
         metrics = {"surrogate_gain": result.improvement, "expected_gain": expected,
                    "kl_step": result.constraint,
                    "accepted": result.accepted.astype(jnp.float32),
@@ -98,8 +99,7 @@ def make_trpo_step(policy: Policy, *, prompt_len: int, max_kl: float, damping: f
                    "grad_norm": jnp.sqrt(otu.tree_vdot(grad, grad)),
                    "entropy": jnp.sum(jnp.where(mask, entropy, 0.0)) / num_tokens,
                    "learning_rate": result.step_fraction * scale}
-        targets = batch.tokens[:, prompt_len:]
-        old_logp = jnp.take_along_axis(old_logp_all, targets[..., None], -1)[..., 0]
+        old_logp = target_logp(old_logp_all, batch.tokens[:, prompt_len:])
         metrics.update(logp_mismatch(old_logp, batch.behaviour_logp, mask))
         ok = all_finite(result.params) & jnp.isfinite(result.improvement) & all_finite(grad)
         metrics.update({"skipped": (~ok).astype(jnp.float32),

@@ -16,10 +16,11 @@ import optax
 
 from grpo_jax import losses
 from grpo_jax.models import completion_logprobs
-from grpo_jax.rl.algorithms import Algorithm, EstimatorInputs, Settings, compute_advantages
+from grpo_jax.rl.algorithms import (Algorithm, EstimatorInputs, Objective, Settings,
+                                    compute_advantages)
 from grpo_jax.rl.batch import RolloutBatch
-from grpo_jax.training import (Params, Policy, accumulate_gradients, apply_if_finite,
-                               jit_update, merge_micro_batches, split_micro_batches)
+from grpo_jax.training import (Params, Policy, jit_update, merge_micro_batches,
+                               optimizer_step, split_micro_batches)
 
 
 @dataclasses.dataclass(frozen=True)
@@ -35,7 +36,7 @@ class LossSettings:
     loss_agg: str = "seq-mean-token-mean"
     on_policy: bool = True  # old_logp == stop_gradient(logp): a single pass per rollout
     temperature: float = 1.0  # logits / temperature, as in the sampling distribution
-    objective: str = "clip"  # clip (PPO's clipped surrogate) | cispo (clipped IS weight)
+    objective: Objective = Objective.CLIP  # clip (PPO's clipped surrogate) | cispo
     entropy_coef: float = 0.0  # entropy bonus: the loss subtracts entropy_coef * entropy
 
     @classmethod
@@ -114,26 +115,17 @@ def policy_loss(params: Params, batch: RolloutBatch, *, policy: Policy,
     """Scalar loss of one micro-batch (normalised by global counts) and additive metrics.
 
     loss = agg(objective_t + beta * KL_t - entropy_coef * H_t) over the loss mask, where
-    the objective is the clipped surrogate or CISPO's (`settings.objective`).
+    the objective is `settings.objective`'s (`rl.algorithms.Objective.loss`).
     """
     mask = batch.loss_mask
     logp, entropy = sequence_logp(policy, params, batch.tokens, batch.attention_mask,
                                   prompt_len, settings.temperature, return_entropy=True,
                                   prompt_group=prompt_group)
     old_logp = jax.lax.stop_gradient(logp) if settings.on_policy else batch.old_logp
-    if settings.objective == "cispo":
-        per_token, clipped = losses.cispo_surrogate(
-            logp, old_logp, batch.advantages, epsilon=settings.epsilon,
-            epsilon_high=settings.epsilon_high, mask=mask)
-    else:
-        per_token, clipped = losses.clipped_surrogate(
-            logp, old_logp, batch.advantages,
-            epsilon=settings.epsilon,
-            epsilon_high=settings.epsilon_high,
-            dual_clip=settings.dual_clip,
-            mask=mask,
-            ratio_level=settings.ratio_level,
-        )
+    per_token, clipped = Objective(settings.objective).loss(
+        logp, old_logp, batch.advantages, epsilon=settings.epsilon,
+        epsilon_high=settings.epsilon_high, dual_clip=settings.dual_clip,
+        ratio_level=settings.ratio_level, mask=mask)
     if batch.is_weights is not None:  # an off-policy correction's per-token weights
         per_token = per_token * batch.is_weights
     max_len = logp.shape[1]
@@ -180,12 +172,9 @@ def make_train_step(policy: Policy, optimizer: optax.GradientTransformation,
         loss_fn = functools.partial(policy_loss, policy=policy, settings=settings,
                                     prompt_len=prompt_len, num_tokens=num_tokens,
                                     num_sequences=num_sequences, prompt_group=group)
-        loss, grads, metrics = accumulate_gradients(loss_fn, params, batch, micro_batches,
-                                                      policy.batch_streams, row_unit=group)
-        metrics["grad_norm"] = optax.global_norm(grads)
-        params, opt_state, flags = apply_if_finite(optimizer, grads, opt_state, params,
-                                                   loss=loss)
-        return params, opt_state, {**metrics, **flags}
+        return optimizer_step(loss_fn, optimizer, params, opt_state, batch,
+                              micro_batches=micro_batches, streams=policy.batch_streams,
+                              row_unit=group)
 
     return jit_update(train_step)
 

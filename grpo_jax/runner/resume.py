@@ -16,7 +16,7 @@ import time
 
 from grpo_jax import storage
 from grpo_jax.checkpoint import latest_meta
-from grpo_jax.runner.build import CONFIG_FILE, HISTORY_FIELD
+from grpo_jax.runner.run_directory import CONFIG_FILE, HISTORY_FIELD
 from grpo_jax.runner.checks import ConfigError, extendable_stage, stage_names
 
 # Checkpoint meta field holding the run's config as config.json records it.

@@ -2,7 +2,7 @@
 
 `validate(config, kinds)` runs before the workdir is touched and before any stage: the
 run-wide fields (stages, task, tokenizer, model, mesh, optim, checkpoint), then the run's
-inputs are built once (`build.build_inputs`: task, model.init_from's config, tokenizer,
+inputs are built once (`inputs.build_inputs`: task, model.init_from's config, tokenizer,
 prompt bucket), then every stage named in `config.stages` is checked against them (its
 fields against its kind's default section, then the kind's own `validate(check)`). It
 returns the inputs, which the `Run` uses as they are. A tokenizer trained in the workdir is
@@ -20,9 +20,10 @@ from grpo_jax import parallel
 from grpo_jax import tasks as tasks_lib
 from grpo_jax.models import lora
 from grpo_jax.models.config import _DTYPES, ATTENTION_IMPLEMENTATIONS, available_models
-from grpo_jax.runner.build import (EXECUTION_FIELDS, MODEL_SHAPE_FIELDS, TOKENIZERS,
-                                   RunInputs, build_inputs, check_init_from, lora_targets,
-                                   model_config_for, tokenizer_kind)
+from grpo_jax.runner.inputs import RunInputs, build_inputs
+from grpo_jax.runner.model_init import (EXECUTION_FIELDS, MODEL_SHAPE_FIELDS, check_init_from,
+                                        lora_targets, model_config_for)
+from grpo_jax.runner.tokenizers import TOKENIZERS, tokenizer_kind
 from grpo_jax.runner.checks import (TEMPLATES, ConfigError, Fields, SectionCheck,
                                     check_section_fields, mesh_rules, mesh_size, stage_names)
 
@@ -110,7 +111,7 @@ def check_run_fields(config: ml_collections.ConfigDict, kinds) -> None:
 
 def check_model_fields(config) -> None:
     """config.model: a known name, dtypes, and a shape ModelConfig accepts (with
-    model.init_from the shape is the checkpoint's: `build.checkpoint_config` reads it)."""
+    model.init_from the shape is the checkpoint's: `model_init.checkpoint_config` reads it)."""
     model = Fields(config.model, "model")
     model.string("name")
     if not config.model.init_from:
@@ -193,8 +194,8 @@ def check_tokenizer_fields(config) -> None:
 
 
 def check_stages(config: ml_collections.ConfigDict, kinds, inputs: RunInputs) -> None:
-    """Every stage of config.stages: its fields against its kind's default section, then the
-    kind's own `validate(check)` with the run's inputs."""
+    """Every stage of config.stages: its fields against its kind's default section, its
+    field groups' checks, then the kind's own `validate(check)` with the run's inputs."""
     _, data_parallel = mesh_size(config)
     earlier = []
     for name in stage_names(config):
@@ -211,6 +212,8 @@ def check_stages(config: ml_collections.ConfigDict, kinds, inputs: RunInputs) ->
                                f"{supported}")
         if "temperature" in section:  # every kind that samples at a set temperature
             check.temperature("temperature")
+        for group in kind.groups:  # the shared field groups, then the kind's own fields
+            group.check(check)
         if kind.validate is not None:
             kind.validate(check)
         earlier.append((name, section.kind))

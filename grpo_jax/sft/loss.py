@@ -10,8 +10,7 @@ import optax
 from grpo_jax import losses
 from grpo_jax.models import logprobs
 from grpo_jax.sft.data import TokenBatch
-from grpo_jax.training import (Params, Policy, accumulate_gradients, apply_if_finite,
-                               jit_update)
+from grpo_jax.training import Params, Policy, jit_update, optimizer_step
 
 
 def supervised_loss(params: Params, batch: TokenBatch, *, policy: Policy, num_tokens):
@@ -33,11 +32,7 @@ def make_supervised_step(policy: Policy, optimizer: optax.GradientTransformation
     def step(params, opt_state, batch):
         num_tokens = jnp.maximum(jnp.sum(batch.loss_mask.astype(jnp.float32)), 1.0)
         loss_fn = functools.partial(supervised_loss, policy=policy, num_tokens=num_tokens)
-        loss, grads, metrics = accumulate_gradients(loss_fn, params, batch, micro_batches,
-                                                      policy.batch_streams)
-        metrics["grad_norm"] = optax.global_norm(grads)
-        params, opt_state, flags = apply_if_finite(optimizer, grads, opt_state, params,
-                                                   loss=loss)
-        return params, opt_state, {**metrics, **flags}
+        return optimizer_step(loss_fn, optimizer, params, opt_state, batch,
+                              micro_batches=micro_batches, streams=policy.batch_streams)
 
     return jit_update(step)

@@ -17,17 +17,16 @@ from __future__ import annotations
 import json
 import math
 import os
-import sys
 from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
 import grain
 
+from grpo_jax.json_files import json_nesting, reject_non_finite
+
 __all__ = [
     "jsonl_to_examples",
-    "load_json_file",
     "load_jsonl",
-    "parse_json",
     "prompt_dataset",
     "prompt_iterator",
     "records_to_examples",
@@ -106,7 +105,7 @@ def load_jsonl(
             if not line.strip():
                 continue
             try:
-                row = json.loads(line, parse_constant=_reject_constant)
+                row = json.loads(line, parse_constant=reject_non_finite)
             except json.JSONDecodeError as e:
                 raise ValueError(
                     f"{path}:{line_number}: invalid JSON ({e.msg} at column {e.colno})"
@@ -114,7 +113,7 @@ def load_jsonl(
             except ValueError as e:  # NaN / Infinity, or an int too long to convert
                 raise ValueError(f"{path}:{line_number}: {str(e).splitlines()[0]}") from None
             except RecursionError:
-                raise ValueError(f"{path}:{line_number}: {_too_deep(line)[1]}") from None
+                raise ValueError(f"{path}:{line_number}: {json_nesting(line)[1]}") from None
             if not isinstance(row, dict):
                 raise ValueError(
                     f"{path}:{line_number}: expected a JSON object, got {type(row).__name__}"
@@ -137,70 +136,6 @@ def load_jsonl(
         raise ValueError(f"{path}: no rows (the file is empty); expected one JSON object per "
                          "line")
     return rows
-
-
-def parse_json(text: str, where: str | os.PathLike):
-    """`json.loads(text)` whose every failure is a ValueError starting `<where>:<line>: `:
-    a syntax error, or nesting deeper than Python's parser recurses (a RecursionError
-    otherwise, with a traceback, for e.g. 100000 opening brackets)."""
-    where = os.fspath(where)
-    try:
-        return json.loads(text)
-    except json.JSONDecodeError as e:
-        raise ValueError(f"{where}:{e.lineno}: invalid JSON ({e.msg} at column {e.colno})"
-                         ) from None
-    except RecursionError:
-        line, message = _too_deep(text)
-        raise ValueError(f"{where}:{line}: {message}") from None
-    except ValueError as e:  # an integer too long to convert
-        raise ValueError(f"{where}: {str(e).splitlines()[0]}") from None
-
-
-def load_json_file(path: str | os.PathLike):
-    """The JSON value of a UTF-8 file (a checkpoint's config.json, a run's config.json, ...);
-    ValueError `<path>:<line>: ...` for bytes that are not UTF-8 or JSON (see `parse_json`).
-    OSError when the file cannot be read."""
-    with open(path, "rb") as f:
-        data = f.read()
-    try:
-        text = data.decode("utf-8")
-    except UnicodeDecodeError as e:
-        line = data.count(b"\n", 0, e.start) + 1
-        raise ValueError(f"{os.fspath(path)}:{line}: not UTF-8 (byte 0x{data[e.start]:02x})"
-                         ) from None
-    return parse_json(text, path)
-
-
-def _too_deep(text: str) -> tuple[int, str]:
-    """(line, message) for JSON nested too deeply to parse: where it is deepest, and how
-    deep (brackets inside strings do not count)."""
-    depth = deepest = at = 0
-    in_string = escaped = False
-    for index, char in enumerate(text):
-        if in_string:
-            if escaped:
-                escaped = False
-            elif char == "\\":
-                escaped = True
-            elif char == '"':
-                in_string = False
-        elif char == '"':
-            in_string = True
-        elif char in "[{":
-            depth += 1
-            if depth > deepest:
-                deepest, at = depth, index
-        elif char in "]}":
-            depth -= 1
-    line = text.count("\n", 0, at) + 1
-    column = at - (text.rfind("\n", 0, at) + 1) + 1
-    return line, (f"JSON nested {deepest} levels deep (deepest at column {column}); "
-                  f"expected far fewer (Python's JSON parser stops at about "
-                  f"{sys.getrecursionlimit()})")
-
-
-def _reject_constant(name: str):
-    raise ValueError(f"non-finite number {name} (JSON has no NaN or Infinity)")
 
 
 def _example_cls():

@@ -6,6 +6,7 @@ import os
 from collections.abc import Iterable
 from pathlib import Path
 
+from grpo_jax.json_files import load_json_file
 from grpo_jax.text.chat import (CHAT_TEMPLATE_FILE, ChatTemplateError, load_chat_template,
                                 render_chat, tool_response_renderer)
 
@@ -189,8 +190,6 @@ class HFTokenizer:
 
 
 def _read_json(file: Path) -> dict:
-    from grpo_jax.tasks.data import load_json_file
-
     try:
         value = load_json_file(file)  # invalid or too deeply nested: names the line
     except OSError as error:

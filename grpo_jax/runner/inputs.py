@@ -1,0 +1,142 @@
+"""What a run is built from: its task, tokenizer, prompt bucket and model.init_from's model
+config, from the config; and the same of a finished run (`load_finished_run`).
+
+`build_inputs(config)` builds the task, model.init_from's model config, the tokenizer and
+the prompt bucket once, at start-up, into a frozen `RunInputs` that validation checks the
+stages against and the `Run` then uses (nothing is rebuilt). A sentencepiece tokenizer is
+trained in the workdir, so its `RunInputs` has no tokenizer and no bucket until the Run
+trains it (`with_tokenizer`). A problem is a ConfigError naming the field.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import os
+from typing import Any, NamedTuple
+
+import ml_collections
+
+from grpo_jax import tasks as tasks_lib
+from grpo_jax import text
+from grpo_jax.models import ModelConfig
+from grpo_jax.runner.checks import ConfigError
+from grpo_jax.runner.model_init import (check_checkpoint_files, checkpoint_config,
+                                        load_run_policy)
+from grpo_jax.runner.run_directory import run_directory_config
+from grpo_jax.runner.tokenizers import build_tokenizer, check_tokenizer, tokenizer_kind
+from grpo_jax.training import Policy
+
+PROMPT_BUCKET_MULTIPLE = 8  # task.prompt_len = 0: the longest prompt rounded up to this
+
+
+@dataclasses.dataclass(frozen=True)
+class RunInputs:
+    """What start-up builds once and the Run uses as is.
+
+    Attributes:
+      task: the task (config.task.name with config.task.kwargs).
+      tokenizer: the run's tokenizer; None when it is trained in the workdir
+        (sentencepiece), which the Run does first (`with_tokenizer`).
+      prompt_len: the prompt bucket (task.prompt_len, or the measured one when it is 0);
+        None while the tokenizer is.
+      checkpoint_model: model.init_from's ModelConfig (None without model.init_from).
+    """
+
+    task: Any
+    tokenizer: Any
+    prompt_len: int | None
+    checkpoint_model: ModelConfig | None
+
+def build_task(config):
+    """The task of config.task (ConfigError naming the constructor argument at fault)."""
+    try:
+        return tasks_lib.get_task(config.task.name, **config.task.kwargs.to_dict())
+    except (TypeError, ValueError) as err:
+        message, field = str(err), ""
+        for name in config.task.kwargs:  # "data_dir: ..." names a constructor argument
+            if message.startswith(f"{name}: "):
+                message, field = message[len(name) + 2:], f".{name}"
+        raise ConfigError(f"task.kwargs{field}: {message}") from None
+
+def eval_seed(config) -> int:
+    """The seed of the held-out problems: task.eval_seed (fixed across a sweep's seeds), or
+    the run's seed for a config without the field."""
+    return int(config.task.get("eval_seed", config.seed))
+
+def prompt_bucket(config, task, tokenizer) -> int:
+    """The prompt bucket: task.prompt_len, checked to hold the longest prompt (BOS included)
+    of the training and held-out problems; with task.prompt_len = 0 that longest prompt
+    rounded up to a multiple of PROMPT_BUCKET_MULTIPLE."""
+    template = config.task.template
+    examples = []
+    for split, field in (("train", "train_size"), ("test", "eval_size")):
+        try:
+            examples += task.examples(split, config.task[field], seed=eval_seed(config)
+                                      if split == "test" else config.seed)
+        except ValueError as err:  # too few problems, or a data file that does not read
+            message = str(err)
+            in_file = os.path.isfile(message.split(":", 1)[0])  # "<file>:<line>: ..."
+            raise ConfigError(f"{'task' if in_file else f'task.{field}'}: {message}") from None
+    longest, where = 0, None
+    for ex in examples:
+        try:
+            prompt = tasks_lib.apply_template(ex, template=template, tokenizer=tokenizer)
+            length = len(text.prompt_ids(tokenizer, prompt))
+        except ValueError as err:  # e.g. a character the char tokenizer does not have
+            raise ConfigError(f"task: problem {getattr(ex, 'id', '?')!r}: {err}") from None
+        if length > longest:
+            longest, where = length, ex
+    if not config.task.prompt_len:
+        return -(-longest // PROMPT_BUCKET_MULTIPLE) * PROMPT_BUCKET_MULTIPLE
+    if longest > config.task.prompt_len:
+        raise ConfigError(f"task.prompt_len: {config.task.prompt_len} cannot hold prompt "
+                          f"{getattr(where, 'id', '?')!r} of {longest} tokens (with BOS); "
+                          f"expected >= {longest} (or 0: measured at start-up)")
+    return config.task.prompt_len
+
+def with_tokenizer(config, inputs: RunInputs, tokenizer) -> RunInputs:
+    """`inputs` with `tokenizer` (trained in the workdir), checked, and its prompt bucket."""
+    check_tokenizer(config, tokenizer, inputs.checkpoint_model)
+    return dataclasses.replace(inputs, tokenizer=tokenizer,
+                               prompt_len=prompt_bucket(config, inputs.task, tokenizer))
+
+def build_inputs(config) -> RunInputs:
+    """The task, model.init_from's model config, the tokenizer (unless it is trained in the
+    workdir) and the prompt bucket of a config whose run-wide fields are checked."""
+    task = build_task(config)
+    checkpoint_model = checkpoint_config(config) if config.model.init_from else None
+    inputs = RunInputs(task, None, None, checkpoint_model)
+    if tokenizer_kind(config) != "sentencepiece":  # else trained in the workdir, by the Run
+        try:
+            tokenizer = build_tokenizer(config, task, None)
+        except ValueError as err:
+            raise ConfigError(f"tokenizer: {err}") from None
+        inputs = with_tokenizer(config, inputs, tokenizer)
+    check_checkpoint_files(config)
+    return inputs
+
+class FinishedRun(NamedTuple):
+    """A finished run's final policy with what it was trained on (`load_finished_run`)."""
+    config: ml_collections.ConfigDict
+    task: Any
+    tokenizer: Any
+    policy: Any  # training.Policy
+    params: Any
+
+def load_finished_run(workdir: str) -> FinishedRun:
+    """The config, task, tokenizer, policy and final parameters of a grpo_jax run directory,
+    built as the run built them (`load_run_policy`): what a study or an evaluation script
+    needs from a finished run.
+
+    Raises:
+      FileNotFoundError: `workdir` is not a grpo_jax run directory, or has no checkpoint.
+    """
+    config = run_directory_config(workdir)
+    if config is None:
+        raise FileNotFoundError(f"{workdir}: not a grpo_jax run directory (no config.json "
+                                "with stages and no checkpoints/)")
+    task = build_task(config)
+    tokenizer = build_tokenizer(config, task, workdir)
+    _, model, _, _ = load_run_policy(workdir, tokenizer=tokenizer)
+    policy, params = Policy.from_model(model)
+    return FinishedRun(config, task, tokenizer, policy, params)

@@ -1,0 +1,88 @@
+"""The run's tokenizer: its kind ("auto" resolved), building it, and its checks against the
+template and model.init_from's vocabulary."""
+
+from __future__ import annotations
+
+import os
+import tempfile
+
+from grpo_jax import storage
+from grpo_jax import tasks as tasks_lib
+from grpo_jax import text
+from grpo_jax.models import ModelConfig
+from grpo_jax.runner.checks import ConfigError, check_vocabulary
+from grpo_jax.runner.run_directory import run_directory_config
+from grpo_jax.text.sentencepiece import MODEL_FILE
+
+TOKENIZERS = ("auto", "char", "sentencepiece", "checkpoint")
+
+
+def tokenizer_kind(config) -> str:
+    """config.tokenizer with "auto" resolved: with model.init_from, that run's tokenizer
+    ("run", for a grpo_jax run directory) or the checkpoint's own ("checkpoint"); else the
+    task's character tokenizer."""
+    if config.tokenizer == "auto":
+        if not config.model.init_from:
+            return "char"
+        return "run" if run_directory_config(config.model.init_from) is not None \
+            else "checkpoint"
+    return config.tokenizer
+
+def build_tokenizer(config, task, workdir: str | None):
+    """The run's tokenizer. "checkpoint" is model.init_from's tokenizer.json with its special
+    tokens and chat template. sentencepiece is trained once on the training problems and
+    their clean solutions and kept in `<workdir>/tokenizer`, so a resumed run has the same
+    vocabulary; `workdir=None` gives None for it (nothing is written). SentencePiece reads
+    and writes local files only: for a workdir on an object store the model is trained in,
+    or copied to, a local temporary directory and copied to or from the workdir."""
+    kind = tokenizer_kind(config)
+    if kind == "run":  # the base run's own tokenizer, built as that run built it
+        base = run_directory_config(config.model.init_from)
+        base_task = tasks_lib.get_task(base.task.name, **base.task.kwargs.to_dict())
+        return build_tokenizer(base, base_task, config.model.init_from)
+    if kind == "char":
+        return text.CharTokenizer.for_task(task)
+    if kind == "checkpoint":
+        if not config.model.init_from:
+            raise ValueError("tokenizer: 'checkpoint' needs model.init_from (a local Hugging "
+                             "Face checkpoint directory with tokenizer.json)")
+        return text.HFTokenizer(config.model.init_from)
+    if kind == "sentencepiece":
+        if workdir is None:
+            return None
+        directory = storage.join(workdir, "tokenizer")
+        local = storage.local_path(directory) or tempfile.mkdtemp(prefix="grpo_jax_spm_")
+        remote = storage.local_path(directory) is None
+        if storage.isfile(storage.join(directory, MODEL_FILE)):
+            if remote:  # the model stays there for the process (the tokenizer names it)
+                _copy_files(directory, local, [MODEL_FILE])
+            return text.SentencePieceTokenizer.load(local)
+        examples = task.examples("train", min(config.task.train_size, 4000), seed=config.seed)
+        texts = [tasks_lib.apply_template(ex, template=config.task.template) + (ex.solution or "")
+                 for ex in examples]
+        tokenizer = text.SentencePieceTokenizer.train(
+            texts, local, vocab_size=config.tokenizer_vocab_size,
+            user_defined_symbols=text.TAG_TOKENS + tuple(task.tags))
+        if remote:
+            storage.makedirs(directory)
+            _copy_files(local, directory, os.listdir(local))
+        return tokenizer
+    raise ValueError(f"tokenizer: unknown tokenizer {config.tokenizer!r}; expected one of "
+                     f"{list(TOKENIZERS)}")
+
+def _copy_files(source: str, target: str, names) -> None:
+    """Copies the files `names` of directory `source` into directory `target` (either may
+    be a URL)."""
+    for name in names:
+        storage.write_bytes(storage.join(target, name),
+                            storage.read_bytes(storage.join(source, name)))
+
+def check_tokenizer(config, tokenizer, checkpoint_model: ModelConfig | None) -> None:
+    """The built tokenizer fits the template (a chat template for "chat") and the
+    checkpoint's vocabulary."""
+    if config.task.template == "chat" and tokenizer.chat_template is None:
+        raise ConfigError(f"task.template: 'chat': {config.model.init_from!r} has no chat "
+                          "template (tokenizer_config.json chat_template or "
+                          "chat_template.jinja); use r1_zero or plain")
+    if checkpoint_model is not None:
+        check_vocabulary(tokenizer, checkpoint_model.vocab_size, config.model.init_from)

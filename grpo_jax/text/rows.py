@@ -1,0 +1,68 @@
+"""Tokenised (prompt, completion) rows: the layout SFT, pretraining and the reward model share.
+
+A row is [BOS] prompt completion [EOS], right-padded, the layout of a rollout (BOS, prompt,
+then the completion ending in EOS), so the positions a model sees in SFT, in reward-model
+training and in RL agree.
+"""
+
+from __future__ import annotations
+
+from typing import Sequence
+
+import numpy as np
+
+from grpo_jax.text import prompt_ids as prompt_ids_of
+
+
+def encode_pair_rows(
+    tokenizer,
+    prompts: Sequence[str],
+    completions: Sequence[str],
+    *,
+    seq_len: int | None = None,
+    max_len: int | None = None,
+    loss_on_prompt: bool = False,
+) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """Right-padded [BOS] prompt completion [EOS] rows with their loss masks.
+
+    Args:
+      tokenizer: a grpo_jax.text tokenizer.
+      prompts: n prompt strings (already templated).
+      completions: n completion strings.
+      seq_len: row length L; a longer row is an error naming the row. None: the longest
+        row rounded up to a multiple of 8 (fewer padded positions to compute).
+      max_len: with seq_len None, the longest row allowed (the model's context).
+      loss_on_prompt: next-token pretraining (loss on every token after BOS) instead of
+        SFT's completion-only loss.
+    Returns:
+      (tokens int32 [n, L], attention_mask bool [n, L], loss_mask bool [n, L]) numpy
+      arrays; loss_mask[t] marks the tokens whose prediction is trained.
+    """
+    if len(prompts) != len(completions):
+        raise ValueError(f"{len(prompts)} prompts but {len(completions)} completions")
+    n = len(prompts)
+    encoded = []
+    for prompt, completion in zip(prompts, completions):
+        prompt_ids = prompt_ids_of(tokenizer, prompt)
+        completion_ids = [*tokenizer.encode(completion), tokenizer.eos_id]
+        encoded.append((prompt_ids, completion_ids))
+    if seq_len is None:
+        longest = max((len(p) + len(c) for p, c in encoded), default=1)
+        seq_len = -(-longest // 8) * 8
+        if max_len is not None:
+            seq_len = min(seq_len, max_len)
+    tokens = np.full((n, seq_len), tokenizer.pad_id, np.int32)
+    attention_mask = np.zeros((n, seq_len), bool)
+    loss_mask = np.zeros((n, seq_len), bool)
+    for row, (prompt_ids, completion_ids) in enumerate(encoded):
+        ids = prompt_ids + completion_ids
+        if len(ids) > seq_len:
+            raise ValueError(
+                f"row {row}: {len(ids)} tokens exceed the sequence length {seq_len} "
+                f"(prompt {len(prompt_ids)}, completion {len(completion_ids)})"
+            )
+        tokens[row, : len(ids)] = ids
+        attention_mask[row, : len(ids)] = True
+        start = 1 if loss_on_prompt else len(prompt_ids)
+        loss_mask[row, start : len(ids)] = True
+    return tokens, attention_mask, loss_mask

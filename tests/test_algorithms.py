@@ -13,7 +13,8 @@ from flax import nnx
 from grpo_jax import losses
 from grpo_jax.rl import algorithms
 from grpo_jax.rl.algorithms import ALGORITHMS, EstimatorInputs, compute_advantages
-from grpo_jax.rl.batch import rollout_batch, rollout_record
+from grpo_jax.rl.batch import rollout_record
+from grpo_jax.rl.rollout import Rollout
 from grpo_jax.runner import ConfigError, validate
 from grpo_jax.stages import KINDS, default_section
 from grpo_jax.stages import rl as rl_stage
@@ -51,6 +52,25 @@ def test_records_refuse_unknown_pieces():
         algorithms.Algorithm("x", lambda i: i.rewards, "token-mean", "", defaults={"clip": 1})
     with pytest.raises(ValueError, match="loss_agg 'mean' not in"):
         algorithms.Algorithm("x", lambda i: i.rewards, "mean", "")
+
+
+def test_the_objective_is_a_record_like_the_estimator():
+    """Each record holds its objective as an `Objective` member (a name is made the member,
+    and a member equals its name); the loss calls it, and CISPO alone takes only the
+    per-token ratio."""
+    assert ALGORITHMS["cispo"].objective is algorithms.Objective.CISPO
+    assert ALGORITHMS["grpo"].objective is algorithms.Objective.CLIP == "clip"
+    named = algorithms.Algorithm("x", lambda i: i.rewards, "token-mean", "", objective="cispo")
+    assert named.objective is algorithms.Objective.CISPO and named.objective.token_ratio_only
+    assert not algorithms.Objective.CLIP.token_ratio_only
+    logp, old_logp = jnp.log(jnp.array([[0.5, 0.2]])), jnp.log(jnp.array([[0.4, 0.3]]))
+    adv, mask = jnp.array([[1.0, -1.0]]), jnp.ones((1, 2), bool)
+    kwargs = dict(epsilon=0.2, epsilon_high=0.28, dual_clip=None, ratio_level="token", mask=mask)
+    for objective, kernel in ((algorithms.Objective.CLIP, losses.clipped_surrogate),
+                              (algorithms.Objective.CISPO, losses.cispo_surrogate)):
+        expected = kernel(logp, old_logp, adv, epsilon=0.2, epsilon_high=0.28, mask=mask)
+        for got, want in zip(objective.loss(logp, old_logp, adv, **kwargs), expected):
+            np.testing.assert_array_equal(np.asarray(got), np.asarray(want))
 
 
 def test_auto_fields_take_the_algorithm_defaults_and_explicit_values_win():
@@ -216,9 +236,12 @@ def tiny_batch(rows=4, prompt_len=3, new=5, seed=0):
     rng = np.random.default_rng(seed)
     tokens = jnp.asarray(rng.integers(1, 12, (rows, prompt_len + new)), jnp.int32)
     mask = jnp.asarray(np.arange(new)[None] < rng.integers(1, new + 1, rows)[:, None])
-    batch = rollout_batch(tokens[:, :prompt_len], jnp.ones((rows, prompt_len), bool),
-                          tokens[:, prompt_len:], mask, jnp.zeros((rows, new), jnp.float32),
-                          jnp.asarray(rng.integers(0, 2, rows), jnp.float32), version=3)
+    batch = Rollout(prompt_tokens=tokens[:, :prompt_len],
+                    prompt_mask=jnp.ones((rows, prompt_len), bool),
+                    tokens=tokens[:, prompt_len:], attention_mask=mask, loss_mask=mask,
+                    behaviour_logp=jnp.zeros((rows, new), jnp.float32),
+                    rewards=jnp.asarray(rng.integers(0, 2, rows), jnp.float32),
+                    version=3).to_batch()
     return batch, prompt_len
 
 
@@ -256,15 +279,18 @@ def test_rollout_batch_is_one_typed_structure():
     assert per_seq.advantages.shape == batch.loss_mask.shape
     with pytest.raises(ValueError, match=r"advantages: expected \[B\]=\(4,\)"):
         batch.with_advantages(jnp.zeros(3))
-    with pytest.raises(ValueError, match=r"rollout_batch: rewards has shape \(3,\)"):
-        rollout_batch(np.zeros((4, 2)), np.ones((4, 2)), np.zeros((4, 5)), np.ones((4, 5)),
-                      np.zeros((4, 5)), np.zeros(3), version=0)
+    with pytest.raises(ValueError, match=r"Rollout.to_batch: rewards has shape \(3,\)"):
+        Rollout(prompt_tokens=np.zeros((4, 2)), prompt_mask=np.ones((4, 2)),
+                tokens=np.zeros((4, 5)), attention_mask=np.ones((4, 5)),
+                loss_mask=np.ones((4, 5)), behaviour_logp=np.zeros((4, 5)),
+                rewards=np.zeros(3), version=0).to_batch()
     # Host arrays stay numpy (placed on the mesh by the loop), and the loss mask never
     # extends past the generated tokens.
-    host = rollout_batch(np.zeros((2, 2), np.int32), np.ones((2, 2), bool),
-                         np.zeros((2, 3), np.int32), np.array([[1, 1, 0], [1, 0, 0]], bool),
-                         np.zeros((2, 3)), np.zeros(2), version=1,
-                         loss_mask=np.ones((2, 3), bool))
+    host = Rollout(prompt_tokens=np.zeros((2, 2), np.int32), prompt_mask=np.ones((2, 2), bool),
+                   tokens=np.zeros((2, 3), np.int32),
+                   attention_mask=np.array([[1, 1, 0], [1, 0, 0]], bool),
+                   loss_mask=np.ones((2, 3), bool), behaviour_logp=np.zeros((2, 3)),
+                   rewards=np.zeros(2), version=1).to_batch()
     assert isinstance(host.tokens, np.ndarray)
     np.testing.assert_array_equal(host.loss_mask, [[1, 1, 0], [1, 0, 0]])
     # Split and sliced by tree maps alone (micro-batches, row groups, minibatches).

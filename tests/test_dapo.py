@@ -8,7 +8,8 @@ import jax
 import numpy as np
 import pytest
 
-from grpo_jax.runner import StageSpec, rollouts
+from grpo_jax.runner import StageSpec, rollouts, sources
+from grpo_jax.runner.rl_loop import LoopSettings
 from grpo_jax.metrics import read_metrics
 from grpo_jax.pipeline import train_and_evaluate
 from grpo_jax.rl.rollout import Rollout
@@ -39,13 +40,25 @@ def scripted_rollouts(monkeypatch, reward_rounds):
         mask = np.arange(NEW)[None] < lengths[:, None]
         return Rollout(
             prompt_tokens=np.zeros((rows, 4), np.int32), prompt_mask=np.ones((rows, 4), bool),
-            tokens=np.ones((rows, NEW), np.int32), mask=mask,
-            sample_logp=np.zeros((rows, NEW), np.float32), lengths=lengths,
+            tokens=np.ones((rows, NEW), np.int32), attention_mask=mask, loss_mask=mask,
+            behaviour_logp=np.zeros((rows, NEW), np.float32), lengths=lengths,
             texts=[f"t{i}" for i in range(rows)], rewards=rewards,
             components={"accuracy": rewards.copy()}, truncated=lengths == NEW)
 
     monkeypatch.setattr(rollouts, "launch_rollout",
                         lambda *args, **kwargs: lambda: fake_rollout(*args, **kwargs))
+
+
+def collect(run, stage, iterator, step, *, weights, dynamic, overlong_cache=0):
+    """The host source's `collect(...)()` with the section's loop settings, these changed."""
+    section = stage.section
+    settings = LoopSettings(steps=section.steps, num_prompts=N, group_size=G,
+                            rewards=tuple(weights.items()), checkpoint_every=1,
+                            max_new_tokens=section.max_new_tokens,
+                            overlong_cache=overlong_cache, dynamic_sampling=dynamic,
+                            max_sampling_rounds=section.max_sampling_rounds)
+    return sources.collect(run, stage, iterator, step, settings=settings, sampling=None,
+                           reward_fns={})()
 
 
 def prompts():
@@ -59,14 +72,13 @@ def test_dynamic_sampling_keeps_only_groups_with_signal(monkeypatch):
     round1 = [1, 0, 0,  1, 1, 1,  0, 1, 0,  0, 0, 0]
     round2 = [0, 0, 0,  1, 0, 1,  0, 0, 1,  1, 1, 0]
     scripted_rollouts(monkeypatch, [round1, round2])
-    ro, examples, info = rollouts.collect_rollout(run, stage, prompts(), 0, sampling=None,
-                                                weights={"accuracy": 1.0}, reward_fns={},
-                                                dynamic=True)
+    ro, examples, info = collect(run, stage, prompts(), 0, weights={"accuracy": 1.0},
+                                  dynamic=True)
     groups = ro.rewards.reshape(N, G)
     assert np.all(groups.std(axis=1) > 0)  # never a zero-variance group
     np.testing.assert_array_equal(groups, [[1, 0, 0], [0, 1, 0], [1, 0, 1], [0, 0, 1]])
     assert info == {"sampling_rounds": 2, "dropped_groups": 2 + 1, "filled_groups": 0}
-    assert len(examples) == N * G and ro.mask.shape == (N * G, NEW)
+    assert len(examples) == N * G and ro.attention_mask.shape == (N * G, NEW)
 
 
 def test_dynamic_sampling_terminates_and_masks_the_shortfall(monkeypatch):
@@ -74,21 +86,18 @@ def test_dynamic_sampling_terminates_and_masks_the_shortfall(monkeypatch):
     constant = [1.0] * (N * G)
     one_good = [1, 0, 0] + [0.0] * (N * G - G)
     scripted_rollouts(monkeypatch, [one_good, constant, constant, constant])
-    ro, _, info = rollouts.collect_rollout(run, stage, prompts(), 0, sampling=None,
-                                         weights={"accuracy": 1.0}, reward_fns={},
-                                         dynamic=True)
+    ro, _, info = collect(run, stage, prompts(), 0, weights={"accuracy": 1.0}, dynamic=True)
     assert info["sampling_rounds"] == 3  # the bound, not an endless loop
     assert info["filled_groups"] == N - 1
-    assert ro.mask[:G].any() and not ro.mask[G:].any()  # filler rows carry no loss
+    # filler rows carry no loss
+    assert ro.attention_mask[:G].any() and not ro.attention_mask[G:].any()
     assert ro.rewards.shape == (N * G,)
 
 
 def test_static_sampling_takes_one_round(monkeypatch):
     run, stage = fake_run()
     scripted_rollouts(monkeypatch, [[1.0] * (N * G)])
-    ro, _, info = rollouts.collect_rollout(run, stage, prompts(), 0, sampling=None,
-                                         weights={"accuracy": 1.0}, reward_fns={},
-                                         dynamic=False)
+    ro, _, info = collect(run, stage, prompts(), 0, weights={"accuracy": 1.0}, dynamic=False)
     assert info == {"sampling_rounds": 1} and np.all(ro.rewards == 1.0)
 
 
@@ -96,9 +105,8 @@ def test_soft_overlong_punishment_is_added_per_length(monkeypatch):
     run, stage = fake_run()
     stage.section.max_new_tokens = NEW
     scripted_rollouts(monkeypatch, [[0.0] * (N * G)])
-    ro, _, _ = rollouts.collect_rollout(run, stage, prompts(), 0, sampling=None,
-                                      weights={"accuracy": 1.0, "overlong": 0.5},
-                                      reward_fns={}, dynamic=False, overlong_cache=2)
+    ro, _, _ = collect(run, stage, prompts(), 0, weights={"accuracy": 1.0, "overlong": 0.5},
+                        dynamic=False, overlong_cache=2)
     # L_max = 5, L_cache = 2: lengths 1..3 -> 0, 4 -> -0.5, 5 -> -1; weight 0.5.
     expected = {1: 0.0, 2: 0.0, 3: 0.0, 4: -0.25, 5: -0.5}
     for length, reward in zip(ro.lengths, ro.rewards):

@@ -96,9 +96,9 @@ def _sharded_vs_single(tmp_path, config, name, monkeypatch, learner_cls):
     seen = []
     original = learner_cls.iterate
 
-    def spy(self, batch, rollout, step):
+    def spy(self, batch, step):
         seen.append({k: getattr(batch, k).sharding for k in ("tokens", "loss_mask")})
-        return original(self, batch, rollout, step)
+        return original(self, batch, step)
 
     monkeypatch.setattr(learner_cls, "iterate", spy)
     results = []

@@ -15,8 +15,7 @@ from grpo_jax import losses
 from grpo_jax.metrics import read_metrics
 from grpo_jax.pipeline import train_and_evaluate
 from grpo_jax.rl import update as update_lib
-from grpo_jax.rl.batch import rollout_batch
-from grpo_jax.rl.rollout import observation_texts, tool_record
+from grpo_jax.rl.rollout import Rollout, observation_texts, tool_record
 from grpo_jax.runner.validation import ConfigError, validate
 from grpo_jax.stages import KINDS, default_section
 from grpo_jax.tasks import get_task
@@ -65,10 +64,10 @@ def test_observation_tokens_carry_no_gradient_in_the_loss_or_the_kl(monkeypatch)
     mask = generated | observation
     b, n = mask.shape
     rng = np.random.default_rng(0)
-    batch = rollout_batch(np.ones((b, 3), np.int32), np.ones((b, 3), bool),
-                          np.ones((b, n), np.int32), mask,
-                          np.log(rng.uniform(0.1, 0.9, (b, n))).astype(np.float32),
-                          np.array([1.0, 0.0], np.float32), version=0, loss_mask=generated)
+    batch = Rollout(prompt_tokens=np.ones((b, 3), np.int32), prompt_mask=np.ones((b, 3), bool),
+                    tokens=np.ones((b, n), np.int32), attention_mask=mask, loss_mask=generated,
+                    behaviour_logp=np.log(rng.uniform(0.1, 0.9, (b, n))).astype(np.float32),
+                    rewards=np.array([1.0, 0.0], np.float32), version=0).to_batch()
     np.testing.assert_array_equal(np.asarray(batch.loss_mask), generated)
     batch = batch.replace(advantages=jnp.asarray([[1.0], [-1.0]]) * jnp.ones((b, n)),
                           ref_logp=jnp.asarray(np.log(rng.uniform(0.1, 0.9, (b, n))),
@@ -195,7 +194,7 @@ def test_tool_record_counts_calls_errors_and_observation_share():
         tool_errors = np.array([0, 1])
         loss_mask = np.zeros((2, 60), bool)
         loss_mask[:, 40:50] = True
-        mask = loss_mask | observation
+        attention_mask = loss_mask | observation
 
     record = tool_record(Ro)
     assert record["tool_calls"] == 1.0 and record["tool_errors"] == 0.5
@@ -254,10 +253,45 @@ def test_grpo_on_episodes_resumes_mid_stage_bit_exactly(smoke, crash_and_resume)
     assert [r["staleness"] for r in rows] == [0, 1, 1, 1]
 
 
+def _on_devices(smoke, tmp_path, stage, devices, **fields):
+    config = _from_smoke(smoke, stage, **fields)
+    config.mesh.num_devices = devices
+    workdir = tmp_path / f"{stage}_{devices}"
+    train_and_evaluate(config, str(workdir))
+    return _rows(workdir, stage)
+
+
+def _same_episodes_and_update(one, four):
+    """The rows of one and of four devices: the same samples (the episodes' figures exactly),
+    updates equal to float32 reduction order."""
+    assert len(one) == len(four)
+    for a, b in zip(one, four):
+        for key in ("reward_mean", "tool_calls", "observation_frac", "completion_length"):
+            assert a[key] == b[key], key
+        for key in ("loss", "grad_norm", "entropy"):
+            assert b[key] == pytest.approx(a[key], rel=1e-4, abs=1e-6), key
+
+
 def test_ppo_trains_on_episodes(smoke, tmp_path):
     """PPO's critic and GAE on multi-turn episodes: tool calls, real gradients, parity."""
-    train_and_evaluate(_from_smoke(smoke, "ppo", steps=2, beta=0.05), str(tmp_path))
-    rows = _rows(tmp_path, "ppo")
+    rows = _on_devices(smoke, tmp_path, "ppo", 1, steps=2, beta=0.05)
     assert len(rows) == 2 and max(r["tool_calls"] for r in rows) > 0
     assert all(r["grad_norm"] > 0 and r["critic_grad_norm"] > 0 for r in rows)
     assert max(r["logp_diff_max"] for r in rows) < 1e-4
+
+
+def test_ppo_on_episodes_on_4_devices_as_on_one(smoke, tmp_path):
+    """Rows and weights sharded over 4 virtual devices: the same episodes, the same update
+    (one minibatch pass, so the program stays small)."""
+    fields = dict(steps=1, beta=0.05, num_iterations=1, num_minibatches=1)
+    rows = _on_devices(smoke, tmp_path, "ppo", 4, **fields)
+    assert rows[0]["tool_calls"] > 0 and rows[0]["critic_grad_norm"] > 0
+    one = _on_devices(smoke, tmp_path, "ppo", 1, **fields)
+    _same_episodes_and_update(one, rows)
+    assert rows[0]["critic_grad_norm"] == pytest.approx(one[0]["critic_grad_norm"], rel=1e-4)
+
+
+def test_grpo_on_episodes_on_4_devices_as_on_one(smoke, tmp_path):
+    rows = _on_devices(smoke, tmp_path, "rl", 4, steps=1)
+    assert rows[0]["tool_calls"] > 0 and rows[0]["reward_std"] > 0
+    _same_episodes_and_update(_on_devices(smoke, tmp_path, "rl", 1, steps=1), rows)

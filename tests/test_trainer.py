@@ -95,6 +95,44 @@ def test_same_seed_same_metrics(tmp_path):
         read_metrics(tmp_path / "b" / "metrics.jsonl"))
 
 
+def test_host_and_device_sources_run_one_iteration(tmp_path, monkeypatch):
+    """GRPO with device rewards (accuracy, format) on the character tokenizer: the host
+    source (fused_steps 0: one jitted iteration per step) and the device source (fused_steps
+    2: two iterations per program) both run `GRPOLearner.iteration`, the one update, and log
+    the same metrics: the same samples exactly, the updates up to float32 rounding."""
+    from grpo_jax.stages.rl import GRPOLearner
+
+    traced = []
+    original = GRPOLearner.iteration
+
+    def spy(self, state, batch):
+        traced.append(isinstance(batch.tokens, jax.core.Tracer))
+        return original(self, state, batch)
+
+    monkeypatch.setattr(GRPOLearner, "iteration", spy)
+    rows = {}
+    for k in (0, 2):
+        traced.clear()
+        config = rl_only(smoke_config(steps=4, num_prompts=4, group_size=4, max_new_tokens=8,
+                                      checkpoint_every=2, beta=0.04, entropy_coef=0.01,
+                                      overlong_cache=0, fused_steps=k))
+        config.rl.rewards = {"accuracy": 1.0, "format": 0.2}
+        train_and_evaluate(config, str(tmp_path / f"k{k}"))
+        rows[k] = [r for r in read_metrics(tmp_path / f"k{k}" / "metrics.jsonl")
+                   if r["stage"] == "rl"]
+        assert traced == [True], traced  # one trace: the host's jit, the device's scan body
+    host, device = rows[0], rows[2]
+    assert [r["stage_step"] for r in device] == [1, 2, 3, 4]
+    for a, b in zip(host, device):
+        for key in ("reward_mean", "reward/accuracy", "reward/format", "completion_length",
+                    "truncated_frac", "pass@1", "zero_std_groups", "learning_rate",
+                    "sampling_rounds"):
+            assert a[key] == b[key], key
+        for key in ("loss", "grad_norm", "entropy", "kl_ref", "clip_frac", "logp_diff_mean"):
+            assert a[key] == pytest.approx(b[key], rel=1e-5, abs=1e-7), key
+    assert all(r["grad_norm"] > 0 for r in device) and device[-1]["kl_ref"] > 0
+
+
 def _tiny_policy():
     """(Policy, params) of a one-block model over 16 symbols (update-level tests)."""
     from flax import nnx
@@ -116,7 +154,7 @@ def test_micro_batches_and_streams_give_the_same_update():
     in a near-zero gradient into a visible difference.)"""
     import dataclasses
 
-    from grpo_jax.rl.batch import rollout_batch
+    from grpo_jax.rl.rollout import Rollout
     from grpo_jax.rl.update import LossSettings, make_train_step
     from grpo_jax.sft.data import TokenBatch
     from grpo_jax.sft.loss import make_supervised_step
@@ -131,11 +169,13 @@ def test_micro_batches_and_streams_give_the_same_update():
     prompt_mask[4:, 0] = False  # some left padding
     lengths = rng.integers(0, new + 1, rows)
     completion_mask = np.arange(new)[None] < lengths[:, None]
-    batch = rollout_batch(
-        jnp.asarray(tokens[:, :prompt_len]), jnp.asarray(prompt_mask),
-        jnp.asarray(tokens[:, prompt_len:]), jnp.asarray(completion_mask),
-        jnp.asarray(-rng.uniform(0.5, 3.0, (rows, new)), jnp.float32),
-        jnp.asarray(rng.normal(size=rows), jnp.float32), version=0)
+    completion_mask = jnp.asarray(completion_mask)
+    batch = Rollout(
+        prompt_tokens=jnp.asarray(tokens[:, :prompt_len]), prompt_mask=jnp.asarray(prompt_mask),
+        tokens=jnp.asarray(tokens[:, prompt_len:]), attention_mask=completion_mask,
+        loss_mask=completion_mask,
+        behaviour_logp=jnp.asarray(-rng.uniform(0.5, 3.0, (rows, new)), jnp.float32),
+        rewards=jnp.asarray(rng.normal(size=rows), jnp.float32), version=0).to_batch()
     batch = batch.with_advantages(batch.rewards).replace(
         ref_logp=jnp.asarray(-rng.uniform(0.5, 3.0, (rows, new)), jnp.float32),
         old_logp=jnp.asarray(-rng.uniform(0.5, 3.0, (rows, new)), jnp.float32))

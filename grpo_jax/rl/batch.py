@@ -3,10 +3,11 @@
 `RolloutBatch` is one frozen pytree of [B, ...] arrays: the sequences, the two masks, the
 sampler's log-probs, the rewards, the parameter version that sampled each row, and what
 the learner adds before its update (advantages, old / reference log-probs, values). It is
-built by one function, `rollout_batch`, from host numpy arrays (the host loop) or from
-traced arrays (the fused loop), and learners derive new batches with `.replace(...)`
-instead of mutating a dict. Every field's leading dimension is the row, so the batch is
-split into micro-batches, row groups and minibatches by `jax.tree.map` alone.
+built by one method, `rl.rollout.Rollout.to_batch`, from host numpy arrays (the host
+source) or from traced arrays (the device source), and learners derive new batches with
+`.replace(...)` instead of mutating a dict. Every row field's leading dimension is the row,
+so the batch is split into micro-batches, row groups and minibatches by `jax.tree.map`
+alone.
 
 The loss mask is separate from the attention mask: a token may be attended to and still
 carry no loss (a truncated completion under DAPO's overlong filter, or a tool's output).
@@ -44,6 +45,12 @@ class RolloutBatch:
       returns: [B, N] value targets (PPO), or None.
       is_weights: [B, N] per-token importance weights of an off-policy correction
         (`rl.update.off_policy_weights`) that multiply each token's objective, or None.
+      correct: [B] bool, the completion counts as solved (`Rollout.correct`), or None.
+      truncated: [B] bool, the completion hit the budget without an end token, or None.
+      minibatch_order: [I, B] int32, the rows of pass i of an iteration with several
+        minibatches (minibatch m is the m-th contiguous block of row i; `minibatches`), or
+        None (one minibatch: every pass is the batch in its order). Not a row field: it is
+        dropped from the minibatches it describes.
     """
 
     tokens: jax.Array
@@ -58,6 +65,9 @@ class RolloutBatch:
     old_values: jax.Array | None = None
     returns: jax.Array | None = None
     is_weights: jax.Array | None = None
+    correct: jax.Array | None = None
+    truncated: jax.Array | None = None
+    minibatch_order: jax.Array | None = None
 
     @property
     def rows(self) -> int:
@@ -80,47 +90,55 @@ class RolloutBatch:
         return self.replace(advantages=advantages)
 
 
-def rollout_batch(prompt_tokens, prompt_mask, tokens, mask, behaviour_logp, rewards, *,
-                  version, loss_mask=None) -> RolloutBatch:
-    """The batch of one rollout; numpy in, numpy out (host), jax in, jax out (traced).
+def scan_minibatches(update, carry, batch: RolloutBatch, *, num_iterations: int,
+                     num_minibatches: int):
+    """Runs `update(carry, minibatch) -> (carry, metrics)` over one iteration's
+    `num_iterations` passes of `num_minibatches` minibatches as one `lax.scan`, so the update
+    is compiled once however many it runs (traceable: call it inside the jitted iteration).
 
-    Args:
-      prompt_tokens, prompt_mask: [B, P] left-padded prompts and their mask.
-      tokens, mask: [B, N] completion tokens and the generated-token mask (through EOS).
-      behaviour_logp: [B, N] the sampler's log-probs of `tokens`.
-      rewards: [B] total rewards.
-      version: the parameter version that sampled the rows: an int or [B].
-      loss_mask: [B, N] tokens that carry loss; defaults to `mask`. Must lie inside `mask`.
+    One minibatch: every pass is the whole batch. Several: pass i's minibatch m is the rows
+    `batch.minibatch_order[i]` lists in its m-th contiguous block.
 
     Returns:
-      a RolloutBatch without advantages.
+      (carry, metrics): the updates' metrics as one set: the maximum of `*_max`, else the
+      mean; a single update's as they are.
     """
-    xp = jnp if any(isinstance(x, jax.Array) for x in (prompt_tokens, tokens, mask, rewards)) \
-        else np
-    b, n = np.shape(tokens)
-    for name, value, shape in (("prompt_mask", prompt_mask, np.shape(prompt_tokens)),
-                               ("mask", mask, (b, n)), ("behaviour_logp", behaviour_logp, (b, n)),
-                               ("rewards", rewards, (b,)),
-                               ("loss_mask", mask if loss_mask is None else loss_mask, (b, n))):
-        if tuple(np.shape(value)) != tuple(shape):
-            raise ValueError(f"rollout_batch: {name} has shape {tuple(np.shape(value))}, "
-                             f"expected {tuple(shape)}")
-    mask = xp.asarray(mask, bool)
-    loss_mask = mask if loss_mask is None else xp.asarray(loss_mask, bool) & mask
-    return RolloutBatch(
-        tokens=xp.concatenate([xp.asarray(prompt_tokens), xp.asarray(tokens)], 1
-                              ).astype(xp.int32),
-        attention_mask=xp.concatenate([xp.asarray(prompt_mask, bool), mask], 1),
-        loss_mask=loss_mask,
-        behaviour_logp=xp.asarray(behaviour_logp, xp.float32),
-        rewards=xp.asarray(rewards, xp.float32),
-        version=xp.broadcast_to(xp.asarray(version, xp.int32), (b,)),
-    )
+    order = batch.minibatch_order
+    batch = batch.replace(minibatch_order=None)
+    updates = num_iterations * num_minibatches
+    if updates == 1:
+        return update(carry, batch)
+    if num_minibatches == 1:
+        carry, metrics = jax.lax.scan(lambda c, _: update(c, batch), carry, None,
+                                      length=updates)
+    else:
+        rows = jnp.reshape(jnp.asarray(order), (updates, batch.rows // num_minibatches))
+        carry, metrics = jax.lax.scan(
+            lambda c, idx: update(c, jax.tree.map(lambda x: x[idx], batch)), carry, rows)
+    return carry, {k: jnp.max(v) if k.endswith("_max") else jnp.mean(v)
+                   for k, v in metrics.items()}
+
+
+def minibatch_order(rows: int, *, num_iterations: int, num_minibatches: int,
+                    seed: tuple[int, ...]) -> np.ndarray | None:
+    """[I, B] int32 row order of `num_iterations` passes in `num_minibatches` random row
+    subsets, or None for one minibatch. Pass i's permutation is drawn from
+    `np.random.default_rng([*seed, i])`; rows of a subset keep their batch order (each
+    block sorted)."""
+    if num_minibatches == 1:
+        return None
+    per = rows // num_minibatches
+    order = []
+    for it in range(num_iterations):
+        perm = np.random.default_rng([*seed, it]).permutation(rows)
+        order.append(np.concatenate([np.sort(perm[mb * per:(mb + 1) * per])
+                                     for mb in range(num_minibatches)]))
+    return np.asarray(order, np.int32)
 
 
 def rollout_record(rewards, components: Mapping[str, jax.Array], correct, lengths, truncated,
                    *, group_size: int) -> dict[str, jax.Array]:
-    """The rollout half of an RL step's metrics line, for the host and fused loops alike.
+    """The rollout half of an RL step's metrics line, for the host and device sources alike.
 
     Args:
       rewards: [B] total rewards, in contiguous groups of `group_size`.

@@ -6,13 +6,16 @@ when their shapes agree.
 
 from __future__ import annotations
 
-import dataclasses
 from typing import Any, Callable, Sequence
 
 import jax
+import jax.numpy as jnp
 import numpy as np
+from flax import serialization, struct
 
 from grpo_jax import parallel
+from grpo_jax.evals.metrics import solved
+from grpo_jax.rl.batch import RolloutBatch
 from grpo_jax.sampling import SamplingConfig, generate
 from grpo_jax.sampling.episodes import EpisodeConfig, episode_texts, generate_episodes
 from grpo_jax.text import prompt_ids
@@ -41,32 +44,109 @@ def encode_prompts(tokenizer, prompts: Sequence[str], *, prompt_len: int,
     return tokens, mask
 
 
-@dataclasses.dataclass
+@struct.dataclass
 class Rollout:
-    """One batch of sampled completions with their scores (host numpy arrays).
+    """One batch of B sampled completions of N slots after prompts of P tokens, with their
+    scores, in `RolloutBatch`'s vocabulary: a pytree of [B, ...] arrays (host numpy after
+    sampling, traced inside the device source's program); the decoded texts ride along
+    outside the pytree.
 
     A multi-turn rollout (`episode_rollout`) has tool observations among its completion
-    slots: they are in `mask` (attended to) and not in `loss_mask` (never trained on), and
-    `turns` / `tool_errors` count each row's answered calls and failed ones.
+    slots: they are in `attention_mask` (attended to) and not in `loss_mask` (never trained
+    on), and `turns` / `tool_errors` count each row's answered calls and failed ones.
+
+    Attributes:
+      prompt_tokens, prompt_mask: [B, P] left-padded prompts and their mask.
+      tokens: [B, N] int32 completion slots (pad after the end).
+      attention_mask: [B, N] bool, the completion slots the model attends to.
+      loss_mask: [B, N] bool, the policy's own tokens (inside `attention_mask`).
+      behaviour_logp: [B, N] float32 log-probs under the sampling distribution.
+      rewards: [B] float32 weighted total.
+      components: reward name -> [B] unweighted component.
+      lengths: [B] int32 generated tokens.
+      truncated: [B] bool, hit max_new_tokens without an end token.
+      version: [B] int32 parameter version that sampled each row (the policy after
+        `version` updates of its stage), stamped by the loop's source; None until then.
+      turns, tool_errors: [B] int32 answered calls and failed ones (multi-turn), or None.
+      texts: the decoded completions (host only, not part of the pytree).
     """
 
-    prompt_tokens: np.ndarray  # [B, P]
-    prompt_mask: np.ndarray  # [B, P]
-    tokens: np.ndarray  # [B, N] completion tokens (pad after EOS)
-    mask: np.ndarray  # [B, N] completion mask (attention)
-    sample_logp: np.ndarray  # [B, N] log-probs under the sampling distribution
-    lengths: np.ndarray  # [B] generated tokens
-    texts: list[str]
-    rewards: np.ndarray  # [B] weighted total
-    components: dict[str, np.ndarray]  # name -> [B]
-    truncated: np.ndarray  # [B] bool: hit max_new_tokens without EOS
-    loss_mask: np.ndarray | None = None  # [B, N] the policy's tokens; None: `mask`
-    turns: np.ndarray | None = None  # [B] int32 observations received (multi-turn)
-    tool_errors: np.ndarray | None = None  # [B] int32 observations reporting an error
+    prompt_tokens: Any
+    prompt_mask: Any
+    tokens: Any
+    attention_mask: Any
+    loss_mask: Any
+    behaviour_logp: Any
+    rewards: Any
+    components: dict = struct.field(default_factory=dict)
+    lengths: Any = None
+    truncated: Any = None
+    version: Any = None
+    turns: Any = None
+    tool_errors: Any = None
+    texts: list | None = struct.field(pytree_node=False, default=None)
 
-    def __post_init__(self):
-        if self.loss_mask is None:
-            self.loss_mask = np.asarray(self.mask, bool)
+    @property
+    def rows(self) -> int:
+        return self.tokens.shape[0]
+
+    @property
+    def correct(self):
+        """[B] bool: the completion counts as solved (pass@1): its accuracy component (the
+        total reward without one) reaches 1."""
+        return solved(self.components.get("accuracy", self.rewards))
+
+    def to_batch(self) -> RolloutBatch:
+        """The learner's batch of this rollout (numpy in, numpy out; traced in, traced out):
+        prompt and completion joined, the loss mask kept inside the attention mask, the
+        version broadcast to [B], with the `correct` and `truncated` flags."""
+        xp = jnp if any(isinstance(x, jax.Array) for x in
+                        (self.prompt_tokens, self.tokens, self.attention_mask, self.rewards)) \
+            else np
+        b, n = np.shape(self.tokens)
+        if self.version is None:
+            raise ValueError("Rollout.to_batch: the rollout has no version (its source stamps "
+                             "the parameter version that sampled it)")
+        for name, shape in (("prompt_mask", np.shape(self.prompt_tokens)),
+                            ("attention_mask", (b, n)), ("loss_mask", (b, n)),
+                            ("behaviour_logp", (b, n)), ("rewards", (b,))):
+            if tuple(np.shape(getattr(self, name))) != tuple(shape):
+                raise ValueError(f"Rollout.to_batch: {name} has shape "
+                                 f"{tuple(np.shape(getattr(self, name)))}, expected "
+                                 f"{tuple(shape)}")
+        mask = xp.asarray(self.attention_mask, bool)
+        # The loss mask inside the attention mask (the same array when they are one).
+        loss_mask = mask if self.loss_mask is self.attention_mask else \
+            xp.asarray(self.loss_mask, bool) & mask
+        return RolloutBatch(
+            tokens=xp.concatenate([xp.asarray(self.prompt_tokens), xp.asarray(self.tokens)],
+                                  1).astype(xp.int32),
+            attention_mask=xp.concatenate([xp.asarray(self.prompt_mask, bool), mask], 1),
+            loss_mask=loss_mask,
+            behaviour_logp=xp.asarray(self.behaviour_logp, xp.float32),
+            rewards=xp.asarray(self.rewards, xp.float32),
+            version=xp.broadcast_to(xp.asarray(self.version, xp.int32), (b,)),
+            correct=xp.asarray(self.correct, bool),
+            truncated=None if self.truncated is None else xp.asarray(self.truncated, bool),
+        )
+
+    def take_rows(self, rows) -> Rollout:
+        """The rollout restricted to `rows` (host)."""
+        rows = np.asarray(rows, int)
+        texts = None if self.texts is None else [self.texts[i] for i in rows]
+        return jax.tree.map(lambda x: np.asarray(x)[rows], self).replace(texts=texts)
+
+    @staticmethod
+    def concat(parts: Sequence[Rollout]) -> Rollout:
+        """The rollouts' rows one after another (host)."""
+        texts = None if parts[0].texts is None else [t for p in parts for t in p.texts]
+        return jax.tree.map(lambda *xs: np.concatenate([np.asarray(x) for x in xs]),
+                            *[p.replace(texts=None) for p in parts]).replace(texts=texts)
+
+    def arrays(self) -> dict:
+        """The pytree's arrays by field name (None fields left out): a checkpointable dict
+        that `Rollout(**arrays, texts=...)` turns back into the rollout."""
+        return {k: v for k, v in serialization.to_state_dict(self).items() if v is not None}
 
 
 def score_completions(
@@ -180,18 +260,10 @@ def _finish_rollout(sampled, multi, tokenizer, examples, prompt_tokens, prompt_m
             f"{bad[0]}); the policy's parameters or inputs are not finite")
     eos = np.isin(tokens, np.asarray(sampling.eos_ids)) & mask
     truncated = ~eos.any(axis=1)
-    return Rollout(
-        prompt_tokens=prompt_tokens,
-        prompt_mask=prompt_mask,
-        tokens=tokens,
-        mask=mask,
-        sample_logp=sample_logp,
-        lengths=lengths,
-        texts=texts,
-        rewards=rewards,
-        components=components,
-        truncated=truncated,
-    )
+    return Rollout(prompt_tokens=prompt_tokens, prompt_mask=prompt_mask, tokens=tokens,
+                   attention_mask=mask, loss_mask=mask, behaviour_logp=sample_logp,
+                   rewards=rewards, components=components, lengths=lengths,
+                   truncated=truncated, texts=texts)
 
 
 def episode_rollout(policy: Policy, params: Params, tokenizer, examples: Sequence[Any],
@@ -225,12 +297,12 @@ def episode_rollout(policy: Policy, params: Params, tokenizer, examples: Sequenc
     eos = np.isin(tokens, np.asarray(config.sampling.eos_ids)) & generated
     return Rollout(
         prompt_tokens=prompt_tokens, prompt_mask=prompt_mask, tokens=tokens,
-        mask=generated | observation, sample_logp=np.where(generated, sample_logp, 0.0),
-        lengths=generated.sum(1).astype(np.int32), texts=texts, rewards=rewards,
-        components=components, truncated=~eos.any(axis=1), loss_mask=generated,
+        attention_mask=generated | observation, loss_mask=generated,
+        behaviour_logp=np.where(generated, sample_logp, 0.0), rewards=rewards,
+        components=components, lengths=generated.sum(1).astype(np.int32),
+        truncated=~eos.any(axis=1), texts=texts,
         turns=np.asarray(out.turns, np.int32),
-        tool_errors=np.asarray([sum(map(environment.is_error, row)) for row in
-                                observation_texts(tokens, observation, tokenizer)], np.int32))
+        tool_errors=np.asarray(out.tool_errors, np.int32))
 
 
 def observation_texts(tokens, observation, tokenizer) -> list[list[str]]:
@@ -250,7 +322,8 @@ def tool_record(ro: Rollout) -> dict[str, float]:
     (generation turns per episode: calls + 1) and observation_frac (the share of the
     completion's tokens the environment wrote)."""
     turns = np.asarray(ro.turns, np.float64)
-    observed = (np.asarray(ro.mask, bool) & ~np.asarray(ro.loss_mask, bool)).sum()
+    observed = (np.asarray(ro.attention_mask, bool) & ~np.asarray(ro.loss_mask, bool)).sum()
     return {"tool_calls": float(turns.mean()), "tool_call_rate": float((turns > 0).mean()),
             "tool_errors": float(np.mean(ro.tool_errors)), "turns": float(turns.mean() + 1),
-            "observation_frac": float(observed / max(np.asarray(ro.mask, bool).sum(), 1))}
+            "observation_frac": float(observed / max(np.asarray(ro.attention_mask, bool).sum(),
+                                                     1))}

@@ -1,6 +1,7 @@
 """What every stage kind shares: the stage-kind registry, the `Run`, the toolkit (optimizer,
-progress, prompts, sampling settings, rollouts, device batches, logging), the one RL loop,
-supervised training, validation and the run report.
+progress, prompts, sampling settings, rollouts, device batches, logging), the config field
+groups, the one RL loop and its rollout sources, supervised training, validation and the
+run report.
 
 The runner never imports grpo_jax.stages or grpo_jax.pipeline: the pipeline hands it the
 registry of stage kinds.

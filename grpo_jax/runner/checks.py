@@ -3,8 +3,8 @@
 `Fields` checks the values of one config node (ints, numbers, choices, ...); `SectionCheck`
 adds what a stage section's constraints depend on (the data-parallel size, the task, the
 prompt bucket, the earlier stages) and is what each stage kind's `validate(check)` receives.
-Nothing here builds a task, a tokenizer or a model: `runner.build` does, and
-`runner.validation.validate` runs both in order.
+Nothing here builds a task, a tokenizer or a model: `runner.tokenizers`, `runner.model_init`
+and `runner.inputs` do, and `runner.validation.validate` runs both in order.
 """
 
 from __future__ import annotations
@@ -171,50 +171,6 @@ class SectionCheck(Fields):
             by = (f"micro_batches x data-parallel devices = {micro} x {self.data_parallel}"
                   if micro_field else f"the {self.data_parallel} data-parallel devices")
             self.fail(field, f"{what or rows} is not divisible by {by}")
-
-    def rl_loop_fields(self) -> int:
-        """The fields `runner.rl_loop` and `toolkit.section_sampling` read: steps,
-        num_prompts, top_k, top_p, max_new_tokens (fits the context), rewards,
-        checkpoint_every. Returns max_new_tokens."""
-        self.integer("steps")
-        self.integer("num_prompts")
-        self.integer("top_k", low=0)
-        self.number("top_p", low=0.0, high=1.0, low_open=True)
-        new = self.fits_context("max_new_tokens")
-        self.rewards()
-        self.integer("checkpoint_every", low=0)
-        if "overlong_cache" in self.section:
-            self.integer("overlong_cache", low=0, high=new)
-        return new
-
-    def off_policy_fields(self) -> int:
-        """max_staleness (>= 0), off_policy_correction, is_cap and the MIS range of a
-        section whose rollouts may be stale (`runner.rl_loop`). Returns max_staleness."""
-        from grpo_jax.rl.update import CORRECTIONS
-
-        staleness = self.integer("max_staleness", low=0)
-        self.choice("off_policy_correction", CORRECTIONS)
-        self.positive("is_cap")
-        low, high = self.number("mis_low", low=0.0), self.number("mis_high")
-        if not low < 1.0 < high:
-            self.fail("mis_high", f"MIS keeps weights in [mis_low, mis_high] around 1: "
-                                  f"expected mis_low < 1 < mis_high, got [{low}, {high}]")
-        return staleness
-
-    def tool_fields(self) -> str:
-        """tools ("" or a name in `tools.TOOLS`), max_turns and max_observation_tokens of a
-        section that may sample multi-turn episodes. Returns tools."""
-        from grpo_jax.tools import TOOLS
-
-        name = self.choice("tools", ("", *sorted(TOOLS)))
-        self.integer("max_turns", low=0)
-        self.integer("max_wait_tokens", low=0)
-        width = self.integer("max_observation_tokens")
-        if name and width >= self.section.max_new_tokens:
-            self.fail("max_observation_tokens", f"{width} leaves no room for the policy's "
-                                                f"tokens within max_new_tokens "
-                                                f"{self.section.max_new_tokens}")
-        return name
 
     def minibatches(self) -> None:
         """The rollout batch (num_prompts x group_size rows) splits into num_minibatches,

@@ -41,6 +41,8 @@ class StageKind:
       lora: the kind runs with LoRA parameters (model.lora_rank > 0: `run.params` is a
         {"base", "lora"} tree whose adapters alone are trained); validation refuses a LoRA
         run with a stage of a kind without it.
+      groups: the shared field groups its section has (`runner.fields.FieldGroup`: loop,
+        sampling, off-policy, tools); validation runs their checks before `validate`.
     """
 
     name: str
@@ -52,6 +54,7 @@ class StageKind:
     description: str = ""
     summary: Callable[[Any], str] | None = None
     lora: bool = False
+    groups: tuple = ()
 
 
 class Registry(Mapping[str, StageKind]):

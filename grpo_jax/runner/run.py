@@ -2,7 +2,7 @@
 
 config, task, tokenizer, mesh, the policy (graph) and its parameters, the metric writer, the
 checkpointer, the PRNG key and the global step. The task, tokenizer and prompt bucket come
-built from validation (`build.RunInputs`); the Run trains only a tokenizer that lives in its
+built from validation (`inputs.RunInputs`); the Run trains only a tokenizer that lives in its
 workdir. Checkpoints carry the stage index and step, so `resume_point` (runner.resume)
 tells the pipeline which stage to start and whether it resumes mid-way.
 """
@@ -25,9 +25,10 @@ from grpo_jax.checkpoint import Checkpointer
 from grpo_jax.metrics import MetricWriter
 from grpo_jax.models import Transformer, lora
 from grpo_jax.runner import resume
-from grpo_jax.runner.build import (CONFIG_FILE, HISTORY_FIELD, RunInputs, build_model,
-                                   build_tokenizer, model_config_for, with_lora,
-                                   with_tokenizer)
+from grpo_jax.runner.inputs import RunInputs, with_tokenizer
+from grpo_jax.runner.model_init import build_model, model_config_for, with_lora
+from grpo_jax.runner.run_directory import CONFIG_FILE, HISTORY_FIELD
+from grpo_jax.runner.tokenizers import build_tokenizer
 from grpo_jax.runner.checks import (check_vocabulary, extendable_stage, mesh_rules,
                                     stage_names)
 from grpo_jax.runner.guards import NonFiniteError, Preempted, StopRequest, WorkdirLock

@@ -3,7 +3,6 @@ device batches on the data mesh, and step logging."""
 
 from __future__ import annotations
 
-import dataclasses
 import sys
 import time
 
@@ -83,44 +82,6 @@ def sampling_config(run, *, max_new_tokens: int, temperature: float, top_k: int 
         eos_ids=tuple(run.tokenizer.eos_ids),
         pad_id=run.tokenizer.pad_id,
     )
-
-
-def add_off_policy_fields(section) -> None:
-    """The stale-rollout fields of an RL section (`rl_loop`), with their defaults."""
-    # Off-policy rollouts: K > 0 samples the rollouts that update t trains on with the
-    # parameters of update t - K (the first K + 1 batches with the stage's initial ones), a
-    # pipelined schedule whose pending rollouts are checkpointed with the stage. The update
-    # then corrects with off_policy_correction: none (ratio against the sampler's
-    # log-probs) | tis (truncated importance weights, cap is_cap) | mis (tokens whose weight
-    # leaves [mis_low, mis_high] dropped) | decoupled (AReaL's; rl.update.off_policy_weights)
-    section.max_staleness = 0
-    section.off_policy_correction = "tis"
-    section.is_cap = 2.0
-    section.mis_low = 0.5
-    section.mis_high = 2.0
-
-
-def add_tool_fields(section) -> None:
-    """The multi-turn fields of a sampling section (`runner.rollouts.tool_episodes`)."""
-    # A tool name (grpo_jax.tools.TOOLS: calc) turns on multi-turn episodes: a turn ends
-    # when the policy closes a call (<calc>12*34</calc>), the tool's answer
-    # (<result>408</result>) is appended to the context, attended to but never trained
-    # on, and the policy goes on from its KV cache. max_new_tokens bounds the whole
-    # episode (generated and observation tokens). "" = single-turn sampling.
-    section.tools = ""
-    section.max_turns = 4  # the most tool answers an episode gets
-    section.max_observation_tokens = 24  # an answer's width in tokens (a longer one is cut)
-    # The most slots a row that closed its call waits before the loop stops for the host to
-    # answer it (its answer is then written beside the rows still generating).
-    section.max_wait_tokens = 4
-
-
-def section_sampling(run, section, *, temperature: float = 1.0) -> SamplingConfig:
-    """The sampling settings of an RL section (max_new_tokens, top_k, top_p); its rollouts
-    hold group_size completions of each prompt, so the prefill runs once per group."""
-    config = sampling_config(run, max_new_tokens=section.max_new_tokens,
-                             temperature=temperature, top_k=section.top_k, top_p=section.top_p)
-    return dataclasses.replace(config, prompt_group=section.get("group_size", 1))
 
 
 def device_batch(run, batch):

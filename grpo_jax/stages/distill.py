@@ -48,8 +48,8 @@ def load_teacher(run, workdir: str):
     """(Policy, params) of another grpo_jax run's final policy (same tokenizer): its latest
     checkpoint that ended a stage, of the shape its own config.json (or a distilled model's
     name in the checkpoint meta) gives, a LoRA run's adapters merged onto its base
-    (`build.load_run_policy`)."""
-    from grpo_jax.runner.build import load_run_policy  # pylint: disable=import-outside-toplevel
+    (`model_init.load_run_policy`)."""
+    from grpo_jax.runner.model_init import load_run_policy  # pylint: disable=import-outside-toplevel
 
     return Policy.from_model(load_run_policy(workdir, tokenizer=run.tokenizer)[1])
 
@@ -79,7 +79,7 @@ def pretrained_student(run, section):
     import jax  # pylint: disable=import-outside-toplevel
 
     from grpo_jax.runner import ConfigError  # pylint: disable=import-outside-toplevel
-    from grpo_jax.runner.build import load_run_policy  # pylint: disable=import-outside-toplevel
+    from grpo_jax.runner.model_init import load_run_policy  # pylint: disable=import-outside-toplevel
 
     _, model, _, _ = load_run_policy(section.student_init_from, tokenizer=run.tokenizer)
     _, loaded = Policy.from_model(model)

@@ -20,10 +20,10 @@ import numpy as np
 from grpo_jax import evals as evals_lib
 from grpo_jax.rewards.parsing import last_number
 from grpo_jax.runner import StageKind
-from grpo_jax.runner.build import eval_seed
+from grpo_jax.runner.inputs import eval_seed
 from grpo_jax.runner.rollouts import sample_and_score, tool_episodes
-from grpo_jax.runner.toolkit import (SAMPLES_PER_LOG, add_tool_fields, log_samples,
-                                     sampling_config)
+from grpo_jax.runner.fields import TOOLS
+from grpo_jax.runner.toolkit import SAMPLES_PER_LOG, log_samples, sampling_config
 
 
 def default_section() -> ml_collections.ConfigDict:
@@ -48,7 +48,7 @@ def default_section() -> ml_collections.ConfigDict:
     # Completions written to samples.jsonl (the first ones, problem by problem); -1: every
     # one, problems x num_samples (per-completion lengths, answers and rewards for a study).
     s.samples_logged = SAMPLES_PER_LOG
-    add_tool_fields(s)  # tools: multi-turn episodes with a tool (e.g. calc), as in rl
+    TOOLS.add(s)  # tools: multi-turn episodes with a tool (e.g. calc), as in rl
     return s
 
 
@@ -87,7 +87,7 @@ def validate(check) -> None:
     if high and low > high:
         check.fail("min_thinking_tokens", f"{low} exceeds max_thinking_tokens {high}")
     check.string("continuation")
-    if check.tool_fields() and (low or high):
+    if check.section.tools and (low or high):  # the tools group is checked already
         check.fail("tools", "budget forcing and multi-turn episodes do not combine: set "
                             "tools to '' or min/max_thinking_tokens to 0")
     if check.string("end_thinking") == "" and (low or high):
@@ -142,7 +142,7 @@ def run_eval(run, stage) -> None:
             group = records[start:start + k]
             per_problem.append({"difficulty": group[0]["example"].difficulty, "samples": [{
                 "answer": answer_of(r["text"]),
-                "correct": r["components"][correct] >= 1.0,
+                "correct": evals_lib.solved(r["components"][correct]),
                 "formatted": r["components"]["format"] >= 1.0,
                 "length": r["length"],
             } for r in group]})
@@ -179,4 +179,4 @@ def run_eval(run, stage) -> None:
 
 KIND = StageKind("eval", run_eval, default_section, validate,
                  description="pass@k, maj@k, format rate and length on held-out problems",
-                 lora=True)
+                 lora=True, groups=(TOOLS,))

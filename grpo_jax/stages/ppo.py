@@ -14,20 +14,24 @@ import jax.numpy as jnp
 import ml_collections
 
 from grpo_jax.rl import ppo
+from grpo_jax.rl.batch import minibatch_order, scan_minibatches
 from grpo_jax.rl.reward_model import add_scalar_head, scalar_head_policy
 from grpo_jax.runner import Learner, StageKind, rl_loop
-from grpo_jax.runner.rl_loop import minibatches, reduce_update_metrics
-from grpo_jax.runner.toolkit import (add_off_policy_fields, add_tool_fields, section_sampling,
-                                     stage_optimizer)
+from grpo_jax.runner.fields import LOOP, OFF_POLICY, SAMPLING, TOOLS, declare
+from grpo_jax.runner.rl_loop import LoopSettings
+from grpo_jax.runner.sources import HostSource
+from grpo_jax.runner.toolkit import stage_optimizer
 from grpo_jax.training import init_opt_state
+
+GROUPS = (LOOP, SAMPLING, OFF_POLICY, TOOLS)  # the shared field groups of a ppo section
 
 
 def default_section() -> ml_collections.ConfigDict:
     """Config section of a "ppo" stage (every field commented)."""
     s = ml_collections.ConfigDict()
     s.kind = "ppo"
+    declare(s, *GROUPS)  # steps, num_prompts, group_size, rewards, ..., tools (runner.fields)
     s.steps = 60  # PPO iterations (sample -> score -> GAE -> updates)
-    s.num_prompts = 32  # N prompts per iteration
     s.group_size = 1  # completions per prompt (PPO needs no groups; > 1 is allowed)
     s.num_iterations = 2  # epochs over each rollout batch
     s.num_minibatches = 2  # optimizer steps per epoch
@@ -43,22 +47,12 @@ def default_section() -> ml_collections.ConfigDict:
     s.adaptive_kl = False  # Ziegler et al. adaptive controller on beta
     s.kl_target = 0.05  # target KL per token of the adaptive controller
     s.kl_horizon = 10000  # horizon (samples) of the adaptive controller
-    s.top_k = 0  # 0 = off (sampling is at temperature 1)
-    s.top_p = 1.0
-    s.max_new_tokens = 40
-    # Reward name -> weight: task rewards, built-ins, or "reward_model" (with reward_model).
-    s.rewards = ml_collections.ConfigDict({"accuracy": 1.0, "format": 0.2})
-    s.reward_model = ""  # reward_model stage name (or directory) for the "reward_model" reward
-    s.checkpoint_every = 20  # steps between checkpoints (0 = only at the end)
-    s.overlong_cache = 0  # soft overlong punishment ramp L_cache (tokens); 0 = off
-    add_off_policy_fields(s)
-    add_tool_fields(s)
     return s
 
 
 def validate(check) -> None:
     section = check.section
-    for field in ("steps", "num_prompts", "group_size", "num_iterations", "num_minibatches"):
+    for field in ("num_iterations", "num_minibatches"):
         check.integer(field)
     check.minibatches()
     check.positive("lr")
@@ -73,9 +67,6 @@ def validate(check) -> None:
             check.fail("beta", "the adaptive KL controller needs beta > 0")
         check.positive("kl_target")
         check.positive("kl_horizon")
-    check.rl_loop_fields()
-    check.off_policy_fields()
-    check.tool_fields()
 
 
 class PPOLearner(Learner):
@@ -111,7 +102,7 @@ class PPOLearner(Learner):
             run.policy, critic, optimizer, critic_optimizer, prompt_len=prompt_len,
             epsilon=section.epsilon,
             value_clip=section.value_clip if section.value_clip > 0 else None,
-            micro_batches=section.micro_batches)
+            micro_batches=section.micro_batches).fn
 
     def host_state(self) -> dict:
         return {"kl_coef": self.beta}
@@ -119,41 +110,57 @@ class PPOLearner(Learner):
     def load_host_state(self, meta: dict) -> None:
         self.beta = float(meta.get("kl_coef", self.beta))
 
-    def iterate(self, batch, rollout, step):
-        section, state, run = self.section, self.state, self.run
+    def iteration(self, state, batch):
+        """`state` carries the KL coefficient as "kl_coef" (a host value: `iterate`)."""
+        section = self.section
         ref = state["ref_params"] if self.use_reference else state["params"]  # unused if no ref
         batch, rollout_metrics = self.prepare(state["params"], ref, state["critic_params"],
-                                              batch, jnp.float32(self.beta))
-        collected = []
-        seed = (run.stage_seed(self.stage.index, "minibatches"), step)
-        for mb_batch in minibatches(batch, num_iterations=section.num_iterations,
-                                    num_minibatches=section.num_minibatches, seed=seed):
-            (state["params"], state["opt_state"], state["critic_params"],
-             state["critic_opt_state"], m) = self.update(
-                state["params"], state["opt_state"], state["critic_params"],
-                state["critic_opt_state"], mb_batch)
-            collected.append(m)
-        metrics = reduce_update_metrics(collected)
-        rollout_metrics = {k: float(v) for k, v in jax.device_get(rollout_metrics).items()}
+                                              batch, state["kl_coef"])
+
+        def update(carry, minibatch):
+            *carry, metrics = self.update(*carry, minibatch)
+            return tuple(carry), metrics
+
+        trained, metrics = scan_minibatches(
+            update, (state["params"], state["opt_state"], state["critic_params"],
+                     state["critic_opt_state"]), batch,
+            num_iterations=section.num_iterations, num_minibatches=section.num_minibatches)
+        metrics = {**metrics, **rollout_metrics}
         valid = jnp.maximum(jnp.sum(batch.loss_mask), 1)
-        metrics.update(rollout_metrics)
-        metrics.update({
-            "kl_coef": self.beta,
-            "value_mean": float(jnp.sum(batch.old_values) / valid),
-            "loss": metrics["pg_loss"] + metrics["value_loss"],
-            "learning_rate": float(self.schedule(step * self.updates_per_step)),
-        })
+        metrics["value_mean"] = jnp.sum(batch.old_values) / valid
+        return {**state, **dict(zip(("params", "opt_state", "critic_params",
+                                     "critic_opt_state"), trained))}, metrics
+
+    def host_batch(self, batch, step):
+        section = self.section
+        order = minibatch_order(batch.rows, num_iterations=section.num_iterations,
+                                num_minibatches=section.num_minibatches,
+                                seed=(self.run.stage_seed(self.stage.index, "minibatches"),
+                                      step))
+        return batch if order is None else batch.replace(minibatch_order=order)
+
+    def iterate(self, batch, step):
+        section = self.section
+        self.state["kl_coef"] = jnp.float32(self.beta)
+        metrics = super().iterate(batch, step)
+        del self.state["kl_coef"]
+        metrics.update({"kl_coef": self.beta,
+                        "loss": metrics["pg_loss"] + metrics["value_loss"]})
         if section.adaptive_kl:
             self.beta = ppo.adaptive_kl_coef(self.beta, metrics["kl_ref"],
                                              target=section.kl_target,
                                              horizon=section.kl_horizon,
-                                             num_samples=len(rollout.rewards))
+                                             num_samples=batch.rows)
         return metrics
+
+    def learning_rate(self, step):
+        return float(self.schedule(step * self.updates_per_step))
 
 
 def run_ppo(run, stage) -> None:
-    rl_loop(run, stage, PPOLearner(run, stage), sampling=section_sampling(run, stage.section))
+    rl_loop(run, stage, PPOLearner(run, stage),
+            HostSource(run, stage, LoopSettings.of(stage.section, GROUPS)))
 
 
 KIND = StageKind("ppo", run_ppo, default_section, validate, rl_curves=True,
-                 description="PPO with a critic, GAE and a per-token KL reward")
+                 description="PPO with a critic, GAE and a per-token KL reward", groups=GROUPS)

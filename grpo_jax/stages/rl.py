@@ -9,23 +9,22 @@ its record says it.
 
 from __future__ import annotations
 
-import jax
 import ml_collections
 from ml_collections.config_dict import placeholder
 
 from grpo_jax.models import lora
-from grpo_jax.rewards.device import device_reward_names, integer_answers, make_device_reward
 from grpo_jax.rl.algorithms import ALGORITHMS, AUTO_FIELDS, LOSS_AGGREGATIONS, get_algorithm
-from grpo_jax.rl.fused import make_fused_iterations
+from grpo_jax.rl.batch import minibatch_order, scan_minibatches
 from grpo_jax.rl.update import LossSettings, make_prepare_fn, make_train_step
-from grpo_jax.runner import ConfigError, Learner, StageKind, rl_loop
-from grpo_jax.runner.rl_loop import fused_rl_loop, minibatches, reduce_update_metrics
-from grpo_jax.runner.toolkit import (add_off_policy_fields, add_tool_fields, section_sampling,
-                                     stage_optimizer)
-from grpo_jax.sampling import check_prompt_groups
+from grpo_jax.runner import Learner, StageKind, rl_loop
+from grpo_jax.runner.fields import LOOP, OFF_POLICY, SAMPLING, TOOLS, declare
+from grpo_jax.runner.rl_loop import LoopSettings
+from grpo_jax.runner.sources import DeviceSource, HostSource
+from grpo_jax.runner.toolkit import stage_optimizer
 from grpo_jax.training import init_opt_state
 
 SWITCH = ("auto", "on", "off")
+GROUPS = (LOOP, SAMPLING, OFF_POLICY, TOOLS)  # the shared field groups of an rl section
 
 
 def default_section() -> ml_collections.ConfigDict:
@@ -33,9 +32,7 @@ def default_section() -> ml_collections.ConfigDict:
     s = ml_collections.ConfigDict()
     s.kind = "rl"
     s.algorithm = "grpo"  # a name in grpo_jax/rl/algorithms.py (ALGORITHMS)
-    s.steps = 80  # RL iterations (sample -> score -> update)
-    s.num_prompts = 32  # N prompts per iteration
-    s.group_size = 8  # G completions per prompt
+    declare(s, *GROUPS)  # steps, num_prompts, group_size, rewards, ..., tools (runner.fields)
     s.num_iterations = 1  # mu: passes over each rollout batch
     s.num_minibatches = 1  # optimizer steps per pass
     s.micro_batches = 1  # gradient accumulation inside one optimizer step
@@ -56,28 +53,19 @@ def default_section() -> ml_collections.ConfigDict:
     s.entropy_coef = 0.0  # entropy bonus: the loss subtracts entropy_coef * entropy
     s.adv_eps = 1e-6  # std floor in group normalisation
     s.temperature = 1.0  # rollout sampling temperature (the loss uses the same)
-    s.top_k = 0  # 0 = off
-    s.top_p = 1.0
-    s.max_new_tokens = 40
-    # Reward name -> weight. Names: the task's (accuracy, format, format_soft, ...), built-ins
-    # (language, overlong) and stage-kind sources (reward_model, with reward_model set).
-    s.rewards = ml_collections.ConfigDict({"accuracy": 1.0, "format": 0.2})
-    s.reward_model = ""  # reward_model stage name (or directory) for the "reward_model" reward
-    s.checkpoint_every = 20  # steps between checkpoints (and one at stage end)
     s.ref_reset_every = 0  # replace the reference by the policy every K steps; 0 = never
     # DAPO's switches: "auto" (the algorithm's default: on for dapo) | "on" | "off".
     s.dynamic_sampling = "auto"  # drop zero-variance groups and sample more prompts
     s.max_sampling_rounds = 4  # bound on sampling rounds per step (dynamic sampling)
     s.overlong_filter = "auto"  # truncated completions carry no loss
-    s.overlong_cache = 0  # soft overlong punishment ramp L_cache (tokens); 0 = off
     # K > 0: each iteration (sample -> device rewards -> advantages -> update) runs on
-    # device, K iterations per XLA program (one lax.scan, one host round trip). Needs
+    # device, K iterations per XLA program (one lax.scan, one host round trip): the
+    # DeviceSource (grpo_jax/runner/sources.py), which says what it cannot do. Needs
     # rewards with a device version (grpo_jax/rewards/device.py: accuracy, format) and a
     # character tokenizer; steps and checkpoint_every multiples of K; one update per
-    # iteration, no dynamic sampling, overlong ramp or reference reset. 0 = host rewards.
+    # iteration, no dynamic sampling, overlong ramp, reference reset, stale rollouts or
+    # tools. 0 = the HostSource: host rewards, one iteration at a time.
     s.fused_steps = 0
-    add_off_policy_fields(s)
-    add_tool_fields(s)
     return s
 
 
@@ -96,10 +84,10 @@ def settings(section):
 def validate(check) -> None:
     section = check.section
     algorithm = ALGORITHMS[check.choice("algorithm", sorted(ALGORITHMS))]
-    for field in ("steps", "num_prompts", "num_iterations", "num_minibatches",
-                  "micro_batches", "max_sampling_rounds"):
+    for field in ("num_iterations", "num_minibatches", "micro_batches",
+                  "max_sampling_rounds"):
         check.integer(field)
-    g = check.integer("group_size")
+    g = section.group_size  # an int (the loop group's check)
     if algorithm.needs_groups and g < 2:
         check.fail("group_size", f"{section.algorithm} needs G >= 2 completions per prompt, "
                                  f"got {g}")
@@ -120,52 +108,26 @@ def validate(check) -> None:
     check.number("entropy_coef", low=0.0)
     check.positive("adv_eps")
     check.positive("temperature")
-    check.rl_loop_fields()  # also overlong_cache <= max_new_tokens
     check.integer("ref_reset_every", low=0)
     check.choice("dynamic_sampling", SWITCH)
     check.choice("overlong_filter", SWITCH)
     _, resolved = settings(section)
-    if algorithm.objective == "cispo":
+    if algorithm.objective.token_ratio_only:
         for field, off in (("ratio_level", resolved.ratio_level == "token"),
                            ("dual_clip", section.dual_clip < 0)):
             if not off:
                 check.fail(field, f"{section.algorithm} weights each token by its own "
                                   f"clipped ratio; leave {field} on its default")
-    check.off_policy_fields()
-    check.tool_fields()
     if check.integer("fused_steps", low=0):
-        _validate_fused(check)
+        DeviceSource.check(check, loop_settings(section))
 
 
-def _validate_fused(check) -> None:
-    section, k = check.section, check.section.fused_steps
-    if section.tools:
-        check.fail("fused_steps", f"multi-turn episodes (tools {section.tools!r}) need the "
-                                  "host between turns: set fused_steps to 0")
-    for field in ("steps", "checkpoint_every"):
-        if section[field] % k:
-            check.fail("fused_steps", f"{field} {section[field]} is not a multiple of "
-                                      f"fused_steps {k} (a program runs {k} iterations)")
-    for field, allowed in (("num_iterations", 1), ("num_minibatches", 1),
-                           ("overlong_cache", 0), ("ref_reset_every", 0),
-                           ("max_staleness", 0)):
-        if section[field] != allowed:
-            check.fail("fused_steps", f"needs {field} = {allowed}, got {section[field]}")
-    if settings(section)[1].dynamic_sampling:
-        check.fail("fused_steps", "needs dynamic_sampling = off (it resamples on the host)")
-    if check.config.mesh.get("rollout_devices", 0):
-        check.fail("fused_steps", "samples and trains in one program on one mesh: set "
-                                  "mesh.rollout_devices to 0 or fused_steps to 0")
-    missing = [name for name in section.rewards if name not in device_reward_names()]
-    if missing:
-        check.fail("fused_steps", f"reward {missing[0]!r} has no device version; device "
-                                  f"rewards: {device_reward_names()}")
-    if check.tokenizer is not None:  # a workdir-trained tokenizer is checked in the Run
-        for name in section.rewards:
-            try:
-                make_device_reward(name, check.tokenizer)
-            except ValueError as err:
-                check.fail("fused_steps", str(err))
+def loop_settings(section) -> LoopSettings:
+    """The loop settings of an rl section: its field groups and its own sampling fields."""
+    return LoopSettings.of(section, GROUPS, temperature=section.temperature,
+                           dynamic_sampling=settings(section)[1].dynamic_sampling,
+                           max_sampling_rounds=section.max_sampling_rounds,
+                           fused_steps=section.fused_steps)
 
 
 def kl_warning(section) -> str | None:
@@ -228,7 +190,7 @@ class GRPOLearner(Learner):
         self.train_step = make_train_step(run.policy, self.optimizer, self.loss,
                                           prompt_len=prompt_len,
                                           micro_batches=section.micro_batches,
-                                          group_size=whole_groups)
+                                          group_size=whole_groups).fn
         self.prepare = make_prepare_fn(run.policy, self.algorithm, self.settings,
                                        prompt_len=prompt_len, temperature=section.temperature,
                                        group_size=section.group_size,
@@ -238,69 +200,50 @@ class GRPOLearner(Learner):
                                        correction=section.off_policy_correction if stale
                                        else None, is_cap=section.is_cap,
                                        mis_range=(section.mis_low, section.mis_high))
-        self.prepare_jit = jax.jit(self.prepare)
 
-    def iterate(self, batch, rollout, step):
-        section, state, run = self.section, self.state, self.run
-        check_prompt_groups(rollout.prompt_tokens, rollout.prompt_mask, section.group_size)
+    def iteration(self, state, batch):
+        section = self.section
+        batch, prep_metrics = self.prepare(state["params"], state.get("ref_params"), batch,
+                                           batch.correct, batch.truncated)
+        batch = batch.replace(correct=None, truncated=None)
+
+        def update(carry, minibatch):
+            params, opt_state, metrics = self.train_step(*carry, minibatch)
+            return (params, opt_state), metrics
+
+        (params, opt_state), metrics = scan_minibatches(
+            update, (state["params"], state["opt_state"]), batch,
+            num_iterations=section.num_iterations, num_minibatches=section.num_minibatches)
+        # The recomputed log-probs' mismatch is at the rollout's parameters, over the batch.
+        metrics = {**metrics, **prep_metrics}
+        return {**state, "params": params, "opt_state": opt_state}, metrics
+
+    def host_batch(self, batch, step):
+        section, state = self.section, self.state
         if "ref_params" in state and section.ref_reset_every and step > 0 \
                 and step % section.ref_reset_every == 0:
             state["ref_params"] = lora.copy_trainable(state["params"])  # DeepSeek-R1
-        correct = rollout.components.get("accuracy", rollout.rewards) >= 1.0
-        flags = jax.device_put((correct, rollout.truncated), run.data_sharding)
-        batch, prep_metrics = self.prepare_jit(state["params"], state.get("ref_params"),
-                                               batch, *flags)
-        collected = []
-        seed = (run.stage_seed(self.stage.index, "minibatches"), step)
-        for mb_batch in minibatches(batch, num_iterations=section.num_iterations,
-                                    num_minibatches=section.num_minibatches, seed=seed):
-            state["params"], state["opt_state"], m = self.train_step(
-                state["params"], state["opt_state"], mb_batch)
-            collected.append(m)
-        metrics = reduce_update_metrics(collected)
-        # The recomputed log-probs' mismatch is at the rollout's parameters, over the batch.
-        metrics.update({k: float(v) for k, v in jax.device_get(prep_metrics).items()})
-        metrics["learning_rate"] = float(self.schedule(step * self.updates_per_step))
-        return metrics
+        order = minibatch_order(batch.rows, num_iterations=section.num_iterations,
+                                num_minibatches=section.num_minibatches,
+                                seed=(self.run.stage_seed(self.stage.index, "minibatches"),
+                                      step))
+        return batch if order is None else batch.replace(minibatch_order=order)
 
-
-def run_fused(run, stage) -> None:
-    """The rl stage with `fused_steps` iterations per XLA program (see rl.fused)."""
-    section = stage.section
-    if jax.process_count() > 1:
-        raise ConfigError(f"{stage.name}.fused_steps: runs in one process only (this run "
-                          f"has {jax.process_count()}); set it to 0")
-    learner = GRPOLearner(run, stage)
-    rewards = {name: make_device_reward(name, run.tokenizer) for name in section.rewards}
-    program = make_fused_iterations(
-        run.policy, learner.optimizer, learner.loss, learner.prepare,
-        group_size=section.group_size,
-        sampling=section_sampling(run, section, temperature=section.temperature),
-        rewards=rewards, weights=dict(section.rewards.to_dict()),
-        prompt_len=run.config.task.prompt_len, micro_batches=section.micro_batches)
-
-    def answers(examples):
-        try:
-            return integer_answers(examples)
-        except ValueError as err:
-            raise ConfigError(f"{stage.name}.fused_steps: {err}") from None
-
-    fused_rl_loop(run, stage, learner, program=program, chunk=section.fused_steps,
-                  answers_fn=answers, schedule=learner.schedule)
+    def learning_rate(self, step):
+        return float(self.schedule(step * self.updates_per_step))
 
 
 def run_rl(run, stage) -> None:
-    section = stage.section
-    warning = kl_warning(section)
+    warning = kl_warning(stage.section)
     if warning:
         print(f"[grpo_jax] warning: {stage.name}.{warning}", flush=True)
-    if section.fused_steps:
-        return run_fused(run, stage)
-    rl_loop(run, stage, GRPOLearner(run, stage),
-            sampling=section_sampling(run, section, temperature=section.temperature),
-            dynamic=settings(section)[1].dynamic_sampling)
+    loop = loop_settings(stage.section)
+    learner = GRPOLearner(run, stage)
+    source = DeviceSource(run, stage, loop, learner) if loop.fused_steps \
+        else HostSource(run, stage, loop)
+    rl_loop(run, stage, learner, source)
 
 
 KIND = StageKind("rl", run_rl, default_section, validate, rl_curves=True,
                  description="GRPO family: " + ", ".join(ALGORITHMS), summary=summary,
-                 lora=True)
+                 lora=True, groups=GROUPS)

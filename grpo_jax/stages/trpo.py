@@ -3,22 +3,26 @@ advantages, in the shared RL loop (the step itself is grpo_jax.rl.trpo.make_trpo
 
 from __future__ import annotations
 
-import jax
 import ml_collections
 
 from grpo_jax import losses
 from grpo_jax.rl import trpo
 from grpo_jax.runner import Learner, StageKind, rl_loop
-from grpo_jax.runner.toolkit import section_sampling
+from grpo_jax.runner.fields import LOOP, SAMPLING, declare
+from grpo_jax.runner.rl_loop import LoopSettings
+from grpo_jax.runner.sources import HostSource
+
+GROUPS = (LOOP, SAMPLING)  # the shared field groups of a trpo section
 
 
 def default_section() -> ml_collections.ConfigDict:
     """Config section of a "trpo" stage (every field commented)."""
     s = ml_collections.ConfigDict()
     s.kind = "trpo"
+    declare(s, *GROUPS)  # steps, num_prompts, group_size, rewards, ..., top_p (runner.fields)
     s.steps = 30  # TRPO iterations (one natural-gradient step per rollout batch)
     s.num_prompts = 16  # N prompts per iteration
-    s.group_size = 8  # G completions per prompt (group-normalised advantages)
+    s.checkpoint_every = 10  # steps between checkpoints (0 = only at the end)
     s.adv_eps = 1e-6  # std floor in group normalisation
     s.max_kl = 0.01  # delta: trust-region radius in mean KL per token
     s.damping = 0.1  # Tikhonov damping of the Fisher-vector product
@@ -26,21 +30,14 @@ def default_section() -> ml_collections.ConfigDict:
     s.backtrack_ratio = 0.5  # line-search shrink factor
     s.max_backtracks = 10  # line-search candidates
     s.accept_ratio = 0.1  # smallest actual / expected improvement accepted
-    s.top_k = 0  # 0 = off (sampling is at temperature 1)
-    s.top_p = 1.0
-    s.max_new_tokens = 40
-    s.rewards = ml_collections.ConfigDict({"accuracy": 1.0, "format": 0.2})  # name -> weight
-    s.reward_model = ""  # reward_model stage name (or directory) for the "reward_model" reward
-    s.checkpoint_every = 10  # steps between checkpoints (0 = only at the end)
-    s.overlong_cache = 0  # soft overlong punishment ramp L_cache (tokens); 0 = off
     return s
 
 
 def validate(check) -> None:
     section = check.section
-    for field in ("steps", "num_prompts", "cg_iters", "max_backtracks"):
+    for field in ("cg_iters", "max_backtracks"):
         check.integer(field)
-    if check.integer("group_size") < 2:
+    if section.group_size < 2:
         check.fail("group_size", f"trpo uses group-normalised advantages and needs G >= 2, "
                                  f"got {section.group_size}")
     check.divides("num_prompts", section.num_prompts * section.group_size, micro_field=None,
@@ -50,7 +47,6 @@ def validate(check) -> None:
     check.number("damping", low=0.0)
     check.number("backtrack_ratio", low=0.0, high=1.0, low_open=True, high_open=True)
     check.number("accept_ratio", low=0.0)
-    check.rl_loop_fields()
 
 
 class TRPOLearner(Learner):
@@ -66,19 +62,23 @@ class TRPOLearner(Learner):
             backtrack_ratio=section.backtrack_ratio, max_backtracks=section.max_backtracks,
             accept_ratio=section.accept_ratio)
 
-    def iterate(self, batch, rollout, step):
+    def iteration(self, state, batch):
         advantages = losses.group_advantages(batch.rewards, group_size=self.section.group_size,
                                              scale="group", eps=self.section.adv_eps)
-        self.state["params"], m = self.step_fn(self.state["params"],
-                                               batch.with_advantages(advantages))
-        metrics = {k: float(v) for k, v in jax.device_get(m).items()}
+        params, metrics = self.step_fn(state["params"], batch.with_advantages(advantages))
+        return {**state, "params": params}, metrics
+
+    def iterate(self, batch, step):
+        metrics = super().iterate(batch, step)
         metrics["loss"] = -metrics["surrogate_gain"]
         return metrics
 
 
 def run_trpo(run, stage) -> None:
-    rl_loop(run, stage, TRPOLearner(run, stage), sampling=section_sampling(run, stage.section))
+    rl_loop(run, stage, TRPOLearner(run, stage),
+            HostSource(run, stage, LoopSettings.of(stage.section, GROUPS)))
 
 
 KIND = StageKind("trpo", run_trpo, default_section, validate, rl_curves=True,
-                 description="TRPO: conjugate-gradient natural step with a KL line search")
+                 description="TRPO: conjugate-gradient natural step with a KL line search",
+                 groups=GROUPS)

@@ -1,0 +1,148 @@
+"""Field groups: config fields that several stage kinds share, each group declared once with
+its defaults, its comments and its checks.
+
+A stage kind lists the groups its section has (`StageKind.groups`); its `default_section`
+declares them (`declare`) and may then set kind-specific defaults, and validation runs each
+group's checks before the kind's own (`runner.validation`). What reads a group's fields
+(the RL loop's `LoopSettings`, `rollouts.tool_episodes`) reads them as typed values, never by
+probing the section for them.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from typing import Callable
+
+import ml_collections
+
+from grpo_jax.rl.update import CORRECTIONS
+from grpo_jax.tools import TOOLS as TOOL_NAMES
+
+
+@dataclasses.dataclass(frozen=True)
+class FieldGroup:
+    """A named set of section fields.
+
+    Attributes:
+      name: the group's name (for docs and errors).
+      add: add(section) sets the group's fields to their defaults (commented there).
+      check: check(check: SectionCheck) checks them; ConfigError lines name the field.
+    """
+
+    name: str
+    add: Callable[[ml_collections.ConfigDict], None]
+    check: Callable[[object], None]
+
+    @property
+    def fields(self) -> tuple[str, ...]:
+        section = ml_collections.ConfigDict()
+        self.add(section)
+        return tuple(section.keys())
+
+    def values(self, section) -> dict:
+        """The group's fields of `section` (which has the group)."""
+        return {field: section[field] for field in self.fields}
+
+
+def declare(section: ml_collections.ConfigDict, *groups: FieldGroup) -> ml_collections.ConfigDict:
+    """Adds every group's fields with their defaults to `section`; returns it."""
+    for group in groups:
+        group.add(section)
+    return section
+
+
+def _add_loop(s) -> None:
+    s.steps = 80  # RL iterations (sample -> score -> update)
+    s.num_prompts = 32  # N prompts per iteration
+    s.group_size = 8  # G completions per prompt
+    # Reward name -> weight. Names: the task's (accuracy, format, format_soft, ...), built-ins
+    # (language, overlong) and stage-kind sources (reward_model, with reward_model set).
+    s.rewards = ml_collections.ConfigDict({"accuracy": 1.0, "format": 0.2})
+    s.reward_model = ""  # reward_model stage name (or directory) for the "reward_model" reward
+    s.checkpoint_every = 20  # steps between checkpoints (0 = only at the end)
+    s.overlong_cache = 0  # soft overlong punishment ramp L_cache (tokens); 0 = off
+
+
+def _check_loop(check) -> None:
+    for field in ("steps", "num_prompts", "group_size"):
+        check.integer(field)
+    check.rewards()
+    check.integer("checkpoint_every", low=0)
+    check.integer("overlong_cache", low=0, high=check.fits_context("max_new_tokens"))
+
+
+# The RL loop's fields (`runner.rl_loop`): iterations, batch, rewards, checkpoints.
+LOOP = FieldGroup("loop", _add_loop, _check_loop)
+
+
+def _add_sampling(s) -> None:
+    s.top_k = 0  # 0 = off
+    s.top_p = 1.0  # nucleus sampling; 1 = off
+    s.max_new_tokens = 40  # completion budget (an episode's whole budget with tools)
+
+
+def _check_sampling(check) -> None:
+    check.integer("top_k", low=0)
+    check.number("top_p", low=0.0, high=1.0, low_open=True)
+    check.fits_context("max_new_tokens")
+
+
+# How the RL loop samples its rollouts (`LoopSettings.sampling`).
+SAMPLING = FieldGroup("sampling", _add_sampling, _check_sampling)
+
+
+def _add_off_policy(s) -> None:
+    # Off-policy rollouts: K > 0 samples the rollouts that update t trains on with the
+    # parameters of update t - K (the first K + 1 batches with the stage's initial ones), a
+    # pipelined schedule whose pending rollouts are checkpointed with the stage. The update
+    # then corrects with off_policy_correction: none (ratio against the sampler's
+    # log-probs) | tis (truncated importance weights, cap is_cap) | mis (tokens whose weight
+    # leaves [mis_low, mis_high] dropped) | decoupled (AReaL's; rl.update.off_policy_weights)
+    s.max_staleness = 0
+    s.off_policy_correction = "tis"
+    s.is_cap = 2.0
+    s.mis_low = 0.5
+    s.mis_high = 2.0
+
+
+def _check_off_policy(check) -> None:
+    check.integer("max_staleness", low=0)
+    check.choice("off_policy_correction", CORRECTIONS)
+    check.positive("is_cap")
+    low, high = check.number("mis_low", low=0.0), check.number("mis_high")
+    if not low < 1.0 < high:
+        check.fail("mis_high", f"MIS keeps weights in [mis_low, mis_high] around 1: "
+                               f"expected mis_low < 1 < mis_high, got [{low}, {high}]")
+
+
+# Stale rollouts (the host source's queue) and their correction in the learner.
+OFF_POLICY = FieldGroup("off_policy", _add_off_policy, _check_off_policy)
+
+
+def _add_tools(s) -> None:
+    # A tool name (grpo_jax.tools.TOOLS: calc) turns on multi-turn episodes: a turn ends
+    # when the policy closes a call (<calc>12*34</calc>), the tool's answer
+    # (<result>408</result>) is appended to the context, attended to but never trained
+    # on, and the policy goes on from its KV cache. max_new_tokens bounds the whole
+    # episode (generated and observation tokens). "" = single-turn sampling.
+    s.tools = ""
+    s.max_turns = 4  # the most tool answers an episode gets
+    s.max_observation_tokens = 24  # an answer's width in tokens (a longer one is cut)
+    # The most slots a row that closed its call waits before the loop stops for the host to
+    # answer it (its answer is then written beside the rows still generating).
+    s.max_wait_tokens = 4
+
+
+def _check_tools(check) -> None:
+    name = check.choice("tools", ("", *sorted(TOOL_NAMES)))
+    check.integer("max_turns", low=0)
+    check.integer("max_wait_tokens", low=0)
+    width = check.integer("max_observation_tokens")
+    if name and width >= check.section.max_new_tokens:
+        check.fail("max_observation_tokens", f"{width} leaves no room for the policy's "
+                                             f"tokens within max_new_tokens "
+                                             f"{check.section.max_new_tokens}")
+
+
+# Multi-turn episodes with a tool (`runner.rollouts.tool_episodes`).
+TOOLS = FieldGroup("tools", _add_tools, _check_tools)

@@ -48,14 +48,10 @@ import json
 import os
 import re
 import statistics
-import sys
 import tempfile
 from unittest import mock
 
 os.environ.setdefault("JAX_PLATFORMS", "cpu")
-HERE = os.path.dirname(os.path.abspath(__file__))
-sys.path.insert(0, os.path.dirname(HERE))
-sys.path.insert(0, HERE)
 
 import jax  # noqa: E402
 import jax.numpy as jnp  # noqa: E402

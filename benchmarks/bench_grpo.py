@@ -41,15 +41,12 @@ import json
 import os
 import statistics
 import subprocess
-import sys
 import tempfile
 import time
 import types
 
 os.environ.setdefault("JAX_PLATFORMS", "cpu")
 HERE = os.path.dirname(os.path.abspath(__file__))
-sys.path.insert(0, os.path.dirname(HERE))
-sys.path.insert(0, HERE)
 
 import jax  # noqa: E402
 import jax.numpy as jnp  # noqa: E402
@@ -57,7 +54,7 @@ import numpy as np  # noqa: E402
 from flax import nnx  # noqa: E402
 
 import flops  # noqa: E402
-from configs import default as default_config  # noqa: E402
+from grpo_jax.config_presets import main_job  # noqa: E402
 from grpo_jax import host_memory  # noqa: E402
 from grpo_jax.metrics import read_metrics  # noqa: E402
 from grpo_jax.models import ModelConfig, Transformer, from_pretrained  # noqa: E402
@@ -65,8 +62,7 @@ from grpo_jax.models.hf import save_pretrained  # noqa: E402
 from grpo_jax.pipeline import train_and_evaluate  # noqa: E402
 from grpo_jax.rewards.device import register_device_reward  # noqa: E402
 from grpo_jax.rl.algorithms import EstimatorInputs, compute_advantages  # noqa: E402
-from grpo_jax.rl.batch import rollout_batch  # noqa: E402
-from grpo_jax.rl.rollout import encode_prompts  # noqa: E402
+from grpo_jax.rl.rollout import Rollout, encode_prompts  # noqa: E402
 from grpo_jax.rl.update import LossSettings, make_logp_fn, make_train_step  # noqa: E402
 from grpo_jax.runner.rewards import register_reward_source  # noqa: E402
 from grpo_jax.sampling import SamplingConfig, generate  # noqa: E402
@@ -137,7 +133,7 @@ def device_even_share(tokenizer):
 
 
 def stage_config(checkpoint: str, steps: int, fused_steps: int, reuse_host_memory: bool):
-    config = default_config.get_config()
+    config = main_job()
     config.reuse_host_memory = reuse_host_memory
     config.stages = "rl"
     config.compilation_cache_dir = ""  # compile for real: the first iteration's compile time
@@ -192,8 +188,8 @@ def sampled_rollout(checkpoint: str):
     """One rollout as the rl stage samples it at these shapes.
 
     Returns (policy, params, tokenizer, examples, sample, rollout): `sample()` is the
-    sampler call, `rollout` the fields rollout_batch reads (plus `lengths`) of one such
-    call.
+    sampler call, `rollout` the `rl.rollout.Rollout` of one such call (rewards 0: the
+    caller's are set on the batch).
     """
     model, _ = from_pretrained(checkpoint)
     policy, params = Policy.from_model(model)
@@ -207,18 +203,17 @@ def sampled_rollout(checkpoint: str):
     sample = lambda: generate(policy.graphdef, policy.state(params), prompts, prompt_mask, key,
                               config=sampling)
     out = jax.device_get(sample())
-    rollout = types.SimpleNamespace(
-        prompt_tokens=prompts, prompt_mask=prompt_mask, tokens=out.tokens, mask=out.mask,
-        sample_logp=out.logp, lengths=out.lengths)
+    rollout = Rollout(prompt_tokens=prompts, prompt_mask=prompt_mask, tokens=out.tokens,
+                      attention_mask=out.mask, loss_mask=out.mask, behaviour_logp=out.logp,
+                      rewards=np.zeros(len(examples), np.float32), lengths=out.lengths,
+                      version=0)
     return policy, params, tokenizer, examples, sample, rollout
 
 
 def grpo_batch(policy, ref_params, rollout, rewards):
     """(the device RolloutBatch of `rollout` with GRPO advantages and reference log-probs,
     the reference log-prob function), as the rl stage builds them."""
-    batch = jax.device_put(rollout_batch(rollout.prompt_tokens, rollout.prompt_mask,
-                                         rollout.tokens, rollout.mask, rollout.sample_logp,
-                                         rewards, version=0))
+    batch = jax.device_put(rollout.replace(rewards=np.asarray(rewards, np.float32)).to_batch())
     advantages = compute_advantages("grpo", EstimatorInputs(
         rewards=batch.rewards, correct=batch.rewards >= 1, mask=batch.loss_mask,
         group_size=GROUP))

@@ -17,24 +17,21 @@ from __future__ import annotations
 import argparse
 import os
 import statistics
-import sys
 import tempfile
 import time
 import types
 
 os.environ.setdefault("JAX_PLATFORMS", "cpu")
-HERE = os.path.dirname(os.path.abspath(__file__))
-sys.path.insert(0, os.path.dirname(HERE))
-sys.path.insert(0, HERE)
 
 import jax  # noqa: E402
 
 import flops  # noqa: E402
-from configs import default as default_config  # noqa: E402
+from grpo_jax.config_presets import main_job  # noqa: E402
 from grpo_jax import host_memory, tasks  # noqa: E402
 from grpo_jax.metrics import read_metrics  # noqa: E402
 from grpo_jax.pipeline import train_and_evaluate  # noqa: E402
-from grpo_jax.runner.build import build_tokenizer, model_config_for  # noqa: E402
+from grpo_jax.runner.model_init import model_config_for  # noqa: E402
+from grpo_jax.runner.tokenizers import build_tokenizer  # noqa: E402
 from grpo_jax.sft.data import encode_pairs, epoch_batches, packed_rows_for  # noqa: E402
 from grpo_jax.stages.supervised import pretraining_corpus  # noqa: E402
 
@@ -60,7 +57,7 @@ def main():
                         help="reuse: glibc malloc keeps freed memory (grpo_jax.host_memory, the "
                              "main job's default); system: the allocator's defaults")
     args = parser.parse_args()
-    config = default_config.get_config()
+    config = main_job()
     config.reuse_host_memory = args.malloc == "reuse"
     if config.reuse_host_memory:
         host_memory.reuse_freed_memory()  # before the backend starts its threads

@@ -20,13 +20,9 @@ import argparse
 import functools
 import os
 import statistics
-import sys
 import tempfile
 
 os.environ.setdefault("JAX_PLATFORMS", "cpu")
-HERE = os.path.dirname(os.path.abspath(__file__))
-sys.path.insert(0, os.path.dirname(HERE))
-sys.path.insert(0, HERE)
 
 import jax  # noqa: E402
 import numpy as np  # noqa: E402

@@ -20,14 +20,10 @@ import argparse
 import dataclasses
 import os
 import statistics
-import sys
 import tempfile
 import time
 
 os.environ.setdefault("JAX_PLATFORMS", "cpu")
-HERE = os.path.dirname(os.path.abspath(__file__))
-sys.path.insert(0, os.path.dirname(HERE))
-sys.path.insert(0, HERE)
 
 import jax  # noqa: E402
 import jax.numpy as jnp  # noqa: E402
@@ -36,10 +32,10 @@ from flax import nnx  # noqa: E402
 
 import bench_grpo as grpo  # noqa: E402
 from bench_pretrain import main_job_corpus  # noqa: E402
-from configs import default as default_config  # noqa: E402
+from grpo_jax.config_presets import main_job  # noqa: E402
 from grpo_jax import host_memory  # noqa: E402
 from grpo_jax.models import Transformer  # noqa: E402
-from grpo_jax.runner.build import model_config_for  # noqa: E402
+from grpo_jax.runner.model_init import model_config_for  # noqa: E402
 from grpo_jax.sft.data import encode_pairs, epoch_batches, pack_rows, packed_rows_for  # noqa
 from grpo_jax.sft.loss import make_supervised_step  # noqa: E402
 from grpo_jax.training import Policy, default_batch_streams, init_opt_state, make_optimizer  # noqa
@@ -62,7 +58,7 @@ def grpo_update(hidden: int, tmp: str):
 
 def pretraining_step():
     """The same for the main job's pretraining step on one packed batch."""
-    config = default_config.get_config()
+    config = main_job()
     tokenizer, prompts, completions = main_job_corpus(config, config.pretrain.batch_size * 50)
     rows = epoch_batches(len(prompts), config.pretrain.batch_size, 0, seed=config.seed)
     length = config.pretrain.pack_len

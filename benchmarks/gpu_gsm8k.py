@@ -144,8 +144,6 @@ import sys
 import time
 import types
 
-ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
-sys.path.insert(0, ROOT)
 
 CHAT_TEMPLATE = (
     "{% if messages[0]['role'] != 'system' %}<|im_start|>system\nYou are a helpful "
@@ -632,8 +630,8 @@ def time_sampler(config, *, ckpt, data, tokenizer, prompt_len, calls, shape, arg
     from grpo_jax.runner.checks import mesh_rules
     from grpo_jax.runner.rewards import resolve_reward_fns
     from grpo_jax.runner.run import mesh_devices
-    from grpo_jax.runner.toolkit import section_sampling
     from grpo_jax.sampling import generate
+    from grpo_jax.stages.rl import loop_settings
     from grpo_jax.tasks import apply_template, get_task
     from grpo_jax.training import Policy
 
@@ -643,8 +641,7 @@ def time_sampler(config, *, ckpt, data, tokenizer, prompt_len, calls, shape, arg
                 for _ in range(g)]
     prompts = [apply_template(ex, template=config.task.template, tokenizer=tokenizer)
                for ex in examples]
-    sampling = section_sampling(types.SimpleNamespace(tokenizer=tokenizer), rl,
-                                temperature=rl.temperature)
+    sampling = loop_settings(rl).sampling(types.SimpleNamespace(tokenizer=tokenizer))
     # Placed as the Run places them (a mesh of one device, the run's rules; the key
     # replicated on it; the prompts on the default device as `jnp.asarray` puts them), so
     # the warm-up call finds the rollout's compiled sampler in jit's cache.
@@ -775,7 +772,7 @@ def main(argv=None) -> int:
     import jax.numpy as jnp
 
     from grpo_jax import text
-    from grpo_jax.runner.build import prompt_bucket
+    from grpo_jax.runner.inputs import prompt_bucket
     from grpo_jax.stages.rl import settings as rl_settings
     from grpo_jax.tasks import get_task
 

@@ -12,7 +12,7 @@ devices and lowers and compiles, never runs, three programs from abstract parame
   (`rl.update.make_prepare_fn`: the reference log-probs over the whole rollout batch when
   beta != 0, in chunks of the update's micro-batch size, and the advantages);
 * ``decode``: one step of the sampler's decode loop (the body of the `lax.while_loop` in
-  `sampling.sampler`: the cached forward pass of one token per row, the logits and the
+  `sampling.decode`: the cached forward pass of one token per row, the logits and the
   sampling decision) for the rollout batch, with the KV cache at its final size. With
   ``--decode_layout=rollout`` (the default: what `sampling.generate` runs) the parameters
   are its rollout copy (`parallel.rollout_rules`: whole over data x fsdp, matrices in the
@@ -58,13 +58,9 @@ import json
 import math
 import os
 import re
-import sys
 import time
 from typing import Any
 
-ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
-if ROOT not in sys.path:
-    sys.path.insert(0, ROOT)
 
 GIB = 2**30
 PROGRAMS = ("update", "reference", "decode")
@@ -413,7 +409,7 @@ def compile_decode(setup: Setup, layout: str = "rollout"):
 
     from grpo_jax import parallel
     from grpo_jax.models.transformer import KVCache
-    from grpo_jax.sampling import sampler
+    from grpo_jax.sampling import decode, sampler
 
     if layout not in DECODE_LAYOUTS:
         raise ValueError(f"decode layout: expected one of {DECODE_LAYOUTS}, got {layout!r}")
@@ -425,16 +421,11 @@ def compile_decode(setup: Setup, layout: str = "rollout"):
                                     prompt_group=section.group_size)
     policy, model_config = setup.policy, setup.model_config
 
+    spec = decode.DecodeSpec(sampling=config, slots=n)
+
     def init_state():
-        return sampler._State(
-            step=jnp.zeros((), jnp.int32), last_token=jnp.zeros((rows,), jnp.int32),
-            position=jnp.zeros((rows,), jnp.int32), done=jnp.zeros((rows,), bool),
-            cache=KVCache.init(model_config, rows, setup.prompt_len + n),
-            tokens=jnp.zeros((rows, n), jnp.int32), logp=jnp.zeros((rows, n), jnp.float32),
-            mask=jnp.zeros((rows, n), bool), forced=jnp.zeros((rows, n), bool),
-            thinking=jnp.ones((rows,), bool), think_count=jnp.zeros((rows,), jnp.int32),
-            history=jnp.zeros((rows, 1), jnp.int32), queue=jnp.zeros((rows, 1), jnp.int32),
-            queue_pos=jnp.zeros((rows,), jnp.int32), queue_len=jnp.zeros((rows,), jnp.int32))
+        return decode.initial_state(spec, KVCache.init(model_config, rows, setup.prompt_len + n),
+                                    jnp.zeros((rows,), jnp.int32))
 
     replicated = parallel.replicated_sharding(setup.mesh)
     data = replicated if layout == "replicated" else parallel.data_sharding(setup.mesh)
@@ -459,13 +450,8 @@ def compile_decode(setup: Setup, layout: str = "rollout"):
     state = jax.tree.map(place, jax.eval_shape(init_state))
     key = _spec((), jax.random.key(0).dtype, replicated)
 
-    def decode_step(params, s, key):  # the body of `sampler._generate_core`'s decode loop
-        model = policy.bind(params)
-        hidden, cache = model.decode(s.last_token[:, None], s.position[:, None],
-                                     ~s.done[:, None], s.cache)
-        s = s.replace(cache=cache, position=s.position + 1)
-        return sampler._choose(s, model.logits(hidden[:, 0]), jax.random.fold_in(key, s.step),
-                               config)
+    def decode_step(params, s, key):  # the body of the decode loop (`sampling.decode.run`)
+        return decode.step(policy.bind(params), s, key, spec)
 
     return jax.jit(decode_step, donate_argnums=(1,)).lower(params, state, key).compile()
 
@@ -474,7 +460,7 @@ def model_config_for(config, name: str, **overrides):
     """The named ModelConfig with the preset's numerics (dtype, param_dtype, remat,
     max_seq_len), its model shape fields and `overrides` (None values ignored)."""
     from grpo_jax.models import named_config
-    from grpo_jax.runner.build import MODEL_SHAPE_FIELDS
+    from grpo_jax.runner.model_init import MODEL_SHAPE_FIELDS
 
     fields = {field: config.model[field] for field in MODEL_SHAPE_FIELDS
               if config.model.get(field) is not None}

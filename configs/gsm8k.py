@@ -27,18 +27,14 @@ Presets (after the colon):
          every worker (README "Running on a TPU pod").
 """
 
-import os
-import sys
-
 import ml_collections
 
-sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
-from configs import default as default_config  # noqa: E402
-from grpo_jax.stages import default_section  # noqa: E402
+from grpo_jax.config_presets import main_job
+from grpo_jax.stages import default_section
 
 
 def get_config(preset: str | None = None) -> ml_collections.ConfigDict:
-    config = default_config.get_config("cpu")
+    config = main_job("cpu")
     config.stages = "eval_base,rl,eval_final"
     del config.pretrain
 

@@ -8,18 +8,14 @@ Every field of the ppo section, with its comment: grpo_jax/stages/ppo.py.
     python -m grpo_jax.main --config=configs/ppo.py --config.ppo.adaptive_kl=True
 """
 
-import os
-import sys
-
-sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
-from configs import default  # noqa: E402
-from grpo_jax.stages import default_section  # noqa: E402
+from grpo_jax.config_presets import main_job
+from grpo_jax.stages import default_section
 
 
 def get_config(preset: str | None = None):
     if preset not in (None, "", "cpu", "smoke"):
         raise ValueError(f"unknown preset {preset!r} for configs/ppo.py; expected smoke or cpu")
-    config = default.get_config(preset)
+    config = main_job(preset)
     config.stages = "pretrain,eval_base,ppo,eval_final"
     config.ppo = default_section("ppo")
     config.ppo.steps = 80

@@ -11,18 +11,14 @@ The "language" reward is not a task reward: reward names resolve to the task's r
 the stage kinds' reward sources, then grpo_jax.rewards' built-ins (grpo_jax/runner/rewards.py).
 """
 
-import os
-import sys
-
 import ml_collections
 
-sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
-from configs import default  # noqa: E402
-from grpo_jax.stages import default_section  # noqa: E402
+from grpo_jax.config_presets import main_job
+from grpo_jax.stages import default_section
 
 
 def get_config(preset: str | None = None) -> ml_collections.ConfigDict:
-    config = default.get_config(None)
+    config = main_job(None)
     # An eval after every training stage: the report has one column per eval stage.
     config.stages = ("cold_start,eval_base,reasoning_rl,eval_reasoning_rl,rejection_sft,"
                      "eval_rejection_sft,final_rl,eval_final")

@@ -9,19 +9,15 @@ vocabulary makes it a small-model algorithm. Every field: grpo_jax/stages/trpo.p
     python -m grpo_jax.main --config=configs/trpo.py --config.trpo.max_kl=0.02
 """
 
-import os
-import sys
-
-sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
-from configs import default  # noqa: E402
-from grpo_jax.stages import default_section  # noqa: E402
+from grpo_jax.config_presets import main_job
+from grpo_jax.stages import default_section
 
 
 def get_config(preset: str | None = None):
     if preset not in (None, "", "cpu", "smoke"):
         raise ValueError(f"unknown preset {preset!r} for configs/trpo.py; expected smoke or "
                          "cpu")
-    config = default.get_config(preset)
+    config = main_job(preset)
     config.stages = "pretrain,eval_base,trpo,eval_final"
     config.trpo = default_section("trpo")
     # A TRPO step costs ~40 forward passes (10 conjugate-gradient Fisher-vector products and

@@ -45,16 +45,14 @@ from __future__ import annotations
 
 import argparse
 import os
-import sys
 import time
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 ROOT = os.path.dirname(os.path.dirname(HERE))
-sys.path.insert(0, ROOT)
 
-import numpy as np  # noqa: E402
+import numpy as np
 
-from grpo_jax import sweep  # noqa: E402
+from grpo_jax import sweep
 
 ESTIMATORS = ("none", "group_mean", "rloo", "bstar_loo", "mean_const", "bstar_const")
 BIAS_ONLY = ("bstar_group",)
@@ -70,7 +68,7 @@ LAMBDAS = np.round(np.arange(-1.0, 3.01, 0.25), 2)
 # ------------------------------------------------------------------------------ sampling
 def setup(base: str):
     """The base run's task, tokenizer, policy and parameters, built as the run built them."""
-    from grpo_jax.runner.build import load_finished_run
+    from grpo_jax.runner.inputs import load_finished_run
 
     try:
         run = load_finished_run(base)
@@ -99,11 +97,11 @@ def check_logp(s, ro, rows: int = 16) -> float:
     from grpo_jax.rl.update import sequence_logp
 
     full = np.concatenate([ro.prompt_tokens, ro.tokens], 1)[:rows]
-    attention = np.concatenate([ro.prompt_mask, ro.mask], 1)[:rows]
+    attention = np.concatenate([ro.prompt_mask, ro.attention_mask], 1)[:rows]
     logp, _ = sequence_logp(s["policy"], s["params"], full, attention, s["prompt_len"])
     mask = ro.loss_mask[:rows]
     return float(np.max(np.abs(np.where(mask, np.asarray(logp), 0).sum(1)
-                               - np.where(mask, ro.sample_logp[:rows], 0).sum(1))))
+                               - np.where(mask, ro.behaviour_logp[:rows], 0).sum(1))))
 
 
 def collect(s, seed: int, num_prompts: int, pool: int, prompts_per_call: int,
@@ -138,7 +136,7 @@ def collect(s, seed: int, num_prompts: int, pool: int, prompts_per_call: int,
         if start == 0:
             logp_gap = check_logp(s, ro)
         full = np.concatenate([ro.prompt_tokens, ro.tokens], 1)
-        attention = np.concatenate([ro.prompt_mask, ro.mask], 1)
+        attention = np.concatenate([ro.prompt_mask, ro.attention_mask], 1)
         for p in range(len(chunk)):
             block = slice(p * pool, (p + 1) * pool)
             grads = np.concatenate([np.asarray(fn(full[block][i:i + grad_rows],

@@ -21,12 +21,10 @@ import argparse
 import json
 import math
 import os
-import sys
-
-HERE = os.path.dirname(os.path.abspath(__file__))
-sys.path.insert(0, os.path.dirname(os.path.dirname(HERE)))
 
 from grpo_jax import sweep
+
+HERE = os.path.dirname(os.path.abspath(__file__))
 
 FIGURES = ("pass@1", "pass@8", "maj@8", "format_rate", "mean_length")
 NONE = ("none", 0)

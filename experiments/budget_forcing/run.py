@@ -32,14 +32,12 @@ import json
 import os
 import shlex
 import subprocess
-import sys
 import time
+
+from grpo_jax import sweep
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 REPO = os.path.dirname(os.path.dirname(HERE))
-sys.path.insert(0, REPO)
-
-from grpo_jax import sweep
 
 MODELS = os.path.join(REPO, "runs", "experiments", "off_policy", "sweep",
                       "rl.max_staleness=0,seed={seed}")

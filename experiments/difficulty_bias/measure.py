@@ -33,17 +33,15 @@ from __future__ import annotations
 import argparse
 import math
 import os
-import sys
 import time
 import warnings
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 ROOT = os.path.dirname(os.path.dirname(HERE))
-sys.path.insert(0, ROOT)
 
-import numpy as np  # noqa: E402
+import numpy as np
 
-from grpo_jax import sweep  # noqa: E402
+from grpo_jax import sweep
 
 BINS = (("(0, 0.25]", lambda p: (p > 0) & (p <= 0.25)),
         ("(0.25, 0.75)", lambda p: (p > 0.25) & (p < 0.75)),
@@ -59,7 +57,7 @@ EPS = 1e-6
 # ------------------------------------------------------------------------------ sampling
 def setup(base: str):
     """The base run's task, tokenizer, policy and parameters, built as the run built them."""
-    from grpo_jax.runner.build import load_finished_run
+    from grpo_jax.runner.inputs import load_finished_run
 
     try:
         run = load_finished_run(base)
@@ -110,7 +108,7 @@ def collect(s, seed: int, num_prompts: int, group: int, prompts_per_call: int) -
                      sampling=sampling, prompt_len=s["prompt_len"],
                      reward_fns=task.reward_fns(), weights={"accuracy": 1.0, "format": 1.0})
         full = np.concatenate([ro.prompt_tokens, ro.tokens], 1)
-        attention = np.concatenate([ro.prompt_mask, ro.mask], 1)
+        attention = np.concatenate([ro.prompt_mask, ro.attention_mask], 1)
         for p in range(len(chunk)):
             block = slice(p * group, (p + 1) * group)
             grads = np.asarray(fn(full[block], attention[block], ro.loss_mask[block]))

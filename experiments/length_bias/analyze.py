@@ -26,13 +26,11 @@ import json
 import math
 import os
 import re
-import sys
 
 HERE = os.path.dirname(os.path.abspath(__file__))
-sys.path.insert(0, os.path.dirname(os.path.dirname(HERE)))
 
-from grpo_jax import sweep  # noqa: E402
-from grpo_jax.metrics import read_metrics  # noqa: E402
+from grpo_jax import sweep
+from grpo_jax.metrics import read_metrics
 
 ARMS = ("grpo", "dr_grpo")
 STAGES = {"eval_base": "before RL", "eval_final": "after RL"}

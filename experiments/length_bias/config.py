@@ -10,18 +10,15 @@ scaling and the length normalisation. The sweep sets rl.algorithm and the seed; 
 README.md next to this file (and ../length_growth/README.md) for the commands.
 """
 
-import os
-import sys
 
-sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__)))))
-from configs import default  # noqa: E402
+from grpo_jax.config_presets import main_job
 
 MAX_NEW_TOKENS = 48  # a trace with two redone steps is ~37 tokens; 16 + 48 = max_seq_len 64
 
 
 def get_config(preset=None):
     del preset
-    config = default.get_config()
+    config = main_job()
     config.stages = "eval_base,rl,eval_final"
     del config.pretrain
     config.task.kwargs.redo_rate = 0.3  # as the base was pretrained

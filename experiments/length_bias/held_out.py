@@ -25,12 +25,10 @@ import importlib.util
 import json
 import os
 import shutil
-import sys
 
 HERE = os.path.dirname(os.path.abspath(__file__))
-sys.path.insert(0, os.path.dirname(os.path.dirname(HERE)))
 
-from grpo_jax.metrics import read_metrics  # noqa: E402
+from grpo_jax.metrics import read_metrics
 
 
 def _load_config_module():

@@ -22,18 +22,27 @@ interval over seeds (Student's t).
 from __future__ import annotations
 
 import argparse
+import importlib.util
 import json
 import math
 import os
-import sys
+
+from grpo_jax import sweep
+from grpo_jax.metrics import read_metrics
 
 HERE = os.path.dirname(os.path.abspath(__file__))
-sys.path.insert(0, os.path.join(os.path.dirname(HERE), "length_bias"))
-sys.path.insert(0, os.path.dirname(os.path.dirname(HERE)))
 
-import analyze as bias  # noqa: E402  (experiments/length_bias/analyze.py)
-from grpo_jax import sweep  # noqa: E402
-from grpo_jax.metrics import read_metrics  # noqa: E402
+
+def _length_bias_analysis():
+    """experiments/length_bias/analyze.py, loaded from its file (its helpers are shared)."""
+    spec = importlib.util.spec_from_file_location(
+        "length_bias_analyze", os.path.join(os.path.dirname(HERE), "length_bias", "analyze.py"))
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+bias = _length_bias_analysis()
 
 CONTROL = "control (redo_rate 0)"
 CURVES = ("completion_length", "pass@1")

@@ -20,12 +20,10 @@ import argparse
 import json
 import math
 import os
-import sys
-
-HERE = os.path.dirname(os.path.abspath(__file__))
-sys.path.insert(0, os.path.dirname(os.path.dirname(HERE)))
 
 from grpo_jax import sweep
+
+HERE = os.path.dirname(os.path.abspath(__file__))
 
 KS = (1, 2, 4, 8, 16, 32, 64, 128, 256)
 MODELS = ("base", "rl")

@@ -1,0 +1,266 @@
+"""The shared config builders that `configs/*.py` and `experiments/*` start from.
+
+A config file (`python -m grpo_jax.main --config=FILE[:preset]`) calls one of these and changes
+what its job changes, so it imports nothing but the library and works from any folder:
+
+- `main_job(preset)`: the CPU main job, R1-Zero in miniature (configs/default.py): build a
+  synthetic arithmetic task and a character tokenizer, pretrain a tiny base model on noisy
+  worked solutions (low pass@1, high pass@8), evaluate it, run GRPO with accuracy and format
+  rewards, evaluate again. Every field has its comment here.
+- `tool_job(preset)`: the same job on multi-turn calculator episodes (configs/tools.py).
+
+Presets: "smoke" (tiny sizes for tests), "cpu" (the default).
+"""
+
+import ml_collections
+from ml_collections import config_dict
+
+from grpo_jax.stages import default_section
+
+__all__ = ["EVALS", "main_job", "tool_job"]
+
+
+def main_job(preset: str | None = None) -> ml_collections.ConfigDict:
+    """The main job (configs/default.py): pretrain -> eval_base -> rl -> eval_final; presets
+    "smoke" (tiny sizes for tests) and "cpu" (the default)."""
+    config = ml_collections.ConfigDict()
+    config.seed = 0  # one seed for data, initialisation and sampling
+    # A step whose loss, gradient or update is not finite is skipped (never applied); this
+    # many skipped steps in a row stop the run with one line.
+    config.max_consecutive_skips = 3
+    # Compiled XLA programs are kept here and reused by a rerun or resume (and by a second
+    # stage building the same program): "" turns the cache off.
+    config.compilation_cache_dir = "~/.cache/grpo_jax/xla"
+    # Host malloc keeps freed memory for reuse, so XLA:CPU's per-call buffers are not faulted
+    # in again at every step (grpo_jax/host_memory.py); False leaves the system's allocator.
+    config.reuse_host_memory = True
+    # Symbolic answers (LaTeX, expressions) are compared by math-verify in worker processes:
+    # each comparison gets at most deadline_seconds (then it scores 0 and is counted as
+    # reward_undecided); a stuck worker is replaced without blocking the others.
+    config.math_verify = ml_collections.ConfigDict({"deadline_seconds": 2.0, "workers": 2})
+    # Stages run in order and share one workdir. Each name is a section of this config
+    # whose `kind` says what it does: pretrain | sft | eval | rl | ppo | trpo | reward_model |
+    # rejection_sft | distill. Every field of a kind, with its comment, is in
+    # grpo_jax/stages/<module>.py (`default_section(kind)`); validation rejects unknown ones.
+    config.stages = "pretrain,eval_base,rl,eval_final"
+
+    # ---- task and tokenizer ---------------------------------------------------------------
+    config.task = ml_collections.ConfigDict()
+    config.task.name = "arithmetic"  # registered task name (grpo_jax.tasks.available_tasks())
+    # Task constructor args: difficulty 1 with one or two operators (operands 1-9); a noisy
+    # step confuses the operator ("9*6=15"), see grpo_jax/tasks/arithmetic.py. redo_rate > 0:
+    # noisy solutions check steps by redoing them (longer traces are more often right);
+    # mixed_script_rate > 0: step words, some in Greek (the language reward can act).
+    config.task.kwargs = ml_collections.ConfigDict(
+        {"difficulty": 1, "max_operators": 2, "error_mode": "operator", "redo_rate": 0.0,
+         "mixed_script_rate": 0.0})
+    config.task.template = "plain"  # prompt template: plain | r1_zero | chat (checkpoint's)
+    config.task.solution_error_rate = 0.3  # chance that a worked-solution step is wrong
+    config.task.format_error_rate = 0.15  # chance that a worked solution is malformed
+    config.task.train_size = 20000  # distinct training problems for RL prompts
+    config.task.eval_size = 128  # held-out problems for evaluation
+    # The held-out problems' own seed, not the run's: runs with different seeds evaluate the
+    # same problems, so arms of a sweep are paired by problem as well as by seed.
+    config.task.eval_seed = 0
+    # Prompt bucket (tokens, incl. BOS); a longer prompt is an error at start-up. 0 = auto:
+    # the longest training / held-out prompt, rounded up to a multiple of 8.
+    config.task.prompt_len = 16
+    # auto (checkpoint with model.init_from, else char) | char | sentencepiece (trained on
+    # the task, kept in the workdir) | checkpoint (model.init_from's tokenizer.json)
+    config.tokenizer = "auto"
+    config.tokenizer_vocab_size = 128  # sentencepiece vocabulary size
+
+    # ---- model ----------------------------------------------------------------------------
+    config.model = ml_collections.ConfigDict()
+    config.model.name = "tiny-1m"  # grpo_jax.models.named_config name
+    config.model.dtype = "float32"  # compute dtype
+    config.model.param_dtype = "float32"
+    config.model.max_seq_len = 64  # context length (prompt bucket + max new tokens fits)
+    config.model.init_from = ""  # local Hugging Face checkpoint dir; "" = random init
+    # Output-head chunk (positions) for teacher-forced log-probs; 0 = whole sequence at once.
+    # Use e.g. 256 with 150k-token vocabularies so full [B, T, V] logits never materialise.
+    config.model.logprob_chunk_size = 0
+    # Rows per tile of that head (0 = all rows of a micro-batch): the logits then exist
+    # [logprob_chunk_rows, logprob_chunk_size, V] at a time.
+    config.model.logprob_chunk_rows = 0
+    # Row groups per update computed side by side in one program (training.accumulate_gradients);
+    # 0 = training.default_batch_streams(): 2 on a single-device CPU, else 1.
+    config.model.batch_streams = 0
+    # LoRA (arXiv 2106.09685): rank r > 0 freezes the model (kept in model.dtype, so
+    # param_dtype is unused) and trains float32 adapters A [in, r], B [r, out] (B = 0 at the
+    # start) on the kernels named in lora_targets: W + (lora_alpha / r) A B. The optimizer
+    # state covers the adapters only, checkpoints hold the adapters only, an RL reference
+    # shares the base, and export writes the merged weights. Stage kinds with LoRA: pretrain,
+    # sft, rl, rejection_sft, eval. 0 = full fine-tuning.
+    config.model.lora_rank = 0
+    config.model.lora_alpha = 16.0
+    # Kernels with adapters (--config.model.lora_targets=q_kernel,v_kernel on the command
+    # line); attention kernels [D, N, H] / [N, H, D] count their N x H axes as one.
+    config.model.lora_targets = ("q_kernel", "k_kernel", "v_kernel", "o_kernel",
+                                 "gate_kernel", "up_kernel", "down_kernel")
+    # Shape overrides on top of the named size (None = the size's own value), e.g.
+    # --config.model.hidden_size=192 --config.model.num_layers=6; and how it is executed
+    # (also with init_from): remat, scan_layers, attention ("auto" | "einsum" | "xla" |
+    # "cudnn"; see grpo_jax.models.ModelConfig).
+    for field, kind in (("hidden_size", int), ("num_layers", int), ("num_heads", int),
+                        ("num_kv_heads", int), ("head_dim", int), ("mlp_size", int),
+                        ("rope_theta", float), ("qkv_bias", bool), ("tie_embeddings", bool),
+                        ("rms_norm_eps", float), ("remat", bool), ("scan_layers", bool),
+                        ("attention", str)):
+        config.model[field] = config_dict.placeholder(kind)
+
+    # ---- mesh -----------------------------------------------------------------------------
+    config.mesh = ml_collections.ConfigDict()
+    config.mesh.num_devices = 0  # use the first N devices; 0 = all
+    # The last R of those devices sample the RL rollouts, the others train (the mesh shape
+    # is the trainer's); new parameters move to them with jax.device_put. 0 = the same
+    # devices do both. Pairs with rl.max_staleness (the sampler a few versions behind).
+    config.mesh.rollout_devices = 0
+    config.mesh.shape = ml_collections.ConfigDict({
+        "data": -1,  # batch parallelism; -1: all remaining devices
+        "fsdp": 1,  # parameters split along the model dimension, batch too
+        "tensor": 1,  # heads / MLP / vocabulary split (tensor parallelism)
+    })
+    # Logical parameter axis -> mesh axes ("a,b" for several, "" for replicated).
+    config.mesh.rules = (
+        ("batch", "data,fsdp"), ("length", ""), ("vocab", "tensor"), ("embed", "fsdp"),
+        ("heads", "tensor"), ("kv_heads", "tensor"), ("head_dim", ""), ("mlp", "tensor"),
+        ("layers", ""), ("norm", ""),
+    )
+
+    # ---- optimiser defaults (each training stage may override lr / steps) ----------------
+    config.optim = ml_collections.ConfigDict()
+    config.optim.weight_decay = 0.0  # AdamW decoupled weight decay (not on norms/biases)
+    config.optim.b1 = 0.9
+    config.optim.b2 = 0.99
+    config.optim.clip_norm = 1.0  # global-norm gradient clipping
+    config.optim.warmup_frac = 0.05  # linear warmup as a fraction of the stage's steps
+    config.optim.final_lr_frac = 0.1  # cosine decay to this fraction of the peak lr
+
+    # ---- stage: next-token pretraining on noisy worked solutions --------------------------
+    config.pretrain = default_section("pretrain")
+    config.pretrain.steps = 1500
+    config.pretrain.batch_size = 64
+    config.pretrain.lr = 3e-3
+    config.pretrain.pack_len = 64  # two examples per row on average: 32 rows of 64 tokens
+
+    # ---- stages: evaluation before and after RL ---------------------------------------------
+    config.eval_base = default_section("eval")
+    config.eval_base.num_samples = 8  # samples per held-out problem
+    # pass@k and maj@k at these k (each <= num_samples); () = 1, 2, 4, ... and num_samples.
+    config.eval_base.ks = ()
+    config.eval_base.temperature = 1.0  # the distribution RL trains
+    config.eval_base.max_new_tokens = 40
+    # Budget forcing (s1) is off; e.g. --config.eval_final.min_thinking_tokens=16 writes
+    # "Wait" where the model would end its thinking earlier (grpo_jax/stages/evaluate.py).
+    config.eval_final = ml_collections.ConfigDict(config.eval_base.to_dict())
+
+    # ---- stage: reinforcement learning (GRPO family) ------------------------------------------
+    config.rl = default_section("rl")
+    # A name in grpo_jax/rl/algorithms.py's table (grpo, dr_grpo, dapo, gspo, cispo, ...).
+    # beta, epsilon, loss_agg, ... left unset take the algorithm's defaults (GRPO's: beta
+    # 0.01, epsilon 0.2, seq-mean-token-mean); --print_config shows them resolved.
+    config.rl.algorithm = "grpo"
+    config.rl.steps = 80  # RL iterations (sample -> score -> update)
+    config.rl.num_prompts = 32  # N prompts per iteration
+    config.rl.group_size = 8  # G completions per prompt
+    config.rl.lr = 2e-4
+    config.rl.max_new_tokens = 40
+    # Reward name -> weight. Names: the task's (accuracy, format, format_soft, ...), built-ins
+    # (language, overlong) and stage-kind sources (reward_model, with rl.reward_model set).
+    config.rl.rewards = ml_collections.ConfigDict({"accuracy": 1.0, "format": 0.2})
+    config.rl.checkpoint_every = 20  # steps between checkpoints (and one at stage end)
+    # Accuracy and format are read off the char tokenizer's ids on device, so each of the 8
+    # programs runs 10 whole iterations (sample, score, update); 0 = decode and score on the
+    # host (any Python reward).
+    config.rl.fused_steps = 10
+
+    config.checkpoint = ml_collections.ConfigDict()
+    config.checkpoint.max_to_keep = 2
+
+    if preset in (None, "", "cpu"):
+        pass
+    elif preset == "smoke":
+        config.task.train_size = 256
+        config.task.eval_size = 8
+        config.model.name = "tiny-1m"
+        config.model.max_seq_len = 64
+        config.pretrain.steps = 3
+        config.pretrain.batch_size = 8
+        config.rl.steps = 2
+        config.rl.num_prompts = 4
+        config.rl.group_size = 4
+        config.rl.max_new_tokens = 24
+        config.rl.checkpoint_every = 1
+        config.rl.fused_steps = 0  # the general host path (tests/test_device_rewards.py: fused)
+        # The untrained model earns no task reward; the soft overlong punishment on its
+        # completion lengths differs within groups, so the smoke steps have real gradients.
+        config.rl.overlong_cache = 8
+        for section in (config.eval_base, config.eval_final):
+            section.num_samples = 2
+            section.batch_size = 16
+            section.max_new_tokens = 24
+    else:
+        raise ValueError(f"unknown preset {preset!r} for configs/default.py;"
+                         " expected smoke or cpu")
+    return config
+
+
+# The four evaluations of the tool-use job: with and without the calculator, before and
+# after RL.
+EVALS = ("eval_base", "eval_base_no_tool", "eval_final", "eval_final_no_tool")
+
+
+def tool_job(preset: str | None = None) -> ml_collections.ConfigDict:
+    """The tool-use job (configs/tools.py): the main job on tool_arithmetic with multi-turn
+    calculator episodes; presets "smoke" and "cpu"."""
+    if preset not in (None, "", "cpu", "smoke"):
+        raise ValueError(f"unknown preset {preset!r} for configs/tools.py; expected smoke or "
+                         f"cpu")
+    config = main_job(preset)
+    config.stages = "pretrain,eval_base,eval_base_no_tool,rl,eval_final,eval_final_no_tool"
+    config.task.name = "tool_arithmetic"
+    # Operands of 3 or 4 digits; most noisy worked solutions call the calculator.
+    config.task.kwargs = ml_collections.ConfigDict({"difficulty": (1, 2), "tool_rate": 0.8})
+    config.task.solution_error_rate = 0.2  # a miscopied operand or result (or a wrong guess)
+    config.task.format_error_rate = 0.1
+    config.task.prompt_len = 24
+    config.model.max_seq_len = 80  # prompt bucket + the whole episode
+    # Copying the operands into the call and the result into the answer (induction over
+    # repeated digits) takes the tiny model a few thousand steps.
+    config.pretrain.steps = 2500
+    config.pretrain.pack_len = 80
+
+    config.rl.tools = "calc"
+    config.rl.max_turns = 2
+    config.rl.max_observation_tokens = 16  # <result>, up to 11 characters, </result>
+    config.rl.max_new_tokens = 48  # the episode: calls, observations and the answer
+    config.rl.fused_steps = 0  # the turns need the host (the calculator runs there)
+    config.rl.steps = 60
+    config.rl.num_prompts = 16
+    config.rl.group_size = 8
+    # correct_call (weight 0): the completion called the calculator on an expression worth
+    # the reference answer; logged as reward/correct_call (the rate of correct tool use).
+    config.rl.rewards = ml_collections.ConfigDict({"accuracy": 1.0, "format": 0.2,
+                                                   "correct_call": 0.0})
+    for name in EVALS:
+        section = ml_collections.ConfigDict(config.eval_base.to_dict())
+        section.tools = "" if name.endswith("no_tool") else "calc"
+        section.max_turns = config.rl.max_turns
+        section.max_observation_tokens = config.rl.max_observation_tokens
+        section.max_new_tokens = config.rl.max_new_tokens
+        config[name] = section
+
+    if preset == "smoke":
+        # Enough pretraining on calls only (tool_rate 1) for the policy to close calls, so
+        # the episodes have turns; the overlong ramp's rewards differ within groups.
+        config.task.kwargs.tool_rate = 1.0
+        config.pretrain.steps = 60
+        config.pretrain.batch_size = 16
+        config.pretrain.pack_len = 64
+        config.rl.steps = 2
+        config.rl.num_prompts = 4
+        config.rl.group_size = 4
+        for name in EVALS:
+            config[name].update(num_samples=2, batch_size=16)
+    return config

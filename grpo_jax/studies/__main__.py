@@ -1,0 +1,70 @@
+"""`python -m grpo_jax.studies list | run NAME --tier=full|mini --workdir=DIR [--publish]`."""
+
+from __future__ import annotations
+
+import argparse
+import sys
+
+from grpo_jax import studies
+
+
+def _list() -> int:
+    for name in studies.NAMES:
+        if name not in studies.PORTED:
+            print(f"{name}: not ported yet; experiments/{name}/README.md has its commands")
+            print(f"  full (recorded, by those commands): {studies.RECORDED_COST[name]}")
+            print("  mini: comes with the port")
+            continue
+        study = studies.get(name)
+        print(f"{name}: {study.question}")
+        for tier_name, tier in study.tiers.items():
+            arms = len(tier.arms if tier.arms is not None else study.arms)
+            print(f"  {tier_name}: {arms} arms x {len(tier.bases) or 1} base(s) x "
+                  f"{len(tier.seeds)} seeds; {tier.cost}")
+    return 0
+
+
+def main(argv: list[str] | None = None) -> int:
+    argv = sys.argv[1:] if argv is None else argv
+    parser = argparse.ArgumentParser(prog="python -m grpo_jax.studies",
+                                     description=studies.__doc__.splitlines()[0])
+    commands = parser.add_subparsers(dest="command", required=True)
+    commands.add_parser("list", help="every study with the cost of each tier")
+    run = commands.add_parser("run", help="build, run, analyse one study")
+    run.add_argument("name", choices=studies.NAMES)
+    run.add_argument("--tier", default="full", choices=("full", "mini"))
+    run.add_argument("--workdir", required=True,
+                     help="runs, shared bases and outputs (DIR/bases, DIR/NAME)")
+    run.add_argument("--publish", action="store_true",
+                     help="copy the outputs into experiments/NAME/ (full tier only)")
+    args = parser.parse_args(argv)
+    if args.command == "list":
+        return _list()
+    if args.publish and args.tier != "full":
+        print("error: --publish: only the full tier's results are published", file=sys.stderr)
+        return 2
+    try:
+        study = studies.get(args.name)
+    except ValueError as err:
+        print(f"error: {err}", file=sys.stderr)
+        return 2
+    from grpo_jax.studies import common
+
+    try:
+        result = common.execute(study, args.tier, args.workdir, publish=args.publish,
+                                argv=["python", "-m", "grpo_jax.studies", *argv])
+    except Exception as err:  # a run stopped by SIGTERM / SIGINT saved its checkpoint
+        if type(err).__name__ != "Preempted":
+            raise
+        print(f"{err}\n[studies] the same command resumes {args.name}", flush=True)
+        return getattr(err, "status", 0) or 0
+    from grpo_jax import storage
+
+    print(storage.read_text(storage.join(args.workdir, args.name, "out", "table.md")), end="")
+    print(f"[studies] {args.name}: {len(result['contrasts'])} contrasts, written to "
+          f"{args.workdir.rstrip('/')}/{args.name}/out/", flush=True)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,215 @@
+"""R1-Zero vs R1's cold start, from a shared pretrained base (DeepSeek-R1, arXiv:2501.12948).
+
+Two pipelines from the final parameters of a base run (the main job's pretraining: noisy
+worked solutions, 15% of them malformed), both with 90 GRPO steps of 16 prompts x 8 in two
+RL stages (60 + 30, the main job's RL settings):
+
+  zero (R1-Zero): eval_base -> rl (60) -> eval_rl -> final_rl (30) -> eval_final
+  cold (R1):      cold_start SFT (256 clean solutions) -> eval_cold -> rl (60) -> eval_rl
+                  -> rejection_sft (verified samples of the RL policy) -> eval_rsft
+                  -> final_rl (30) -> eval_final
+
+Every eval uses the same 128 held-out problems (task.eval_seed). The summary's arms are the
+seven held-out points (pipeline, eval stage); the contrasts are within a seed, as in the
+original analysis (its verdict fixes, e.g. the RL stage's position setting its keys, are
+issue 39's later items).
+"""
+
+from __future__ import annotations
+
+import math
+import os
+
+from grpo_jax import sweep
+from grpo_jax.studies import common
+
+# (arm, eval stage, label), in pipeline order
+POINTS = (("zero", "eval_base", "base"),
+          ("zero", "eval_rl", "R1-Zero: RL 60"),
+          ("zero", "eval_final", "R1-Zero: RL 60 + 30"),
+          ("cold", "eval_cold", "cold-start SFT"),
+          ("cold", "eval_rl", "cold start -> RL 60"),
+          ("cold", "eval_rsft", "cold start -> RL 60 -> rejection SFT"),
+          ("cold", "eval_final", "cold start -> RL 60 -> rejection SFT -> RL 30"))
+LABELS = {(arm, stage): label for arm, stage, label in POINTS}
+FIGURES = ("pass@1", "pass@8", "maj@8", "format_rate", "mean_length")
+CONTRASTED = FIGURES[:4]  # the README table's columns: the Holm family
+# (label, (arm, stage) a, (arm, stage) b): a minus b within a seed
+CONTRASTS = (("cold-start SFT on the base", ("cold", "eval_cold"), ("zero", "eval_base")),
+             ("RL 60 from the base (R1-Zero)", ("zero", "eval_rl"), ("zero", "eval_base")),
+             ("RL 60 after the cold start", ("cold", "eval_rl"), ("cold", "eval_cold")),
+             ("cold start vs R1-Zero, after RL 60", ("cold", "eval_rl"), ("zero", "eval_rl")),
+             ("rejection SFT, after RL 60", ("cold", "eval_rsft"), ("cold", "eval_rl")),
+             ("final RL 30 after rejection SFT", ("cold", "eval_final"), ("cold", "eval_rsft")),
+             ("final RL 30 (R1-Zero)", ("zero", "eval_final"), ("zero", "eval_rl")),
+             ("R1 pipeline vs R1-Zero, final", ("cold", "eval_final"), ("zero", "eval_final")))
+EARLY = 10  # training steps averaged at the start of an RL stage
+EARLY_ARMS = {"zero": "R1-Zero: training, first 10 RL steps",
+              "cold": "cold start: training, first 10 RL steps"}
+
+
+def base_config(tier: str):
+    """The main job's pretraining (1500 steps; the smoke preset's 3 at the mini tier)."""
+    config = common.main_job(common.preset(tier))
+    config.stages = "pretrain"
+    return config
+
+
+def arm_config(tier: str, pipeline: str):
+    """The `zero` or `cold` pipeline from the base (model.init_from, set per base)."""
+    import ml_collections
+
+    from grpo_jax.stages import default_section
+
+    if pipeline not in ("zero", "cold"):
+        raise ValueError(f"cold_start: pipeline zero or cold, got {pipeline!r}")
+    full = tier == "full"
+    config = common.main_job(common.preset(tier))
+    del config.pretrain
+    config.model.init_from = ""
+    config.rl.steps = 60 if full else 2
+    if full:
+        config.rl.num_prompts = 16
+    config.rl.fused_steps = 0
+    config.final_rl = ml_collections.ConfigDict(config.rl.to_dict())
+    config.final_rl.steps = 30 if full else 1
+    for name in ("eval_rl", "eval_cold", "eval_rsft"):
+        config[name] = ml_collections.ConfigDict(config.eval_base.to_dict())
+    if pipeline == "zero":
+        config.stages = "eval_base,rl,eval_rl,final_rl,eval_final"
+        return config
+    # Cold start: a few clean, well-formed worked solutions (R1 sec. 2.3.1: thousands of
+    # readable long CoT examples before RL; here 256 against the base's 96,000 noisy ones).
+    config.cold_start = default_section("sft")
+    config.cold_start.num_examples = 256 if full else 16
+    config.cold_start.error_rate = 0.0
+    config.cold_start.steps = 100 if full else 2
+    config.cold_start.batch_size = 32 if full else 8
+    config.cold_start.lr = 1e-3
+    # Rejection sampling (R1 sec. 2.3.3): verified, well-formed samples of the RL policy on
+    # training problems, deduplicated, fine-tuned on.
+    config.rejection_sft = default_section("rejection_sft")
+    config.rejection_sft.num_problems = 512 if full else 16
+    config.rejection_sft.num_samples = 4 if full else 2
+    config.rejection_sft.sample_batch_size = 256 if full else 32
+    config.rejection_sft.max_new_tokens = config.rl.max_new_tokens
+    config.rejection_sft.steps = 100 if full else 2
+    config.rejection_sft.batch_size = 32 if full else 8
+    config.rejection_sft.lr = 1e-3
+    config.stages = ("cold_start,eval_cold,rl,eval_rl,rejection_sft,eval_rsft,final_rl,"
+                     "eval_final")
+    del config.eval_base
+    return config
+
+
+def arm_configs(tier: str) -> dict:
+    return {"zero": arm_config(tier, "zero"), "cold": arm_config(tier, "cold")}
+
+
+def _training(record, stage: str, name: str) -> list[float]:
+    return [r.get(name, math.nan) for r in common.training_rows(record)
+            if r.get("stage") == stage]
+
+
+def analyze(runs: common.StudyRuns) -> common.Analysis:
+    finished = {arm: {(r.base, r.seed): r for r in runs.arm(arm) if r.finished}
+                for arm in ("zero", "cold")}
+    keys = sorted(set(finished["zero"]) & set(finished["cold"]))  # seeds with both pipelines
+    rows = {arm: {k: common.last_stage_rows(finished[arm][k]) for k in keys}
+            for arm in finished}
+    arms = {}
+    for arm, stage, label in POINTS:
+        arms[label] = {"seeds": [s for _, s in keys], "bases": [b for b, _ in keys],
+                       "metrics": {name: [rows[arm][k].get(stage, {}).get(name) for k in keys]
+                                   for name in FIGURES}}
+    for arm, label in EARLY_ARMS.items():
+        early = []
+        for k in keys:
+            series = _training(finished[arm][k], "rl", "pass@1")
+            early.append(sum(series[:EARLY]) / len(series[:EARLY]) if series else None)
+        arms[label] = {"seeds": [s for _, s in keys], "bases": [b for b, _ in keys],
+                       "metrics": {"pass@1": early}}
+    specs = [(LABELS[a], LABELS[b], metric) for metric in CONTRASTED for _, a, b in CONTRASTS]
+    specs.append((EARLY_ARMS["cold"], EARLY_ARMS["zero"], "pass@1"))
+    training = {}
+    for arm in finished:
+        for stage in ("rl", "final_rl"):
+            for name in ("pass@1", "reward/format"):
+                series = [_training(finished[arm][k], stage, name) for k in keys]
+                training[f"{arm}/{stage}/{name}"] = {
+                    "first_10": [sum(x[:EARLY]) / len(x[:EARLY]) if x else None
+                                 for x in series],
+                    "last_10": [sum(x[-EARLY:]) / len(x[-EARLY:]) if x else None
+                                for x in series]}
+    curves = {arm: [_training(finished[arm][k], "rl", "pass@1")
+                    + _training(finished[arm][k], "final_rl", "pass@1") for k in keys]
+              for arm in finished}
+    return common.Analysis(arms=arms, specs=specs, table=table(arms, training),
+                           extra={"training": training},
+                           plots=lambda out: plot(arms, curves, out))
+
+
+def table(arms: dict, training: dict) -> str:
+    def f(values, scale=100.0):
+        text = sweep.format_interval(sweep.interval([v for v in values if v is not None]),
+                                     scale)
+        return text if text == "-" or scale != 100.0 else text + "%"
+
+    lines = ["| held-out | pass@1 | pass@8 | maj@8 | format | length |",
+             "|---|---|---|---|---|---|"]
+    for _, _, label in POINTS:
+        m = arms[label]["metrics"]
+        lines.append(f"| {label} | {f(m['pass@1'])} | {f(m['pass@8'])} | {f(m['maj@8'])} | "
+                     f"{f(m['format_rate'])} | {f(m['mean_length'], 1.0)} |")
+    lines += ["", "| training rollouts | first 10 steps | last 10 steps |", "|---|---|---|"]
+    for key, values in training.items():
+        lines.append(f"| {key} | {f(values['first_10'])} | {f(values['last_10'])} |")
+    return "\n".join(lines) + "\n"
+
+
+def plot(arms: dict, curves: dict, out: str) -> None:
+    """curves.png: held-out pass@1 after each stage, and the RL stages' training pass@1."""
+    import numpy as np
+
+    plt = common.pyplot()
+    fig, axes = plt.subplots(1, 2, figsize=(11, 3.6))
+    ax = axes[0]
+    for arm, color, xs in (("zero", "C0", (0, 1, 3)), ("cold", "C3", (0.1, 1.1, 2.1, 3.1))):
+        stats = [sweep.interval(arms[label]["metrics"]["pass@1"])
+                 for a, _, label in POINTS if a == arm]
+        means = [s["mean"] * 100 for s in stats]
+        halves = [(s["ci95"][1] - s["ci95"][0]) / 2 * 100 if s["n"] > 1 else 0 for s in stats]
+        ax.errorbar(xs, means, yerr=halves, marker="o", capsize=3, color=color,
+                    label="R1-Zero (RL only)" if arm == "zero" else "cold start + rejection SFT")
+    ax.set_xticks([0, 1, 2, 3], ["before RL", "RL 60", "rejection\nSFT", "RL 90"], fontsize=8)
+    ax.set_ylabel("held-out pass@1 (%)")
+    ax.set_title("held-out pass@1 after each stage (95% interval over seeds)", fontsize=9)
+    ax.legend(fontsize=8)
+    ax = axes[1]
+    for arm, color in (("zero", "C0"), ("cold", "C3")):
+        common.band(ax, [np.asarray(x) * 100 for x in curves[arm]], label=arm, color=color)
+    ax.set_xlabel("GRPO step (rl, then final_rl; cold: rejection SFT between)")
+    ax.set_ylabel("training pass@1 (%)")
+    ax.set_title("training rollouts: mean ± 1 std over seeds", fontsize=9)
+    ax.legend(fontsize=8)
+    fig.tight_layout()
+    fig.savefig(os.path.join(out, "curves.png"), dpi=120)
+    plt.close(fig)
+
+
+STUDY = common.Study(
+    name="cold_start",
+    question="R1-Zero (GRPO from the base) vs R1's cold-start SFT -> GRPO -> rejection-sampling "
+             "SFT -> GRPO, equal RL steps, from one base",
+    tiers={
+        "full": common.Tier(bases=(0,), seeds=(0, 1, 2),
+                            cost="about 30 min on 2 cores (recorded: R1-Zero 171-253 s and R1 "
+                                 "353-420 s per seed; plus the 9-min base when not built yet)"),
+        "mini": common.Tier(bases=(0,), seeds=(0, 1),
+                            cost="about 2 min on 2 cores (4 toy pipelines and a toy base)"),
+    },
+    arms=("zero", "cold"),
+    base_config=base_config,
+    arm_configs=arm_configs,
+    analyze=analyze,
+)

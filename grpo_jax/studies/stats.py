@@ -1,0 +1,183 @@
+"""The statistics of a study: paired t intervals and tests, Holm's adjustment, bases as blocks.
+
+Pure Python (math only), so an analysis needs neither scipy nor jax; `tests/test_studies_stats.py`
+checks every function against hand-computed values and, where installed, scipy.
+
+- `t_cdf(t, df)`, `t_quantile(q, df)`: Student's t distribution, exact (regularised incomplete
+  beta function by its continued fraction), for any real df > 0.
+- `paired(a, b)`: the per-pair differences a[i] - b[i] (pairs with a missing or non-finite side
+  left out) as a mean with a 95% t interval (n - 1 degrees of freedom) and the two-sided p of
+  the paired t test of "mean difference = 0".
+- `holm(ps)`: Holm's step-down adjustment over one family of p-values (Holm 1979), which
+  controls the family-wise error rate at any dependence between the tests.
+- `nested(pairs_by_base)`: arms' seeds nested in pretrained bases. Each base gets its own
+  paired verdict; the pooled verdict treats the base as the unit (the mean difference on each
+  base, then a t interval over bases, n_bases - 1 degrees of freedom), so the spread between
+  bases is in the interval. With one base the seeds are the unit, and the interval says
+  nothing about other bases.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Mapping, Sequence
+
+__all__ = ["holm", "mean_interval", "nested", "paired", "t_cdf", "t_quantile", "t_sf"]
+
+_EPS = 1e-15
+_TINY = 1e-300
+
+
+def _betacf(a: float, b: float, x: float) -> float:
+    """The continued fraction of the incomplete beta function (modified Lentz)."""
+    qab, qap, qam = a + b, a + 1.0, a - 1.0
+    c, d = 1.0, 1.0 - qab * x / qap
+    d = 1.0 / (d if abs(d) > _TINY else _TINY)
+    h = d
+    for m in range(1, 1000):
+        m2 = 2 * m
+        aa = m * (b - m) * x / ((qam + m2) * (a + m2))
+        d = 1.0 + aa * d
+        d = 1.0 / (d if abs(d) > _TINY else _TINY)
+        c = 1.0 + aa / c
+        c = c if abs(c) > _TINY else _TINY
+        h *= d * c
+        aa = -(a + m) * (qab + m) * x / ((a + m2) * (qap + m2))
+        d = 1.0 + aa * d
+        d = 1.0 / (d if abs(d) > _TINY else _TINY)
+        c = 1.0 + aa / c
+        c = c if abs(c) > _TINY else _TINY
+        delta = d * c
+        h *= delta
+        if abs(delta - 1.0) < _EPS:
+            break
+    return h
+
+
+def _betainc(a: float, b: float, x: float) -> float:
+    """The regularised incomplete beta function I_x(a, b)."""
+    if x <= 0.0:
+        return 0.0
+    if x >= 1.0:
+        return 1.0
+    log_front = (math.lgamma(a + b) - math.lgamma(a) - math.lgamma(b) + a * math.log(x)
+                 + b * math.log1p(-x))
+    if x < (a + 1.0) / (a + b + 2.0):
+        return math.exp(log_front) * _betacf(a, b, x) / a
+    return 1.0 - math.exp(log_front) * _betacf(b, a, 1.0 - x) / b
+
+
+def t_sf(t: float, df: float) -> float:
+    """P(T > t) for Student's t with df degrees of freedom."""
+    if not df > 0 or math.isnan(t):
+        return math.nan
+    if math.isinf(t):
+        return 0.0 if t > 0 else 1.0
+    tail = 0.5 * _betainc(df / 2.0, 0.5, df / (df + t * t))
+    return tail if t >= 0 else 1.0 - tail
+
+
+def t_cdf(t: float, df: float) -> float:
+    """P(T <= t) for Student's t with df degrees of freedom."""
+    return 1.0 - t_sf(t, df)
+
+
+def t_quantile(q: float, df: float) -> float:
+    """The q quantile of Student's t with df degrees of freedom (0 < q < 1)."""
+    if not 0.0 < q < 1.0 or not df > 0:
+        return math.nan
+    if q == 0.5:
+        return 0.0
+    if q < 0.5:
+        return -t_quantile(1.0 - q, df)
+    low, high = 0.0, 1.0
+    while t_cdf(high, df) < q:
+        high *= 2.0
+        if high > 1e12:
+            return math.inf
+    for _ in range(200):  # bisection to machine precision
+        mid = 0.5 * (low + high)
+        if t_cdf(mid, df) < q:
+            low = mid
+        else:
+            high = mid
+        if high - low <= 1e-14 * max(1.0, high):
+            break
+    return 0.5 * (low + high)
+
+
+def _finite(value) -> bool:
+    return value is not None and not isinstance(value, bool) and math.isfinite(float(value))
+
+
+def mean_interval(values: Sequence[float]) -> dict:
+    """n, mean, std (n - 1), the 95% t interval of the mean and the two-sided p of
+    "mean = 0" (one-sample t test); missing or non-finite values are left out. With n < 2
+    the interval and p are NaN (no spread to measure); with zero spread and a nonzero mean
+    p is 0, with zero spread and a zero mean p is 1."""
+    values = [float(v) for v in values if _finite(v)]
+    n = len(values)
+    if n == 0:
+        return {"n": 0, "mean": math.nan, "std": math.nan, "ci95": [math.nan, math.nan],
+                "p": math.nan}
+    mean = sum(values) / n
+    if n < 2:
+        return {"n": 1, "mean": mean, "std": math.nan, "ci95": [math.nan, math.nan],
+                "p": math.nan}
+    std = math.sqrt(sum((v - mean) ** 2 for v in values) / (n - 1))
+    se = std / math.sqrt(n)
+    half = t_quantile(0.975, n - 1) * se
+    if se == 0.0:
+        p = 1.0 if mean == 0.0 else 0.0
+    else:
+        p = min(1.0, 2.0 * t_sf(abs(mean) / se, n - 1))
+    return {"n": n, "mean": mean, "std": std, "ci95": [mean - half, mean + half], "p": p}
+
+
+def paired(a: Sequence[float], b: Sequence[float]) -> dict:
+    """The paired t interval and test of a - b over pairs (a[i], b[i]): `mean_interval` of the
+    differences, with the mean as `diff`. Pairs with a missing or non-finite side are left
+    out."""
+    if len(a) != len(b):
+        raise ValueError(f"paired: {len(a)} values against {len(b)}")
+    diffs = [float(x) - float(y) for x, y in zip(a, b) if _finite(x) and _finite(y)]
+    out = mean_interval(diffs)
+    out["diff"] = out.pop("mean")
+    return out
+
+
+def holm(ps: Sequence[float]) -> list[float]:
+    """Holm's step-down adjusted p-values, in the order given: sort the m p-values
+    ascending, multiply the i-th smallest (i from 0) by m - i, take the running maximum and
+    cap at 1. A NaN p (a contrast without a spread) stays NaN and does not count in m."""
+    indexed = sorted((p, i) for i, p in enumerate(ps) if _finite(p))
+    m = len(indexed)
+    adjusted = [math.nan] * len(ps)
+    running = 0.0
+    for rank, (p, i) in enumerate(indexed):
+        running = max(running, min(1.0, (m - rank) * float(p)))
+        adjusted[i] = running
+    return adjusted
+
+
+def nested(pairs_by_base: Mapping[str, tuple[Sequence[float], Sequence[float]]]) -> dict:
+    """Arms' seeds nested in bases: {base: (a values, b values) paired by seed}.
+
+    Returns the pooled verdict (`paired` keys: n, diff, std, ci95, p) with `unit` "seed" (one
+    base: the seeds' differences) or "base" (two or more: each base's mean difference is one
+    observation, so the interval holds the spread between bases), `per_base` {base: `paired`
+    of that base's seeds} and `between_base_sd` (the standard deviation of the bases' mean
+    differences; NaN with one base)."""
+    per_base = {str(base): paired(list(a), list(b)) for base, (a, b) in pairs_by_base.items()}
+    usable = {base: v for base, v in per_base.items() if v["n"] > 0}
+    if len(usable) <= 1:
+        a_all = [x for a, _ in pairs_by_base.values() for x in a]
+        b_all = [y for _, b in pairs_by_base.values() for y in b]
+        pooled = paired(a_all, b_all)
+        pooled.update(unit="seed", between_base_sd=math.nan)
+    else:
+        pooled = mean_interval([v["diff"] for v in usable.values()])
+        pooled["diff"] = pooled.pop("mean")
+        pooled.update(unit="base", between_base_sd=pooled["std"])
+    pooled["per_base"] = per_base
+    return pooled

@@ -1,0 +1,134 @@
+"""python -m grpo_jax.studies: `list`, and `run NAME --tier=mini` for every ported study from
+one temporary workdir (the mini tier is the full pipeline at toy size: shared bases keyed by
+their config, paired runs, analysis, summary.json in the schema, table.md, plots, README
+block), without writing into experiments/."""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+
+import pytest
+
+from grpo_jax import studies
+from grpo_jax.studies import __main__ as cli
+from grpo_jax.studies import common
+from grpo_jax.studies import summary as summary_lib
+
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+
+
+def _tree_digest(path: str) -> str:
+    digest = hashlib.sha256()
+    for root, _, files in sorted(os.walk(path)):
+        for name in sorted(files):
+            full = os.path.join(root, name)
+            digest.update(full.encode())
+            with open(full, "rb") as f:
+                digest.update(f.read())
+    return digest.hexdigest()
+
+
+def test_list_names_every_study_with_its_tiers(capsys):
+    assert cli.main(["list"]) == 0
+    out = capsys.readouterr().out
+    folder = os.path.join(ROOT, "experiments")
+    assert sorted(studies.NAMES) == sorted(
+        n for n in os.listdir(folder) if os.path.isdir(os.path.join(folder, n)))
+    for name in studies.NAMES:
+        assert out.count(f"{name}:") == 1, name
+    for name in studies.PORTED:
+        study = studies.get(name)
+        assert set(study.tiers) == {"full", "mini"}
+        assert "  mini: " in out and "  full: " in out
+
+
+def test_publish_is_refused_for_the_mini_tier(tmp_path, capsys):
+    code = cli.main(["run", studies.PORTED[0], "--tier=mini", f"--workdir={tmp_path}",
+                     "--publish"])
+    assert code == 2 and "--publish" in capsys.readouterr().err
+
+
+def test_bases_are_keyed_by_their_resolved_config(tmp_path):
+    config = common.main_job("smoke")
+    config.stages = "pretrain"
+    other = common.main_job("smoke")
+    other.stages = "pretrain"
+    assert common.config_hash(config) == common.config_hash(other)
+    other.pretrain.steps += 1
+    assert common.config_hash(config) != common.config_hash(other)
+    other = common.main_job("smoke")
+    other.stages = "pretrain"
+    other.compilation_cache_dir = "/elsewhere"  # where caches live does not change a run
+    assert common.config_hash(config) == common.config_hash(other)
+    # a base directory built for another config is never reused
+    config.seed = 0
+    key = f"s0-{common.config_hash(config)[:10]}"
+    os.makedirs(tmp_path / "bases" / key)
+    (tmp_path / "bases" / key / "base_config_hash").write_text("0" * 64)
+    with pytest.raises(RuntimeError, match="another config"):
+        common.build_base(config, str(tmp_path), 0)
+
+
+@pytest.fixture(scope="module")
+def workdir(tmp_path_factory):
+    return str(tmp_path_factory.mktemp("studies"))
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("name", studies.PORTED)
+def test_mini_tier(name, workdir):
+    experiments = os.path.join(ROOT, "experiments", name)
+    before = _tree_digest(experiments)
+    study = studies.get(name)
+    result = common.execute(study, "mini", workdir, argv=["test", name])
+    assert _tree_digest(experiments) == before  # nothing published without --publish
+    out = os.path.join(workdir, name, "out")
+    with open(os.path.join(out, "summary.json"), encoding="utf-8") as f:
+        loaded = json.load(f)
+    summary_lib.check(loaded)
+    assert loaded["study"] == name and loaded["tier"] == "mini"
+    assert loaded["contrasts"] and all("p_holm" in c for c in loaded["contrasts"])
+    tier = study.tiers["mini"]
+    for arm in loaded["arms"].values():
+        assert len(arm["seeds"]) == len(tier.seeds) * len(tier.bases)
+        assert set(arm["bases"]) <= set(loaded["protocol"]["bases"])
+    assert loaded["protocol"]["problems_fixed_across_seeds"] is True
+    with open(os.path.join(out, "README.md"), encoding="utf-8") as f:
+        readme = f.read()
+    assert summary_lib.MARK_BEGIN in readme and summary_lib.MARK_END in readme
+    with open(os.path.join(out, "table.md"), encoding="utf-8") as f:
+        assert f.read().strip() in readme
+    assert any(n.endswith(".png") for n in os.listdir(out))
+    # every run finished; running again builds nothing and gives the same arms
+    bases = {}
+    for key, base in loaded["protocol"]["bases"].items():
+        roles = {role: os.path.join(workdir, "bases", d) for role, d in base["roles"].items()}
+        bases[key] = {**base, "roles": roles, "workdir": next(iter(roles.values()))}
+    records = common.plan(study, "mini", workdir, bases)
+    assert records and all(r.finished for r in records)
+    again = common.execute(study, "mini", workdir, argv=["test", name])
+    assert json.loads(summary_lib.to_json(again))["arms"] == json.loads(
+        summary_lib.to_json(result))["arms"]
+
+
+def test_studies_asking_for_one_base_config_share_it(workdir):
+    """After the mini tiers above: the studies that start from the main job's pretraining
+    share one base run, and every base directory is one some study asked for."""
+    if not os.path.isdir(os.path.join(workdir, "bases")):
+        pytest.skip("needs the mini tiers above in the same process")
+    asked: dict[str, set] = {}
+    for name in studies.PORTED:
+        path = os.path.join(workdir, name, "out", "summary.json")
+        if not os.path.exists(path):
+            pytest.skip("needs every mini tier above in the same process")
+        with open(path, encoding="utf-8") as f:
+            for base in json.load(f)["protocol"]["bases"].values():
+                for directory in base["roles"].values():
+                    asked.setdefault(directory, set()).add(name)
+    assert sorted(os.listdir(os.path.join(workdir, "bases"))) == sorted(asked)
+    config = common.for_tier(common.main_job("smoke"), "mini")
+    config.stages, config.seed = "pretrain", 0
+    main_base = f"s0-{common.config_hash(config)[:10]}"
+    assert {"off_policy", "cold_start", "kl_beta"} <= asked[main_base]

@@ -1,0 +1,138 @@
+"""grpo_jax.studies.stats against hand-computed values and, where installed, scipy; and the
+summary.json schema of grpo_jax.studies.summary."""
+
+import json
+import math
+
+import pytest
+
+from grpo_jax.studies import stats
+from grpo_jax.studies import summary as summary_lib
+
+
+def test_t_distribution_closed_forms():
+    # df = 1 is the Cauchy distribution: F(t) = 1/2 + atan(t) / pi.
+    for t in (-3.0, -0.5, 0.0, 0.7, 12.7):
+        assert stats.t_cdf(t, 1) == pytest.approx(0.5 + math.atan(t) / math.pi, abs=1e-12)
+    assert stats.t_quantile(0.975, 1) == pytest.approx(math.tan(0.475 * math.pi), rel=1e-10)
+    # df = 2: F(t) = 1/2 + t / (2 sqrt(2 + t^2)); its 0.975 quantile is 4.302652729...
+    for t in (-2.0, 0.3, 3.4641016):
+        assert stats.t_cdf(t, 2) == pytest.approx(0.5 + t / (2 * math.sqrt(2 + t * t)),
+                                                  abs=1e-12)
+    assert stats.t_quantile(0.975, 2) == pytest.approx(4.302652729911275, rel=1e-10)
+    # the table values of sweep.t_quantile (3 decimals)
+    for df, value in ((3, 3.182), (4, 2.776), (9, 2.262), (30, 2.042)):
+        assert stats.t_quantile(0.975, df) == pytest.approx(value, abs=6e-4)
+    assert stats.t_quantile(0.025, 5) == pytest.approx(-stats.t_quantile(0.975, 5))
+
+
+def test_paired_by_hand():
+    # differences 1, 2, 3: mean 2, std 1, t = 2 sqrt(3) on 2 df,
+    # p = 1 - t / sqrt(2 + t^2) (df = 2), half-width 4.30265 / sqrt(3)
+    out = stats.paired([1.0, 2.5, 3.0], [0.0, 0.5, 0.0])
+    assert out["n"] == 3 and out["diff"] == pytest.approx(2.0)
+    assert out["std"] == pytest.approx(1.0)
+    t = 2 * math.sqrt(3)
+    assert out["p"] == pytest.approx(1 - t / math.sqrt(2 + t * t), rel=1e-9)
+    half = 4.302652729911275 / math.sqrt(3)
+    assert out["ci95"] == pytest.approx([2 - half, 2 + half], rel=1e-9)
+
+
+def test_paired_leaves_out_missing_pairs_and_edge_cases():
+    out = stats.paired([1.0, None, 3.0, float("nan")], [0.0, 1.0, 1.0, 2.0])
+    assert out["n"] == 2 and out["diff"] == pytest.approx(1.5)
+    assert math.isnan(stats.paired([1.0], [0.0])["p"])
+    assert stats.paired([1.0, 1.0], [0.0, 0.0])["p"] == 0.0  # no spread, nonzero mean
+    assert stats.paired([1.0, 1.0], [1.0, 1.0])["p"] == 1.0
+    with pytest.raises(ValueError):
+        stats.paired([1.0], [1.0, 2.0])
+
+
+def test_holm_by_hand():
+    # sorted: 0.005 x 4 = 0.02, 0.01 x 3 = 0.03, 0.03 x 2 = 0.06, 0.04 x 1 = 0.04 -> 0.06
+    assert stats.holm([0.01, 0.04, 0.03, 0.005]) == pytest.approx([0.03, 0.06, 0.06, 0.02])
+    assert stats.holm([0.5, 0.9]) == pytest.approx([1.0, 1.0])  # capped at 1
+    adjusted = stats.holm([0.01, float("nan"), 0.02])  # NaN stays NaN, m = 2
+    assert adjusted[0] == pytest.approx(0.02) and math.isnan(adjusted[1])
+    assert adjusted[2] == pytest.approx(0.02)
+    assert stats.holm([]) == []
+
+
+def test_against_scipy():
+    scipy_stats = pytest.importorskip("scipy.stats")
+    for df in (1, 2, 3, 5, 9, 29, 100, 2.5):
+        for q in (0.6, 0.9, 0.975, 0.995):
+            assert stats.t_quantile(q, df) == pytest.approx(scipy_stats.t.ppf(q, df), rel=1e-9)
+        for t in (-4.0, -1.0, 0.2, 2.0, 7.5):
+            assert stats.t_cdf(t, df) == pytest.approx(scipy_stats.t.cdf(t, df), abs=1e-12)
+    a = [0.51, 0.48, 0.55, 0.50, 0.47]
+    b = [0.49, 0.47, 0.50, 0.51, 0.44]
+    out = stats.paired(a, b)
+    reference = scipy_stats.ttest_rel(a, b)
+    assert out["p"] == pytest.approx(reference.pvalue, rel=1e-9)
+    low, high = scipy_stats.t.interval(0.95, 4, loc=out["diff"],
+                                       scale=scipy_stats.sem([x - y for x, y in zip(a, b)]))
+    assert out["ci95"] == pytest.approx([low, high], rel=1e-9)
+
+
+def test_holm_against_statsmodels():
+    multitest = pytest.importorskip("statsmodels.stats.multitest")
+    ps = [0.001, 0.2, 0.013, 0.04, 0.03, 0.6]
+    reference = multitest.multipletests(ps, method="holm")[1]
+    assert stats.holm(ps) == pytest.approx(list(reference))
+
+
+def test_nested_bases_as_blocks():
+    one = stats.nested({"b0": ([1.0, 2.0, 3.0], [0.0, 0.0, 0.0])})
+    assert one["unit"] == "seed" and one["n"] == 3 and one["diff"] == pytest.approx(2.0)
+    assert math.isnan(one["between_base_sd"])
+    two = stats.nested({"b0": ([1.0, 2.0, 3.0], [0.0, 0.0, 0.0]),
+                        "b1": ([0.5, 0.5], [0.0, 0.5])})
+    # per base: 2.0 and 0.25; pooled over the two bases' means: 1.125, sd 1.2374
+    assert two["unit"] == "base" and two["n"] == 2
+    assert two["per_base"]["b0"]["diff"] == pytest.approx(2.0)
+    assert two["per_base"]["b1"]["diff"] == pytest.approx(0.25)
+    assert two["diff"] == pytest.approx(1.125)
+    assert two["between_base_sd"] == pytest.approx(math.sqrt(2) * 0.875)
+    half = 12.706204736174705 * two["between_base_sd"] / math.sqrt(2)
+    assert two["ci95"] == pytest.approx([1.125 - half, 1.125 + half], rel=1e-6)
+
+
+def _example():
+    arms = {"base": {"seeds": [0, 1, 2], "bases": ["b", "b", "b"],
+                     "metrics": {"pass@1": [0.30, 0.32, 0.31]}},
+            "arm1": {"seeds": [0, 1, 2], "bases": ["b", "b", "b"],
+                     "metrics": {"pass@1": [0.40, 0.41, 0.45]}},
+            "arm2": {"seeds": [0, 1], "bases": ["b", "b"],
+                     "metrics": {"pass@1": [0.31, None]}}}
+    provenance = {"commit": "abc", "dirty": False, "python": "3", "jax": "j", "flax": "f",
+                  "argv": [], "wall_time_s": 1.0}
+    protocol = {"eval_seed": 0, "problems": 128, "samples_per_problem": 8,
+                "problems_fixed_across_seeds": True}
+    return summary_lib.build(study="x", tier="mini", provenance=provenance, protocol=protocol,
+                             arms=arms, specs=[("arm1", "base", "pass@1"),
+                                               ("arm2", "base", "pass@1")])
+
+
+def test_summary_schema_contrasts_and_markers():
+    result = _example()
+    first, second = result["contrasts"]
+    assert first["n"] == 3 and first["diff"] == pytest.approx(
+        stats.paired([0.40, 0.41, 0.45], [0.30, 0.32, 0.31])["diff"])
+    assert first["p_holm"] == pytest.approx(first["p"])  # the only p in the family
+    assert second["n"] == 1 and math.isnan(second["p"])  # seed 1 of arm2 has no value
+    text = summary_lib.to_json(result)
+    loaded = json.loads(text)  # non-finite numbers are null
+    summary_lib.check(loaded)
+    assert loaded["contrasts"][1]["p"] is None
+    broken = dict(loaded)
+    del broken["provenance"]
+    with pytest.raises(ValueError, match="provenance"):
+        summary_lib.check(broken)
+    table = summary_lib.contrast_table(result)
+    assert "| arm1 - base | pass@1 | 3 (seed) |" in table
+    readme = f"# t\n\nprose\n\n{summary_lib.MARK_BEGIN}\nstale text\n{summary_lib.MARK_END}\n\nmore\n"
+    new = summary_lib.replace_marked(readme, table)
+    assert "stale text" not in new and table.strip() in new and new.endswith("more\n")
+    appended = summary_lib.replace_marked("# t\n", "x")
+    assert summary_lib.MARK_BEGIN in appended and "x" in appended

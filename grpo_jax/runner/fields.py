@@ -146,3 +146,24 @@ def _check_tools(check) -> None:
 
 # Multi-turn episodes with a tool (`runner.rollouts.tool_episodes`).
 TOOLS = FieldGroup("tools", _add_tools, _check_tools)
+
+
+def _add_training(s) -> None:
+    s.num_iterations = 1  # mu: passes (epochs) over each rollout batch
+    s.num_minibatches = 1  # optimizer steps per pass
+    s.micro_batches = 1  # gradient accumulation inside one optimizer step
+    s.lr = 2e-4  # peak learning rate of the policy
+
+
+def _check_training(check) -> None:
+    for field in ("num_iterations", "num_minibatches", "micro_batches"):
+        check.integer(field)
+    check.positive("lr")
+    # How the batch divides (check.minibatches) is the kind's check: it depends on the
+    # group size, which the kind checks first.
+
+
+# The updates of an iteration: mu passes of minibatches (`rl.batch.scan_minibatches`),
+# micro-batches and the policy's learning rate.
+TRAINING = FieldGroup("training", _add_training, _check_training)
+

@@ -17,25 +17,26 @@ from grpo_jax.rl import ppo
 from grpo_jax.rl.batch import minibatch_order, scan_minibatches
 from grpo_jax.rl.reward_model import add_scalar_head, scalar_head_policy
 from grpo_jax.runner import Learner, StageKind, rl_loop
-from grpo_jax.runner.fields import LOOP, OFF_POLICY, SAMPLING, TOOLS, declare
+from grpo_jax.runner.fields import LOOP, OFF_POLICY, SAMPLING, TOOLS, TRAINING, declare
 from grpo_jax.runner.rl_loop import LoopSettings
 from grpo_jax.runner.sources import HostSource
 from grpo_jax.runner.toolkit import stage_optimizer
 from grpo_jax.training import init_opt_state
 
-GROUPS = (LOOP, SAMPLING, OFF_POLICY, TOOLS)  # the shared field groups of a ppo section
+GROUPS = (LOOP, SAMPLING, OFF_POLICY, TOOLS, TRAINING)  # a ppo section's field groups
 
 
 def default_section() -> ml_collections.ConfigDict:
     """Config section of a "ppo" stage (every field commented)."""
     s = ml_collections.ConfigDict()
     s.kind = "ppo"
-    declare(s, *GROUPS)  # steps, num_prompts, group_size, rewards, ..., tools (runner.fields)
+    # steps, num_prompts, group_size, rewards, ..., tools, num_iterations, num_minibatches,
+    # micro_batches, lr: the field groups (runner.fields)
+    declare(s, *GROUPS)
     s.steps = 60  # PPO iterations (sample -> score -> GAE -> updates)
     s.group_size = 1  # completions per prompt (PPO needs no groups; > 1 is allowed)
     s.num_iterations = 2  # epochs over each rollout batch
     s.num_minibatches = 2  # optimizer steps per epoch
-    s.micro_batches = 1  # gradient accumulation inside one optimizer step
     s.lr = 1e-3  # policy learning rate
     s.critic_lr = 1e-3  # critic learning rate
     s.epsilon = 0.2  # policy ratio clip
@@ -52,10 +53,7 @@ def default_section() -> ml_collections.ConfigDict:
 
 def validate(check) -> None:
     section = check.section
-    for field in ("num_iterations", "num_minibatches"):
-        check.integer(field)
     check.minibatches()
-    check.positive("lr")
     check.positive("critic_lr")
     check.positive("epsilon")
     check.number("value_clip")

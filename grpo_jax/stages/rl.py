@@ -17,14 +17,14 @@ from grpo_jax.rl.algorithms import ALGORITHMS, AUTO_FIELDS, LOSS_AGGREGATIONS, g
 from grpo_jax.rl.batch import minibatch_order, scan_minibatches
 from grpo_jax.rl.update import LossSettings, make_prepare_fn, make_train_step
 from grpo_jax.runner import Learner, StageKind, rl_loop
-from grpo_jax.runner.fields import LOOP, OFF_POLICY, SAMPLING, TOOLS, declare
+from grpo_jax.runner.fields import LOOP, OFF_POLICY, SAMPLING, TOOLS, TRAINING, declare
 from grpo_jax.runner.rl_loop import LoopSettings
 from grpo_jax.runner.sources import DeviceSource, HostSource
 from grpo_jax.runner.toolkit import stage_optimizer
 from grpo_jax.training import init_opt_state
 
 SWITCH = ("auto", "on", "off")
-GROUPS = (LOOP, SAMPLING, OFF_POLICY, TOOLS)  # the shared field groups of an rl section
+GROUPS = (LOOP, SAMPLING, OFF_POLICY, TOOLS, TRAINING)  # an rl section's field groups
 
 
 def default_section() -> ml_collections.ConfigDict:
@@ -32,11 +32,9 @@ def default_section() -> ml_collections.ConfigDict:
     s = ml_collections.ConfigDict()
     s.kind = "rl"
     s.algorithm = "grpo"  # a name in grpo_jax/rl/algorithms.py (ALGORITHMS)
-    declare(s, *GROUPS)  # steps, num_prompts, group_size, rewards, ..., tools (runner.fields)
-    s.num_iterations = 1  # mu: passes over each rollout batch
-    s.num_minibatches = 1  # optimizer steps per pass
-    s.micro_batches = 1  # gradient accumulation inside one optimizer step
-    s.lr = 2e-4  # peak learning rate
+    # steps, num_prompts, group_size, rewards, ..., tools, num_iterations, num_minibatches,
+    # micro_batches, lr: the field groups (runner.fields)
+    declare(s, *GROUPS)
     # Fields below left unset (None) or on "auto" take the algorithm's default: its record
     # in grpo_jax/rl/algorithms.py (`--print_config` shows the resolved values). Otherwise
     # beta 0.01, kl_kind k3, epsilon 0.2, epsilon_high = epsilon, ratio_level token; e.g.
@@ -84,15 +82,12 @@ def settings(section):
 def validate(check) -> None:
     section = check.section
     algorithm = ALGORITHMS[check.choice("algorithm", sorted(ALGORITHMS))]
-    for field in ("num_iterations", "num_minibatches", "micro_batches",
-                  "max_sampling_rounds"):
-        check.integer(field)
+    check.integer("max_sampling_rounds")
     g = section.group_size  # an int (the loop group's check)
     if algorithm.needs_groups and g < 2:
         check.fail("group_size", f"{section.algorithm} needs G >= 2 completions per prompt, "
                                  f"got {g}")
     check.minibatches()
-    check.positive("lr")
     if section.beta is not None:  # None: the algorithm's default
         check.number("beta", low=0.0)
     for field in ("epsilon", "epsilon_high"):

@@ -14,10 +14,10 @@ import pytest
 from flax import nnx
 
 from grpo_jax import models, parallel
-from grpo_jax.sampling import (EpisodeConfig, SamplingConfig, decode, episode_rows,
-                               generate_episodes)
+from grpo_jax.sampling import EpisodeConfig, SamplingConfig, decode, generate_episodes
 from grpo_jax.sampling.choice import argmax, filter_and_sample, logp_at
 from grpo_jax.text import CharTokenizer
+from tests.test_episodes import _parity
 
 TEXTS = ("12+7=", "3*4=", "99-1=", "5/5=")
 
@@ -113,13 +113,7 @@ def test_episodes_on_a_mesh_equal_one_device():
         np.testing.assert_array_equal(np.asarray(getattr(spread, name)),
                                       np.asarray(getattr(local, name)), err_msg=name)
     np.testing.assert_allclose(np.asarray(spread.logp), np.asarray(local.logp), atol=1e-5)
-    rows, attention, loss_mask = episode_rows(tokens, mask, local)
-    full = models.completion_logprobs(model, jnp.asarray(rows), jnp.asarray(attention),
-                                      tokens.shape[1])["logp"]
-    np.testing.assert_allclose(np.where(loss_mask, full, 0.0),
-                               np.where(loss_mask, np.asarray(local.logp)[:, :rows.shape[1]
-                                                                          - tokens.shape[1]],
-                                        0.0), atol=2e-5)
+    _parity(model, tokens, mask, local)
 
 
 def test_tool_errors_are_counted_when_the_environment_answers():
@@ -168,9 +162,4 @@ def test_budget_forcing_and_answers_share_one_queue():
         np.testing.assert_array_equal(policy[4:6], delimiter)
         np.testing.assert_array_equal(np.flatnonzero(forced[row][generated[row]]), [4, 5])
     assert not (forced & ~generated).any()
-    rows, attention, loss_mask = episode_rows(tokens, mask, out)
-    full = models.completion_logprobs(model, jnp.asarray(rows), jnp.asarray(attention),
-                                      tokens.shape[1])["logp"]
-    sampled = np.asarray(out.logp)[:, :loss_mask.shape[1]]
-    np.testing.assert_allclose(np.where(loss_mask, full, 0.0), np.where(loss_mask, sampled, 0),
-                               atol=2e-5)
+    _parity(model, tokens, mask, out)

@@ -19,7 +19,6 @@ from __future__ import annotations
 import dataclasses
 
 import jax
-import jax.numpy as jnp
 import numpy as np
 
 from grpo_jax.rl.batch import RolloutBatch

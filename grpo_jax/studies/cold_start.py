@@ -18,7 +18,6 @@ issue 39's later items).
 from __future__ import annotations
 
 import math
-import os
 
 from grpo_jax import sweep
 from grpo_jax.studies import common
@@ -192,9 +191,7 @@ def plot(arms: dict, curves: dict, out: str) -> None:
     ax.set_ylabel("training pass@1 (%)")
     ax.set_title("training rollouts: mean ± 1 std over seeds", fontsize=9)
     ax.legend(fontsize=8)
-    fig.tight_layout()
-    fig.savefig(os.path.join(out, "curves.png"), dpi=120)
-    plt.close(fig)
+    common.save_figure(fig, out, "curves.png")
 
 
 STUDY = common.Study(

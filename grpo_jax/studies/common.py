@@ -474,6 +474,13 @@ def band(ax, series: Sequence[Sequence[float]], *, label: str, color: str,
         ax.fill_between(steps, mean - std, mean + std, alpha=0.15, color=color)
 
 
+def save_figure(fig, out: str, name: str) -> None:
+    """Lays `fig` out, writes it to `out/name` (PNG, 120 dpi) and closes it."""
+    fig.tight_layout()
+    fig.savefig(os.path.join(out, name), dpi=120)
+    pyplot().close(fig)
+
+
 def pyplot():
     """matplotlib.pyplot on the Agg backend (no display)."""
     import matplotlib

@@ -22,7 +22,6 @@ run per base, so that row is a one-sample comparison; issue 39 revisits it).
 from __future__ import annotations
 
 import json
-import os
 import re
 
 from grpo_jax import storage, sweep
@@ -232,9 +231,7 @@ def plot(arms: dict, out: str) -> None:
     ax.set_title("tiny-300k student: distillation vs GRPO (95% interval over seeds)",
                  fontsize=9)
     ax.legend(fontsize=7)
-    fig.tight_layout()
-    fig.savefig(os.path.join(out, "pass_at_k.png"), dpi=120)
-    plt.close(fig)
+    common.save_figure(fig, out, "pass_at_k.png")
 
 
 STUDY = common.Study(

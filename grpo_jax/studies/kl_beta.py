@@ -24,7 +24,6 @@ from __future__ import annotations
 
 import json
 import math
-import os
 
 from grpo_jax import storage, sweep
 from grpo_jax.studies import common
@@ -395,9 +394,7 @@ def plot(arms: dict, curves: dict, out: str) -> None:
     axes[2].legend(fontsize=7)
     for ax in axes:
         ax.set_xticks(x, labels, fontsize=8)
-    fig.tight_layout()
-    fig.savefig(os.path.join(out, "kl_beta.png"), dpi=120)
-    plt.close(fig)
+    common.save_figure(fig, out, "kl_beta.png")
 
     fig, axes = plt.subplots(1, 2, figsize=(10, 3.2))
     for i, arm in enumerate(labels):
@@ -410,9 +407,7 @@ def plot(arms: dict, curves: dict, out: str) -> None:
     for ax in axes:
         ax.set_xlabel("GRPO step")
         ax.legend(fontsize=7)
-    fig.tight_layout()
-    fig.savefig(os.path.join(out, "curves.png"), dpi=120)
-    plt.close(fig)
+    common.save_figure(fig, out, "curves.png")
 
 
 STUDY = common.Study(

@@ -10,7 +10,6 @@ rewards), shortened to 60 steps of 16 prompts, run from the final parameters of 
 from __future__ import annotations
 
 import math
-import os
 
 from grpo_jax import sweep
 from grpo_jax.studies import common
@@ -157,9 +156,7 @@ def plot(arms: dict, runs: common.StudyRuns, out: str) -> None:
     ax.set_ylabel("pass@1 minus K = 0, same seed (points)")
     ax.set_title("held-out pass@1 vs K: paired difference, 95% interval", fontsize=10)
     ax.legend(title="correction", fontsize=8)
-    fig.tight_layout()
-    fig.savefig(os.path.join(out, "pass_at_1_vs_k.png"), dpi=120)
-    plt.close(fig)
+    common.save_figure(fig, out, "pass_at_1_vs_k.png")
 
     fig, axes = plt.subplots(1, 2, figsize=(9, 3.2))
     for index, name in enumerate(arms):
@@ -171,9 +168,7 @@ def plot(arms: dict, runs: common.StudyRuns, out: str) -> None:
         ax.set_title(title)
         ax.set_xlabel("RL step")
     axes[0].legend(fontsize=6)
-    fig.tight_layout()
-    fig.savefig(os.path.join(out, "curves.png"), dpi=120)
-    plt.close(fig)
+    common.save_figure(fig, out, "curves.png")
 
 
 STUDY = common.Study(

@@ -11,7 +11,6 @@ conditions (each run's four eval stages); the contrasts are within a seed.
 from __future__ import annotations
 
 import math
-import os
 
 from grpo_jax import sweep
 from grpo_jax.studies import common
@@ -115,9 +114,7 @@ def plot(arms: dict, rl_rows: list, out: str) -> None:
     ax.set_ylabel("held-out pass@1 (%)")
     ax.set_title("pass@1 with and without the calculator, 95% interval over seeds",
                  fontsize=9)
-    fig.tight_layout()
-    fig.savefig(os.path.join(out, "pass_at_1.png"), dpi=120)
-    plt.close(fig)
+    common.save_figure(fig, out, "pass_at_1.png")
 
     fig, axes = plt.subplots(1, 3, figsize=(11, 3.2))
     for ax, names in zip(axes, (("tool_call_rate", "reward/correct_call"), ("pass@1",),
@@ -130,9 +127,7 @@ def plot(arms: dict, rl_rows: list, out: str) -> None:
     axes[0].set_title("tool use (training rollouts)", fontsize=9)
     axes[1].set_title("training pass@1", fontsize=9)
     axes[2].set_title("turns and tool errors per episode", fontsize=9)
-    fig.tight_layout()
-    fig.savefig(os.path.join(out, "curves.png"), dpi=120)
-    plt.close(fig)
+    common.save_figure(fig, out, "curves.png")
 
 
 STUDY = common.Study(

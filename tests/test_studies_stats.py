@@ -85,17 +85,34 @@ def test_holm_against_statsmodels():
 def test_nested_bases_as_blocks():
     one = stats.nested({"b0": ([1.0, 2.0, 3.0], [0.0, 0.0, 0.0])})
     assert one["unit"] == "seed" and one["n"] == 3 and one["diff"] == pytest.approx(2.0)
-    assert math.isnan(one["between_base_sd"])
+    assert one["df"] == 2 and math.isnan(one["between_base_sd"])
+    assert one["ci95"] == pytest.approx(stats.paired([1.0, 2.0, 3.0], [0.0] * 3)["ci95"])
     two = stats.nested({"b0": ([1.0, 2.0, 3.0], [0.0, 0.0, 0.0]),
                         "b1": ([0.5, 0.5], [0.0, 0.5])})
-    # per base: 2.0 and 0.25; pooled over the two bases' means: 1.125, sd 1.2374
-    assert two["unit"] == "base" and two["n"] == 2
+    # per base: 2.0 and 0.25; the blocked estimate is the mean of the two: 1.125
+    assert two["unit"] == "seed in base" and two["n"] == 5 and two["df"] == 3
     assert two["per_base"]["b0"]["diff"] == pytest.approx(2.0)
     assert two["per_base"]["b1"]["diff"] == pytest.approx(0.25)
     assert two["diff"] == pytest.approx(1.125)
+    # within-base residuals: SS = 2 + 0.125 on 5 - 2 = 3 df; se = s sqrt(1/3 + 1/2) / 2
+    s = math.sqrt(2.125 / 3)
+    half = 3.182446305284263 * s * math.sqrt(1 / 3 + 1 / 2) / 2
+    assert two["ci95"] == pytest.approx([1.125 - half, 1.125 + half], rel=1e-9)
+    # the same as least squares of the differences on an intercept and a sum-coded block
+    np = pytest.importorskip("numpy")
+    d = np.array([1.0, 2.0, 3.0, 0.5, 0.0])
+    x = np.stack([np.ones(5), np.array([1.0, 1, 1, -1, -1])], 1)
+    coef, residual, *_ = np.linalg.lstsq(x, d, rcond=None)
+    cov = residual[0] / 3 * np.linalg.inv(x.T @ x)
+    assert two["diff"] == pytest.approx(coef[0])
+    assert (two["ci95"][1] - two["diff"]) / 3.182446305284263 == pytest.approx(
+        math.sqrt(cov[0, 0]))
+    # the other reading: each base one observation (1 df), its spread between bases
+    assert two["across_bases"]["n"] == 2
     assert two["between_base_sd"] == pytest.approx(math.sqrt(2) * 0.875)
-    half = 12.706204736174705 * two["between_base_sd"] / math.sqrt(2)
-    assert two["ci95"] == pytest.approx([1.125 - half, 1.125 + half], rel=1e-6)
+    across = 12.706204736174705 * two["between_base_sd"] / math.sqrt(2)
+    assert two["across_bases"]["ci95"] == pytest.approx([1.125 - across, 1.125 + across],
+                                                        rel=1e-6)
 
 
 def _example():
@@ -136,3 +153,55 @@ def test_summary_schema_contrasts_and_markers():
     assert "stale text" not in new and table.strip() in new and new.endswith("more\n")
     appended = summary_lib.replace_marked("# t\n", "x")
     assert summary_lib.MARK_BEGIN in appended and "x" in appended
+
+
+def _contrast(diff, lo, hi, p_holm, per_base=(), metric="pass@1"):
+    return {"a": "x", "b": "y", "metric": metric, "n": 6, "diff": diff, "ci95": [lo, hi],
+            "p": p_holm / 2, "p_holm": p_holm,
+            "per_base": {f"b{i}": {"diff": d} for i, d in enumerate(per_base)}}
+
+
+def test_verdicts_follow_from_the_contrast_by_one_rule():
+    up = summary_lib.Claim("x beats y", "src", ("x", "y", "pass@1"), ">", margin=0.02)
+    down = summary_lib.Claim("x is below y", "src", ("x", "y", "pass@1"), "<")
+    same = summary_lib.Claim("x equals y", "src", ("x", "y", "pass@1"), "=", margin=0.02)
+    verdict = summary_lib.verdict_of
+    assert verdict(up, _contrast(0.05, 0.03, 0.07, 0.01, (0.04, 0.06)))[0] == "reproduced"
+    # significant, but one base goes the other way: not resolved, and it says so
+    v, why = verdict(up, _contrast(0.05, 0.03, 0.07, 0.01, (0.11, -0.01)))
+    assert v == "not resolved" and "1 of 2 bases" in why
+    assert verdict(up, _contrast(-0.05, -0.07, -0.03, 0.01))[0] == "not reproduced"
+    assert verdict(down, _contrast(-0.05, -0.07, -0.03, 0.01))[0] == "reproduced"
+    # a raw p below 0.05 is not enough once Holm's adjustment lifts it
+    assert verdict(up, _contrast(0.05, 0.01, 0.09, 0.2))[0] == "not resolved"
+    # an interval inside the margin refutes a directional claim and shows an equality
+    assert verdict(up, _contrast(0.005, -0.01, 0.015, 0.6))[0] == "not reproduced"
+    assert verdict(same, _contrast(0.005, -0.01, 0.015, 0.6))[0] == "reproduced"
+    assert verdict(same, _contrast(0.005, -0.01, 0.03, 0.6))[0] == "not resolved"
+    assert verdict(same, _contrast(0.05, 0.03, 0.07, 0.01))[0] == "not reproduced"
+    assert verdict(up, _contrast(math.nan, math.nan, math.nan, math.nan))[0] == "not resolved"
+    untestable = summary_lib.Claim("at scale", "src", None, untestable="needs a 7B model")
+    assert verdict(untestable, None) == ("not testable here", "needs a 7B model")
+    with pytest.raises(ValueError, match="expect"):
+        summary_lib.Claim("x", "src", ("x", "y", "m"), "≥")
+    with pytest.raises(ValueError, match="untestable"):
+        summary_lib.Claim("x", "src", None)
+
+
+def test_summary_verdicts_from_the_arms():
+    arms = {"x": {"seeds": [0, 1, 2], "bases": ["b"] * 3,
+                  "metrics": {"pass@1": [0.50, 0.52, 0.55]}},
+            "y": {"seeds": [0, 1, 2], "bases": ["b"] * 3,
+                  "metrics": {"pass@1": [0.30, 0.31, 0.33]}}}
+    claim = summary_lib.Claim("RL raises pass@1", "src", ("x", "y", "pass@1"), ">")
+    protocol = {"eval_seed": 1, "problems": 8, "samples_per_problem": 2,
+                "problems_fixed_across_seeds": True}
+    provenance = dict.fromkeys(summary_lib.PROVENANCE)
+    built = summary_lib.build(study="t", tier="mini", provenance=provenance, protocol=protocol,
+                              arms=arms, specs=[("x", "y", "pass@1")], claims=[claim])
+    assert [v["verdict"] for v in built["verdicts"]] == ["reproduced"]
+    assert "+21.0" in built["verdicts"][0]["result"]
+    assert "**reproduced**" in summary_lib.verdict_table(built)
+    with pytest.raises(ValueError, match="not one of the study's contrasts"):
+        summary_lib.build(study="t", tier="mini", provenance=provenance, protocol=protocol,
+                          arms=arms, specs=[("x", "y", "pass@8")], claims=[claim])

@@ -17,12 +17,13 @@ toy size (its numbers mean nothing); the tests run it for every ported study.
 from __future__ import annotations
 
 import importlib
+import importlib.util
 
 # Every study of experiments/, in the order of experiments/README.md; `PORTED`: those with
 # a study module (the others still run by their scripts in experiments/<name>/).
 NAMES = ("baselines", "length_bias", "difficulty_bias", "pass_at_k", "length_growth",
          "distill_vs_rl", "budget_forcing", "cold_start", "kl_beta", "off_policy", "tool_use")
-PORTED = ("off_policy", "tool_use", "cold_start", "kl_beta", "distill_vs_rl")
+PORTED = tuple(n for n in NAMES if importlib.util.find_spec(f"grpo_jax.studies.{n}"))
 
 # The recorded full-tier cost of the studies not ported yet (their READMEs' wall times on the
 # 2-core CPU); their mini tier comes with their port.

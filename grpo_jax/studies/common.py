@@ -18,6 +18,9 @@ A study module defines `STUDY = Study(...)`:
 - `analyze(runs) -> Analysis`: per-seed metrics per arm, the contrasts (a, b, metric), the
   study's own table and plots. The summary, contrast table and README block are generated
   from it (`grpo_jax.studies.summary`).
+- `claims`: what the study tests (`summary.Claim`: the claim as its source states it, the
+  contrast that tests it and what it predicts), fixed before the runs; each verdict follows
+  from its contrast by one rule (`summary.verdict_of`).
 - `measure(runs)` (optional): post-hoc measurements on the finished runs, written into each
   run's directory (resumable: a finished measurement is skipped).
 
@@ -41,7 +44,9 @@ from grpo_jax import storage, sweep
 from grpo_jax.metrics import read_metrics
 from grpo_jax.studies import summary as summary_lib
 
-__all__ = ["Analysis", "RunRecord", "Study", "StudyRuns", "Tier", "band", "config_hash",
+Claim = summary_lib.Claim
+
+__all__ = ["Analysis", "Claim", "RunRecord", "Study", "StudyRuns", "Tier", "band", "config_hash",
            "execute", "experiments_dir", "figures", "last_stage_rows", "load_finished",
            "per_seed", "protocol_of", "training_rows"]
 
@@ -114,6 +119,7 @@ class Study:
     base_config: Callable[[str], Any] | None = None
     measure: Callable[[StudyRuns], None] | None = None
     attach: Callable[[Any, dict], None] | None = None
+    claims: tuple[summary_lib.Claim, ...] = ()
 
 
 # ---- configs and bases ---------------------------------------------------------------------
@@ -306,7 +312,7 @@ def execute(study: Study, tier: str, workdir: str, *, publish: bool = False,
                 "seeds": list(chosen.seeds), **analysis.protocol}
     result = summary_lib.build(study=study.name, tier=tier, provenance=provenance,
                                protocol=protocol, arms=analysis.arms, specs=analysis.specs,
-                               extra=analysis.extra)
+                               extra=analysis.extra, claims=study.claims)
     out = storage.join(workdir, study.name, "out")
     write_outputs(study, result, analysis, out)
     if publish:
@@ -387,6 +393,10 @@ def generated_block(result: dict, analysis: Analysis) -> str:
               f"x {protocol['samples_per_problem']} samples, eval seed {protocol['eval_seed']} "
               f"({fixed} across seeds); {len(protocol.get('bases', {})) or 'no'} base(s), "
               f"seeds {protocol['seeds']}."), ""]
+    if result.get("verdicts"):
+        lines += [("Verdicts (each claim's contrast, by the rule of "
+                   "`grpo_jax.studies.summary.verdict_of`, fixed before the runs):"), "",
+                  summary_lib.verdict_table(result).rstrip(), ""]
     if analysis.table:
         lines += [analysis.table.rstrip(), ""]
     lines += [("Contrasts (paired by seed; 95% t interval; p from the paired t test; Holm "

@@ -10,11 +10,13 @@ checks every function against hand-computed values and, where installed, scipy.
   the paired t test of "mean difference = 0".
 - `holm(ps)`: Holm's step-down adjustment over one family of p-values (Holm 1979), which
   controls the family-wise error rate at any dependence between the tests.
-- `nested(pairs_by_base)`: arms' seeds nested in pretrained bases. Each base gets its own
-  paired verdict; the pooled verdict treats the base as the unit (the mean difference on each
-  base, then a t interval over bases, n_bases - 1 degrees of freedom), so the spread between
-  bases is in the interval. With one base the seeds are the unit, and the interval says
-  nothing about other bases.
+- `nested(pairs_by_base)`: arms' seeds nested in pretrained bases, the base a block (a fixed
+  effect). Each base gets its own paired verdict; the pooled difference is the mean of the
+  bases' mean differences, its interval from the spread of the seeds around their own base's
+  mean (N - B degrees of freedom for N pairs on B bases), so a base that shifts both arms
+  alike costs nothing and the inference is about these bases. `across_bases` gives the other
+  reading (each base's mean difference one observation, B - 1 degrees of freedom: what a new
+  base would show), and `between_base_sd` the spread between bases.
 """
 
 from __future__ import annotations
@@ -163,21 +165,44 @@ def holm(ps: Sequence[float]) -> list[float]:
 def nested(pairs_by_base: Mapping[str, tuple[Sequence[float], Sequence[float]]]) -> dict:
     """Arms' seeds nested in bases: {base: (a values, b values) paired by seed}.
 
-    Returns the pooled verdict (`paired` keys: n, diff, std, ci95, p) with `unit` "seed" (one
-    base: the seeds' differences) or "base" (two or more: each base's mean difference is one
-    observation, so the interval holds the spread between bases), `per_base` {base: `paired`
-    of that base's seeds} and `between_base_sd` (the standard deviation of the bases' mean
-    differences; NaN with one base)."""
+    Returns the pooled verdict with the base as a block (keys n, diff, std, ci95, p, df;
+    `std` is the pooled within-base standard deviation of the differences), `unit` "seed"
+    (one base) or "seed in base" (two or more), `per_base` {base: `paired` of that base's
+    seeds}, `across_bases` (`mean_interval` of the bases' mean differences: n = B) and
+    `between_base_sd` (NaN with one base). With one base this is `paired`."""
     per_base = {str(base): paired(list(a), list(b)) for base, (a, b) in pairs_by_base.items()}
     usable = {base: v for base, v in per_base.items() if v["n"] > 0}
+    across = mean_interval([v["diff"] for v in usable.values()])
     if len(usable) <= 1:
         a_all = [x for a, _ in pairs_by_base.values() for x in a]
         b_all = [y for _, b in pairs_by_base.values() for y in b]
         pooled = paired(a_all, b_all)
-        pooled.update(unit="seed", between_base_sd=math.nan)
+        pooled.update(unit="seed", df=pooled["n"] - 1)
     else:
-        pooled = mean_interval([v["diff"] for v in usable.values()])
-        pooled["diff"] = pooled.pop("mean")
-        pooled.update(unit="base", between_base_sd=pooled["std"])
+        residual, n = 0.0, 0
+        for base, (a, b) in pairs_by_base.items():
+            if str(base) not in usable:
+                continue
+            diffs = [float(x) - float(y) for x, y in zip(a, b) if _finite(x) and _finite(y)]
+            mean = sum(diffs) / len(diffs)
+            residual += sum((d - mean) ** 2 for d in diffs)
+            n += len(diffs)
+        blocks = len(usable)
+        df = n - blocks
+        diff = sum(v["diff"] for v in usable.values()) / blocks
+        if df < 1:
+            std = se = half = p = math.nan
+        else:
+            std = math.sqrt(residual / df)
+            se = std * math.sqrt(sum(1.0 / v["n"] for v in usable.values())) / blocks
+            half = t_quantile(0.975, df) * se
+            if se == 0.0:
+                p = 1.0 if diff == 0.0 else 0.0
+            else:
+                p = min(1.0, 2.0 * t_sf(abs(diff) / se, df))
+        pooled = {"n": n, "diff": diff, "std": std, "ci95": [diff - half, diff + half],
+                  "p": p, "unit": "seed in base", "df": df}
     pooled["per_base"] = per_base
+    pooled["across_bases"] = across
+    pooled["between_base_sd"] = across["std"] if len(usable) > 1 else math.nan
     return pooled

@@ -21,15 +21,27 @@ Top-level keys (`check` enforces them; `SCHEMA_VERSION` is written as `schema`):
                          "bases": ["<base key>", ...],      # the base each seed ran on
                          "metrics": {"<metric>": [float | null, ...]}}},   # one per seed
       "contrasts": [{"a": "<arm>", "b": "<arm>", "metric": "<metric>",
-                     "n": int, "unit": "seed" | "base",
+                     "n": int,                              # (base, seed) pairs
+                     "unit": "seed" | "seed in base",       # one base | bases as blocks
+                     "df": int,                             # n - number of bases
                      "diff": float,                         # mean of a - b, paired
-                     "ci95": [lo, hi],                      # paired t, n - 1 df
+                     "ci95": [lo, hi],                      # paired t, df degrees of freedom
                      "p": float,                            # two-sided paired t test
                      "p_holm": float,                       # Holm over the study's contrasts
                      "per_base": {"<base key>": {"n", "diff", "ci95", "p"}},
+                     "across_bases": {"n", "diff", "ci95", "p"},  # one value per base
                      "between_base_sd": float | NaN}],
+      "verdicts": [{"claim", "source", "a", "b", "metric",   # the study's claims, each
+                    "expect": ">" | "<" | "=",             # tested by one contrast by a
+                    "margin": float | null,                # rule fixed before the runs
+                    "verdict": "reproduced" | "not reproduced" | "not resolved"
+                               | "not testable here",
+                    "result": "...", "why": "..."}],
       "extra": {...}                                        # the study's own figures
     }
+
+A verdict follows from its contrast by `verdict_of` (see there), so the README's verdict table,
+generated from summary.json, cannot say more than the numbers.
 
 Non-finite numbers are written as null. Values are in the metric's own units (a pass rate
 is a fraction in [0, 1]); tables scale them.
@@ -40,20 +52,53 @@ from __future__ import annotations
 import json
 import math
 import re
+import dataclasses
 from collections.abc import Sequence
 
 from grpo_jax.studies import stats
 
-__all__ = ["MARK_BEGIN", "MARK_END", "SCHEMA_VERSION", "build", "check", "contrast_table",
-           "contrasts", "replace_marked", "to_json"]
+__all__ = ["Claim", "MARK_BEGIN", "MARK_END", "SCHEMA_VERSION", "VERDICTS", "build", "check",
+           "contrast_table", "contrasts", "replace_marked", "to_json", "verdict_of",
+           "verdict_table"]
 
-SCHEMA_VERSION = 1
+SCHEMA_VERSION = 2
 MARK_BEGIN = "<!-- results:begin -->"
 MARK_END = "<!-- results:end -->"
 TOP_LEVEL = ("schema", "study", "tier", "provenance", "protocol", "arms", "contrasts")
 PROVENANCE = ("commit", "dirty", "python", "jax", "flax", "argv", "wall_time_s")
 PROTOCOL = ("eval_seed", "problems", "samples_per_problem", "problems_fixed_across_seeds")
 CONTRAST = ("a", "b", "metric", "n", "diff", "ci95", "p", "p_holm")
+VERDICTS = ("reproduced", "not reproduced", "not resolved", "not testable here")
+ALPHA = 0.05
+
+
+@dataclasses.dataclass(frozen=True)
+class Claim:
+    """A claim a study tests, fixed before its runs.
+
+    `text`: the claim as its source states it (a quotation or a close paraphrase, said
+    which in `source`); `source`: paper, section. `test`: the contrast (a, b, metric) that
+    tests it, one of the study's contrasts. `expect`: what the claim predicts of a - b:
+    ">" (a above b), "<" (a below b) or "=" (no difference). `margin`: the smallest
+    difference that would matter, in the metric's units: an interval inside (-margin,
+    margin) reproduces "=" and refutes ">" / "<"; without it "=" can only be not resolved
+    or not reproduced. `untestable`: why this miniature cannot test it (the verdict is then
+    "not testable here", `test` may be None). `note`: a caveat fixed with the claim (e.g.
+    "the base already does this")."""
+    text: str
+    source: str
+    test: tuple[str, str, str] | None
+    expect: str = ">"
+    margin: float | None = None
+    untestable: str = ""
+    note: str = ""
+
+    def __post_init__(self):
+        if self.expect not in (">", "<", "="):
+            raise ValueError(f"Claim.expect: '>', '<' or '=', got {self.expect!r}")
+        if self.test is None and not self.untestable:
+            raise ValueError(f"Claim {self.text[:40]!r}: no test and no reason it is "
+                             "untestable")
 
 
 def _pairs(arms: dict, a: str, b: str, metric: str) -> dict[str, tuple[list, list]]:
@@ -83,24 +128,33 @@ def contrasts(arms: dict, specs: Sequence[tuple[str, str, str]]) -> list[dict]:
         result = stats.nested(_pairs(arms, a, b, metric))
         per_base = {base: {k: v[k] for k in ("n", "diff", "ci95", "p")}
                     for base, v in result["per_base"].items()}
+        across = {k: result["across_bases"][k] for k in ("n", "ci95", "p")}
+        across["diff"] = result["across_bases"]["mean"]
         out.append({"a": a, "b": b, "metric": metric, "n": result["n"],
-                    "unit": result["unit"], "diff": result["diff"], "ci95": result["ci95"],
-                    "p": result["p"], "per_base": per_base,
-                    "between_base_sd": result["between_base_sd"]})
+                    "unit": result["unit"], "df": result["df"], "diff": result["diff"],
+                    "ci95": result["ci95"], "p": result["p"], "per_base": per_base,
+                    "across_bases": across, "between_base_sd": result["between_base_sd"]})
     for entry, adjusted in zip(out, stats.holm([c["p"] for c in out])):
         entry["p_holm"] = adjusted
     return out
 
 
 def build(*, study: str, tier: str, provenance: dict, protocol: dict, arms: dict,
-          specs: Sequence[tuple[str, str, str]], extra: dict | None = None) -> dict:
-    """The summary dict (see the module docstring), contrasts computed from `arms`."""
+          specs: Sequence[tuple[str, str, str]], extra: dict | None = None,
+          claims: Sequence[Claim] = ()) -> dict:
+    """The summary dict (see the module docstring), contrasts computed from `arms`, the
+    claims' verdicts from the contrasts."""
+    for claim in claims:
+        if claim.test is not None and tuple(claim.test) not in {tuple(x) for x in specs}:
+            raise ValueError(f"{study}: the claim {claim.text[:50]!r} is tested by "
+                             f"{claim.test}, which is not one of the study's contrasts")
     found = contrasts(arms, specs)
     units = {c["unit"] for c in found}
     protocol = {**protocol, "unit": units.pop() if len(units) == 1 else "seed"}
     summary = {"schema": SCHEMA_VERSION, "study": study, "tier": tier,
                "provenance": provenance, "protocol": protocol, "arms": arms,
                "contrasts": found}
+    summary["verdicts"] = verdicts(summary, claims)
     if extra:
         summary["extra"] = extra
     check(summary)
@@ -137,6 +191,95 @@ def check(summary: dict) -> None:
             if entry[key] not in summary["arms"]:
                 raise ValueError(f"summary.json: contrasts[{index}].{key} = {entry[key]!r} "
                                  "is not an arm")
+    for index, entry in enumerate(summary.get("verdicts", [])):
+        if entry.get("verdict") not in VERDICTS:
+            raise ValueError(f"summary.json: verdicts[{index}].verdict = "
+                             f"{entry.get('verdict')!r}; expected one of {VERDICTS}")
+
+
+def verdict_of(claim: Claim, contrast: dict | None) -> tuple[str, str]:
+    """(verdict, why) of `claim` from its contrast (a summary.json contrast entry).
+
+    The rule, for expect ">" (mirrored for "<"): reproduced when Holm's p < 0.05, the
+    difference is positive and no base's own mean difference is negative; not reproduced
+    when Holm's p < 0.05 with a negative difference, or the 95% interval lies inside
+    (-margin, margin); otherwise not resolved (bases that disagree in sign say so). For
+    "=": reproduced when the interval lies inside (-margin, margin); not reproduced when
+    Holm's p < 0.05; otherwise not resolved."""
+    if claim.untestable:
+        return "not testable here", claim.untestable
+    if contrast is None:
+        return "not resolved", "its contrast was not run"
+    diff, (lo, hi), p_holm = contrast["diff"], contrast["ci95"], contrast.get("p_holm")
+    finite = all(v is not None and math.isfinite(v) for v in (diff, lo, hi, p_holm))
+    if not finite:
+        return "not resolved", "no spread to test (fewer than two pairs)"
+    significant = p_holm < ALPHA
+    inside = claim.margin is not None and -claim.margin < lo and hi < claim.margin
+    margin = f"±{_number(claim.margin, *_scale(contrast['metric']))}" \
+        if claim.margin is not None else ""
+    if claim.expect == "=":
+        if inside:
+            return "reproduced", f"the 95% interval lies inside {margin}"
+        if significant:
+            return "not reproduced", f"Holm p {_p(p_holm)} < {ALPHA}: a difference"
+        return "not resolved", ("the interval reaches past " + margin if margin
+                                else "no margin given: equality cannot be shown")
+    sign = 1.0 if claim.expect == ">" else -1.0
+    bases = [v["diff"] for v in contrast.get("per_base", {}).values()
+             if v.get("diff") is not None and math.isfinite(v["diff"])]
+    against = [d for d in bases if d * sign < 0]
+    if significant and diff * sign > 0:
+        if against:
+            return "not resolved", (f"Holm p {_p(p_holm)}, but {len(against)} of "
+                                    f"{len(bases)} bases go the other way")
+        agree = f"; the same sign on all {len(bases)} bases" if len(bases) > 1 else ""
+        return "reproduced", f"Holm p {_p(p_holm)} < {ALPHA}{agree}"
+    if significant:
+        return "not reproduced", f"Holm p {_p(p_holm)} < {ALPHA}, in the other direction"
+    if inside:
+        return "not reproduced", f"the 95% interval lies inside {margin}: too small to matter"
+    return "not resolved", f"Holm p {_p(p_holm)} ≥ {ALPHA} (raw p {_p(contrast['p'])})"
+
+
+def verdicts(summary: dict, claims: Sequence[Claim]) -> list[dict]:
+    """Each claim with its contrast's result and `verdict_of`'s verdict."""
+    out = []
+    for claim in claims:
+        found = None
+        if claim.test is not None:
+            a, b, metric = claim.test
+            found = next((c for c in summary["contrasts"]
+                          if (c["a"], c["b"], c["metric"]) == (a, b, metric)), None)
+        verdict, why = verdict_of(claim, found)
+        if claim.note:
+            why = f"{why}; {claim.note}"
+        a, b, metric = claim.test if claim.test is not None else (None, None, None)
+        result = "-"
+        if found is not None:
+            scale, digits = _scale(metric)
+            lo, hi = found["ci95"]
+            result = (f"{a} - {b}, {metric}: {_number(found['diff'], scale, digits, True)} "
+                      f"[{_number(lo, scale, digits, True)}, {_number(hi, scale, digits, True)}]"
+                      f" (n = {found['n']})")
+        out.append({"claim": claim.text, "source": claim.source, "a": a, "b": b,
+                    "metric": metric, "expect": claim.expect, "margin": claim.margin,
+                    "verdict": verdict, "result": result, "why": why})
+    return out
+
+
+def verdict_table(summary: dict) -> str:
+    """The verdicts as the table "claim (source) | our result | verdict, and why"."""
+    lines = ["| claim (source) | our result | verdict, and why |", "|---|---|---|"]
+    for v in summary.get("verdicts", []):
+        lines.append(f"| \"{v['claim']}\" ({v['source']}) | {v['result']} | "
+                     f"**{v['verdict']}**: {v['why']} |")
+    return "\n".join(lines) + "\n"
+
+
+def _scale(metric: str) -> tuple[float, int]:
+    return (100.0, 1) if re.match(r"(pass|maj)@|.*_rate$|.*accuracy", metric or "") \
+        else (1.0, 4)
 
 
 def _clean(value):
@@ -177,9 +320,7 @@ def contrast_table(summary: dict, scales: dict[str, tuple[float, int]] | None = 
     lines = [("| a - b | metric | n | difference [95% interval] | p | p (Holm) | holds after "
               "Holm |"), "|---|---|---|---|---|---|---|"]
     for c in summary["contrasts"]:
-        default = (100.0, 1) if re.match(r"(pass|maj)@|.*_rate$|.*accuracy", c["metric"]) \
-            else (1.0, 4)
-        scale, digits = scales.get(c["metric"], default)
+        scale, digits = scales.get(c["metric"], _scale(c["metric"]))
         lo, hi = c["ci95"] if c["ci95"] else (None, None)
         interval = (f"{_number(c['diff'], scale, digits, True)} "
                     f"[{_number(lo, scale, digits, True)}, {_number(hi, scale, digits, True)}]")

@@ -64,8 +64,10 @@ def test_print_config_builds_them_once(builds):
 
 
 def test_stage_seeds_are_one_function_of_seed_stage_and_purpose():
-    seed = derive_seed(0, 1, "problems")
-    assert seed == derive_seed(0, 1, "problems") and 0 <= seed < 2**31
-    others = {derive_seed(0, 1, "batches"), derive_seed(0, 2, "problems"),
-              derive_seed(1, 1, "problems")}
+    seed = derive_seed(0, "rl", "problems")
+    assert seed == derive_seed(0, "rl", "problems") and 0 <= seed < 2**31
+    others = {derive_seed(0, "rl", "batches"), derive_seed(0, "final_rl", "problems"),
+              derive_seed(1, "rl", "problems")}
     assert seed not in others and len(others) == 3
+    with pytest.raises(TypeError, match="named by a string"):
+        derive_seed(0, 1, "problems")  # a position is not what a stage is

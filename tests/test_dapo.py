@@ -25,7 +25,7 @@ def fake_run():
     config.rl.num_prompts, config.rl.group_size, config.rl.max_sampling_rounds = N, G, 3
     run = types.SimpleNamespace(config=config, policy=None, params=None, tokenizer=None,
                                 data_sharding=None, sampler=lambda: (None, None),
-                                stage_key=lambda index, step: jax.random.key(index * 100 + step))
+                                stage_key=lambda name, step: jax.random.key(len(name) * 100 + step))
     return run, StageSpec(0, "rl", config.rl, None)
 
 
@@ -127,8 +127,11 @@ def test_one_step_smoke(tmp_path, overrides):
     config.model.num_layers = 1
     config.stages = "rl"
     config.rl.steps = 2
-    # The soft overlong punishment makes rewards differ within groups: real gradients.
+    # The soft overlong punishment makes rewards differ within groups (completions that end
+    # early against those cut at 12 tokens): real gradients. Groups of 8 make a step whose
+    # every group ended alike unlikely.
     config.rl.max_new_tokens, config.rl.overlong_cache = 12, 8
+    config.rl.group_size = 8
     for key, value in overrides.items():
         config.rl[key] = value
     train_and_evaluate(config, str(tmp_path))

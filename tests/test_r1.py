@@ -82,7 +82,7 @@ def test_rejection_sft_trains_only_on_verified_completions(tmp_path, monkeypatch
     rows = [json.loads(line) for line in lines[1:]]
     assert info["sampled"] == 64 and 0 < info["kept"] == len(rows) < 64
     by_prompt = {prompt_text(run, ex): ex for ex in
-                 run.task.examples("train", 16, seed=run.stage_seed(0, "problems"))}
+                 run.task.examples("train", 16, seed=run.stage_seed("rsft", "problems"))}
     for row in rows:
         ex = by_prompt[row["prompt"]]
         assert run.task.is_correct(row["completion"], ex)

@@ -132,3 +132,59 @@ def test_studies_asking_for_one_base_config_share_it(workdir):
     config.stages, config.seed = "pretrain", 0
     main_base = f"s0-{common.config_hash(config)[:10]}"
     assert {"off_policy", "cold_start", "kl_beta"} <= asked[main_base]
+
+
+def test_cold_start_arms_share_their_rl_prompts_and_keys_per_seed(tmp_path):
+    """The R1-Zero and R1 pipelines run their `rl` stage at different positions of
+    config.stages; seeds derive from the stage's name, so seed s of both draws the same RL
+    prompts and sampling keys (the pairing the study's contrasts assume), and another seed
+    does not."""
+    import numpy as np
+
+    from grpo_jax.runner.rl_loop import stage_prompts
+    from grpo_jax.runner.run import Run, StageSpec
+    from grpo_jax.stages import KINDS
+    from grpo_jax.studies import cold_start
+
+    configs = cold_start.arm_configs("mini")
+    names = {arm: [n.strip() for n in c.stages.split(",")] for arm, c in configs.items()}
+    assert names["zero"].index("rl") != names["cold"].index("rl")
+    drawn = {}
+    for seed in (0, 1):
+        for arm, config in configs.items():
+            config = common.for_tier(config, "mini")
+            config.seed = seed
+            run = Run(config, str(tmp_path / f"{arm}{seed}"), KINDS)
+            try:
+                batches = []
+                for name in ("rl", "final_rl"):
+                    stage = StageSpec(names[arm].index(name), name, config[name], None)
+                    batch = next(iter(stage_prompts(run, stage)))
+                    batches.append((batch, np.asarray(jax_key_data(run.stage_key(name, 3)))))
+                drawn[arm, seed] = batches
+            finally:
+                run.close()
+    for seed in (0, 1):
+        for (zero_batch, zero_key), (cold_batch, cold_key) in zip(drawn["zero", seed],
+                                                                  drawn["cold", seed]):
+            assert _same_batch(zero_batch, cold_batch)
+            np.testing.assert_array_equal(zero_key, cold_key)
+    assert not _same_batch(drawn["zero", 0][0][0], drawn["zero", 1][0][0])
+
+
+def jax_key_data(key):
+    import jax
+
+    return jax.random.key_data(key) if jax.dtypes.issubdtype(key.dtype,
+                                                              jax.dtypes.prng_key) else key
+
+
+def _same_batch(a, b) -> bool:
+    import jax
+    import numpy as np
+
+    leaves_a, leaves_b = jax.tree.leaves(a), jax.tree.leaves(b)
+    return len(leaves_a) == len(leaves_b) and all(
+        np.asarray(x).shape == np.asarray(y).shape and np.array_equal(np.asarray(x),
+                                                                      np.asarray(y))
+        for x, y in zip(leaves_a, leaves_b))

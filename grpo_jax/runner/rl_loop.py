@@ -168,6 +168,17 @@ def check_versions(version, step: int, max_staleness: int) -> np.ndarray:
     return staleness
 
 
+def stage_prompts(run, stage):
+    """The prompt batches of an RL stage from its start: the train problems of config.seed in
+    an order drawn from (seed, the stage's name), so two pipelines running a stage of one
+    name at different positions see the same prompts, batch by batch."""
+    cfg = run.config
+    return prompt_iterator(run.task.examples("train", cfg.task.train_size, seed=cfg.seed),
+                           batch_size=stage.section.num_prompts,
+                           seed=run.stage_seed(stage.name, "prompts"),
+                           shard_index=0, shard_count=1)
+
+
 def start_stage(run, stage, learner: Learner, extra_target: dict | None = None):
     """(the stage's prompt iterator, its first step, the restored `extra_target` items),
     with the learner's state, the iterator's position and the host state restored when the
@@ -177,11 +188,7 @@ def start_stage(run, stage, learner: Learner, extra_target: dict | None = None):
     Every process iterates the same global prompt stream (no per-host shard): the batch
     does not depend on the number of processes; each samples and scores its block of rows.
     """
-    cfg = run.config
-    iterator = prompt_iterator(run.task.examples("train", cfg.task.train_size, seed=cfg.seed),
-                               batch_size=stage.section.num_prompts,
-                               seed=run.stage_seed(stage.index, "prompts"),
-                               shard_index=0, shard_count=1)
+    iterator = stage_prompts(run, stage)
     start, extra = 0, {}
     if stage.resume_meta is not None:
         state = run.restore_stage({**learner.state, **(extra_target or {})})

@@ -52,13 +52,22 @@ class StageSpec:
     resume_meta: dict | None  # meta of an unfinished checkpoint of this stage, if resuming
 
 
-def derive_seed(seed: int, stage_index: int, purpose: str) -> int:
-    """The seed of one random draw of a stage: numpy's SeedSequence of (seed, stage_index,
-    CRC-32 of `purpose`), as a non-negative int below 2**31 (every seed argument takes it:
-    numpy, grain, nnx.Rngs, task.examples). Distinct stages and purposes get unrelated
-    streams, and the same triple always the same seed."""
-    entropy = [int(seed), int(stage_index), zlib.crc32(purpose.encode("utf-8"))]
+def derive_seed(seed: int, stage: str, purpose: str) -> int:
+    """The seed of one random draw of a stage: numpy's SeedSequence of (seed, CRC-32 of the
+    stage's name, CRC-32 of `purpose`), as a non-negative int below 2**31 (every seed argument
+    takes it: numpy, grain, nnx.Rngs, task.examples). Distinct stages and purposes get
+    unrelated streams, and the same triple always the same seed. A stage's draws depend on
+    what it is (its config section's name), not on where it sits in config.stages, so two
+    pipelines that run an `rl` stage at different positions draw its prompts and keys alike
+    for one seed (the pairing a study's arms need)."""
+    entropy = [int(seed), _name_code(stage), _name_code(purpose)]
     return int(np.random.SeedSequence(entropy).generate_state(1)[0] >> 1)
+
+
+def _name_code(name: str) -> int:
+    if not isinstance(name, str):
+        raise TypeError(f"derive_seed: a stage is named by a string, got {name!r}")
+    return zlib.crc32(name.encode("utf-8"))
 
 
 class Run:
@@ -126,7 +135,7 @@ class Run:
         check_vocabulary(self.tokenizer, self.model_config.vocab_size,
                          config.model.init_from or config.model.name)
         self.policy, self.params = with_lora(config, *self.place_model(model), self.mesh,
-                                             seed=derive_seed(config.seed, 0, "lora"))
+                                             seed=derive_seed(config.seed, "model", "lora"))
         del model
         # Replicated on the mesh: a multi-controller checkpoint holds only global arrays.
         self.key = jax.jit(lambda: jax.random.key(config.seed),
@@ -189,16 +198,17 @@ class Run:
         self.extra_meta["model_name"] = model_name
 
     # ------------------------------------------------------------------ keys and seeds
-    def stage_key(self, stage_index: int, step: int) -> jax.Array:
-        """Per-(stage, step) key: a pure function of the seed, so resumes are exact."""
-        return jax.random.fold_in(jax.random.fold_in(self.key, stage_index), step)
+    def stage_key(self, stage: str, step: int) -> jax.Array:
+        """The key of step `step` of the stage named `stage`: a pure function of the seed
+        and the stage's name (not its position: `derive_seed`), so resumes are exact."""
+        return jax.random.fold_in(jax.random.fold_in(self.key, _name_code(stage) >> 1), step)
 
-    def stage_seed(self, stage_index: int, purpose: str) -> int:
-        """The host seed of one draw of stage `stage_index` ("problems", "batches",
-        "init", ...): `derive_seed(config.seed, stage_index, purpose)`, the one way every
-        stage seeds numpy, task draws and initialisations, so a resumed stage draws the
-        same and no two draws share a stream."""
-        return derive_seed(self.config.seed, stage_index, purpose)
+    def stage_seed(self, stage: str, purpose: str) -> int:
+        """The host seed of one draw of the stage named `stage` ("problems", "batches",
+        "init", ...): `derive_seed(config.seed, stage, purpose)`, the one way every stage
+        seeds numpy, task draws and initialisations, so a resumed stage draws the same and
+        no two draws share a stream."""
+        return derive_seed(self.config.seed, stage, purpose)
 
     # ------------------------------------------------------------------ checkpoints
     def meta(self, stage: StageSpec, *, stage_step: int, done: bool, **extra) -> dict:

@@ -111,7 +111,7 @@ def collect(run, stage, iterator, step: int, *, settings: LoopSettings, sampling
     policy, params = run.sampler()  # the run's, or its copy on mesh.rollout_devices
 
     def launch(batch_examples, rounds):
-        key = jax.random.fold_in(run.stage_key(stage.index, step), rounds)
+        key = jax.random.fold_in(run.stage_key(stage.name, step), rounds)
         if policy is not run.policy:  # the key, like the parameters, to the rollout devices
             key = jax.device_put(key, parallel.replicated_sharding(run.rollout_mesh))
         finish = sample_batch(
@@ -364,7 +364,7 @@ class DeviceSource(Source):
                                           ids=[ex.id for ex in examples])
             check_prompt_groups(prompt, mask, g)  # the program runs each prompt once
             tokens.append(prompt), masks.append(mask), answers.append(self._answers(examples))
-        keys = jnp.stack([jax.random.fold_in(run.stage_key(stage.index, step), 0)
+        keys = jnp.stack([jax.random.fold_in(run.stage_key(stage.name, step), 0)
                           for step in range(first, first + chunk)])
         spec = run.data_sharding.spec
         rows = jax.sharding.NamedSharding(run.mesh, jax.sharding.PartitionSpec(None, *spec))

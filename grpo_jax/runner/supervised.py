@@ -34,7 +34,7 @@ def train_supervised(run, stage, prompts, completions, *, loss_on_prompt: bool) 
         raise ValueError(f"{stage.name}.pack_len: {e}; raise pack_len (<= model.max_seq_len) "
                          "or set it to 0") from None
     batch_rows = lambda step: epoch_batches(data.rows, section.batch_size, step,
-                                            seed=run.stage_seed(stage.index, "batches"))
+                                            seed=run.stage_seed(stage.name, "batches"))
     num_rows = packed_rows(run, stage, data, batch_rows) if section.pack_len else None
     optimizer, schedule = stage_optimizer(run, lr=section.lr, steps=section.steps)
     opt_state = init_opt_state(optimizer, run.params, run.mesh)
@@ -112,7 +112,7 @@ def sample_verified(run, stage, policy, params, *, seed: int):
                                temperature=section.temperature)
     records = sample_and_score(run, examples, num_samples=section.num_samples,
                                batch_size=section.sample_batch_size, sampling=sampling,
-                               key=run.stage_key(stage.index, 0), policy=policy, params=params)
+                               key=run.stage_key(stage.name, 0), policy=policy, params=params)
     kept = select_verified(records, min_accuracy=section.min_accuracy,
                            min_format=section.min_format, dedupe=section.dedupe)
     info = {"sampled": len(records), "kept": len(kept),

@@ -63,11 +63,11 @@ def run_distill(run, stage) -> None:
         else:
             policy, params = run.policy, run.params
         return sample_verified(run, stage, policy, params,
-                               seed=run.stage_seed(stage.index, "problems"))
+                               seed=run.stage_seed(stage.name, "problems"))
 
     rows = stage_rows(run, stage, sample)
     # The student is the run's model from here on.
-    run.replace_model(section.student_model, seed=run.stage_seed(stage.index, "init"))
+    run.replace_model(section.student_model, seed=run.stage_seed(stage.name, "init"))
     if section.student_init_from and stage.resume_meta is None:
         run.params = pretrained_student(run, section)
     train_on_rows(run, stage, *rows)

@@ -131,7 +131,7 @@ def run_eval(run, stage) -> None:
     t0 = time.time()
     records = sample_and_score(run, examples, num_samples=section.num_samples,
                                batch_size=section.batch_size, sampling=sampling,
-                               key=run.stage_key(stage.index, 0),
+                               key=run.stage_key(stage.name, 0),
                                episodes=tool_episodes(run, section, sampling))
     k = section.num_samples
     ks = resolved_ks(section)

@@ -133,7 +133,7 @@ class PPOLearner(Learner):
         section = self.section
         order = minibatch_order(batch.rows, num_iterations=section.num_iterations,
                                 num_minibatches=section.num_minibatches,
-                                seed=(self.run.stage_seed(self.stage.index, "minibatches"),
+                                seed=(self.run.stage_seed(self.stage.name, "minibatches"),
                                       step))
         return batch if order is None else batch.replace(minibatch_order=order)
 

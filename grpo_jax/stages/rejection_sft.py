@@ -34,9 +34,9 @@ def run_rejection_sft(run, stage) -> None:
 
     def sample():
         prompts, completions, info = sample_verified(
-            run, stage, run.policy, run.params, seed=run.stage_seed(stage.index, "problems"))
+            run, stage, run.policy, run.params, seed=run.stage_seed(stage.name, "problems"))
         mix_p, mix_c = clean_solutions(run, section.mix_sft_examples,
-                                       seed=run.stage_seed(stage.index, "mixed_in"))
+                                       seed=run.stage_seed(stage.name, "mixed_in"))
         info["mixed_in"] = len(mix_p)
         return prompts + mix_p, completions + mix_c, info
 

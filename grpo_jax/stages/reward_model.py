@@ -72,12 +72,12 @@ def run_reward_model(run, stage) -> None:
     section, cfg = stage.section, run.config
     train = rm.preference_pairs(
         run.task, run.task.examples("train", section.num_pairs,
-                                    seed=run.stage_seed(stage.index, "problems")),
-        seed=run.stage_seed(stage.index, "pairs"))
+                                    seed=run.stage_seed(stage.name, "problems")),
+        seed=run.stage_seed(stage.name, "pairs"))
     held = rm.preference_pairs(
         run.task, run.task.examples("test", section.eval_pairs,
-                                    seed=run.stage_seed(stage.index, "held_out_problems")),
-        seed=run.stage_seed(stage.index, "held_out_pairs"))
+                                    seed=run.stage_seed(stage.name, "held_out_problems")),
+        seed=run.stage_seed(stage.name, "held_out_pairs"))
     if len(train) < section.batch_size:
         raise ValueError(f"{stage.name}.num_pairs: only {len(train)} preference pairs could be "
                          f"built, fewer than batch_size {section.batch_size}")
@@ -89,11 +89,11 @@ def run_reward_model(run, stage) -> None:
     else:  # a fresh model with a scalar head, placed on the mesh like the run's own
         policy, params = run.place_model(Transformer(
             run.model_config.replace(value_head=True),
-            rngs=nnx.Rngs(run.stage_seed(stage.index, "init"))))
+            rngs=nnx.Rngs(run.stage_seed(stage.name, "init"))))
     optimizer, schedule = stage_optimizer(run, lr=section.lr, steps=section.steps)
     opt_state = init_opt_state(optimizer, params, run.mesh)
     step_fn = rm.make_reward_model_step(policy, optimizer, micro_batches=section.micro_batches)
-    batch_seed = run.stage_seed(stage.index, "batches")
+    batch_seed = run.stage_seed(stage.name, "batches")
     skips = SkipCounter(cfg.max_consecutive_skips)
     bar = progress(stage, section.steps, 0)
     for step in range(section.steps):

@@ -220,7 +220,7 @@ class GRPOLearner(Learner):
             state["ref_params"] = lora.copy_trainable(state["params"])  # DeepSeek-R1
         order = minibatch_order(batch.rows, num_iterations=section.num_iterations,
                                 num_minibatches=section.num_minibatches,
-                                seed=(self.run.stage_seed(self.stage.index, "minibatches"),
+                                seed=(self.run.stage_seed(self.stage.name, "minibatches"),
                                       step))
         return batch if order is None else batch.replace(minibatch_order=order)
 

@@ -73,7 +73,7 @@ def run_pretrain(run, stage) -> None:
     section = stage.section
     rows = section.corpus_size or section.steps * section.batch_size
     prompts, completions = pretraining_corpus(run, rows,
-                                              seed=run.stage_seed(stage.index, "corpus"))
+                                              seed=run.stage_seed(stage.name, "corpus"))
     train_supervised(run, stage, prompts, completions, loss_on_prompt=True)
 
 
@@ -81,8 +81,8 @@ def run_sft(run, stage) -> None:
     """SFT on worked solutions with a completion-only loss (cold start)."""
     section, task = stage.section, run.task
     examples = task.examples("train", section.num_examples,
-                             seed=run.stage_seed(stage.index, "problems"))
-    rng = np.random.default_rng(run.stage_seed(stage.index, "solutions"))
+                             seed=run.stage_seed(stage.name, "problems"))
+    rng = np.random.default_rng(run.stage_seed(stage.name, "solutions"))
     prompts, completions = [], []
     for ex in examples:
         completion, _ = task.solution(ex, rng=rng, error_rate=section.error_rate,

@@ -50,6 +50,12 @@ def test_publish_is_refused_for_the_mini_tier(tmp_path, capsys):
     assert code == 2 and "--publish" in capsys.readouterr().err
 
 
+def test_run_names_every_study_before_running_any(tmp_path, capsys):
+    code = cli.main(["run", studies.NAMES[0], "bogus", "--tier=mini", f"--workdir={tmp_path}"])
+    assert code == 2 and "unknown study 'bogus'" in capsys.readouterr().err
+    assert not os.listdir(tmp_path)  # nothing ran, not even the first study
+
+
 def test_bases_are_keyed_by_their_resolved_config(tmp_path):
     config = common.main_job("smoke")
     config.stages = "pretrain"

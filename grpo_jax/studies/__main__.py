@@ -1,4 +1,5 @@
-"""`python -m grpo_jax.studies list | run NAME --tier=full|mini --workdir=DIR [--publish]`."""
+"""`python -m grpo_jax.studies list | run NAME [NAME ...] | all --tier=full|mini --workdir=DIR
+[--publish]`."""
 
 from __future__ import annotations
 
@@ -30,8 +31,10 @@ def main(argv: list[str] | None = None) -> int:
                                      description=studies.__doc__.splitlines()[0])
     commands = parser.add_subparsers(dest="command", required=True)
     commands.add_parser("list", help="every study with the cost of each tier")
-    run = commands.add_parser("run", help="build, run, analyse one study")
-    run.add_argument("name", choices=studies.NAMES)
+    run = commands.add_parser("run", help="build, run, analyse studies, one after another")
+    run.add_argument("names", nargs="+", metavar="NAME",
+                     help=f"a study ({', '.join(studies.NAMES)}) or all (in that order; "
+                          "shared bases are built once)")
     run.add_argument("--tier", default="full", choices=("full", "mini"))
     run.add_argument("--workdir", required=True,
                      help="runs, shared bases and outputs (DIR/bases, DIR/NAME)")
@@ -43,8 +46,23 @@ def main(argv: list[str] | None = None) -> int:
     if args.publish and args.tier != "full":
         print("error: --publish: only the full tier's results are published", file=sys.stderr)
         return 2
+    names = list(studies.NAMES) if args.names == ["all"] else args.names
+    for name in names:
+        if name not in studies.NAMES:
+            print(f"error: run: unknown study {name!r}; expected all or one of "
+                  f"{', '.join(studies.NAMES)}", file=sys.stderr)
+            return 2
+    for name in names:
+        stopped = _run_one(name, args, argv)
+        if stopped is not None:  # an error, or a signal: the studies after it do not start
+            return stopped
+    return 0
+
+
+def _run_one(name: str, args, argv) -> int | None:
+    """Runs one study; None when it finished, else the exit status to stop with."""
     try:
-        study = studies.get(args.name)
+        study = studies.get(name)
     except ValueError as err:
         print(f"error: {err}", file=sys.stderr)
         return 2
@@ -56,14 +74,14 @@ def main(argv: list[str] | None = None) -> int:
     except Exception as err:  # a run stopped by SIGTERM / SIGINT saved its checkpoint
         if type(err).__name__ != "Preempted":
             raise
-        print(f"{err}\n[studies] the same command resumes {args.name}", flush=True)
-        return getattr(err, "status", 0) or 0
+        print(f"{err}\n[studies] the same command resumes {name}", flush=True)
+        return getattr(err, "status", 0)
     from grpo_jax import storage
 
-    print(storage.read_text(storage.join(args.workdir, args.name, "out", "table.md")), end="")
-    print(f"[studies] {args.name}: {len(result['contrasts'])} contrasts, written to "
-          f"{args.workdir.rstrip('/')}/{args.name}/out/", flush=True)
-    return 0
+    print(storage.read_text(storage.join(args.workdir, name, "out", "table.md")), end="")
+    print(f"[studies] {name}: {len(result['contrasts'])} contrasts, written to "
+          f"{args.workdir.rstrip('/')}/{name}/out/", flush=True)
+    return None
 
 
 if __name__ == "__main__":

@@ -1,0 +1,402 @@
+"""Does RL widen what the model can solve? Base vs RL pass@k up to k = 256 (Yue et al. 2025,
+arXiv:2504.13837).
+
+One arm, `rl`: the main job's RL stage (GRPO, accuracy + 0.2 x format reward, lr 2e-4, groups
+of 8), shortened to 60 steps of 16 prompts, from the final parameters of a shared base (the
+main job's pretraining). After the runs, `measure` samples, for each (base, seed), the base
+model and the RL model on the same held-out problems (fixed across seeds: task.eval_seed)
+with the same sampling key (a function of the seed): 256 completions per problem at
+temperature 1, max_new_tokens 40 (the main job's evaluation, `eval_final`). Each model's
+per-problem counts (correct, well formed, tokens) are written to `pass_at_k.json` (the RL
+run's directory; the base model's under `<study>/base_model/<base>,seed=<s>.json`), so a
+finished measurement is not made again. The analysis computes pass@k (the unbiased estimator
+of Chen et al. 2021) for k = 1, 2, ..., 256, per problem and then per difficulty (problems of
+one operator and of two), and the problems that only one of the two models solves.
+
+The base model is one set of parameters per base, sampled once per seed (with that seed's
+key): its spread over seeds is sampling noise; the RL models are one training run per seed.
+"""
+
+from __future__ import annotations
+
+import json
+
+from grpo_jax import storage, sweep
+from grpo_jax.studies import common
+
+RL, BASE_MODEL = "rl", "base model"
+KS = (1, 2, 4, 8, 16, 32, 64, 128, 256)
+CONTRASTED = (1, 4, 16, 64, 256)  # the Holm family: rl - base model at these k
+KEY = 20250418  # the sampling key's root; each seed folds itself in
+STRATA = {"ops=1": 1, "ops=2": 2}  # difficulty: the number of operators (Example.meta steps)
+
+
+def _sizes(tier: str) -> dict:
+    """Problems and samples per problem of the measurement."""
+    if tier == "full":
+        return {"problems": 128, "samples": 256, "ks": KS, "batch_rows": 1024}
+    return {"problems": 4, "samples": 256, "ks": KS, "batch_rows": 512}
+
+
+def base_config(tier: str):
+    """The main job's pretraining (1500 steps; the smoke preset's 3 at the mini tier)."""
+    config = common.main_job(common.preset(tier))
+    config.stages = "pretrain"
+    return config
+
+
+def arm_config(tier: str = "full"):
+    """The RL run: the main job's RL stage from the base (model.init_from, set per base);
+    the held-out sampling is `measure`'s."""
+    config = common.main_job(common.preset(tier))
+    config.stages = "rl"
+    del config.pretrain, config.eval_base, config.eval_final
+    if tier == "full":
+        config.rl.steps = 60
+        config.rl.num_prompts = 16
+    config.model.init_from = ""  # the base's workdir, set by the study per base
+    return config
+
+
+def arm_configs(tier: str) -> dict:
+    return {RL: arm_config(tier)}
+
+
+# ---- sampling held-out problems (also budget_forcing's) ----------------------------------------
+
+def held_out(workdir: str, problems: int) -> dict:
+    """A finished run's config, task, tokenizer, policy and parameters, with `problems`
+    held-out problems (task.eval_seed, fixed across seeds) and their prompts."""
+    from grpo_jax import tasks as tasks_lib
+
+    config, task, tokenizer, policy, params = common.load_finished(workdir)
+    examples = task.examples("test", problems, seed=common.eval_seed(config))
+    prompts = [tasks_lib.apply_template(ex, template=config.task.template,
+                                        tokenizer=tokenizer) for ex in examples]
+    return {"config": config, "task": task, "tokenizer": tokenizer, "policy": policy,
+            "params": params, "examples": examples, "prompts": prompts,
+            "eval_seed": common.eval_seed(config)}
+
+
+def sample_problems(setup: dict, params, *, samples: int, seed: int, max_new_tokens: int,
+                    batch_rows: int, forcing: dict | None = None,
+                    keep_texts: int = 0, key: int = KEY) -> list[dict]:
+    """`samples` completions of each held-out problem of `setup` at temperature 1, scored by
+    the task's accuracy and format rewards; per problem: its question, operators, and the
+    count of correct and well-formed completions and their tokens. The key is a function of
+    `seed` only (and of the row), so two models (or two forcings) sampled with one seed
+    share it (`key` is its root). `forcing`: budget forcing (s1) as {min_thinking_tokens,
+    max_thinking_tokens, end_thinking, continuation}. `keep_texts`: the first completions
+    kept as text."""
+    import dataclasses
+
+    import jax
+    import numpy as np
+
+    from grpo_jax.evals import metrics
+    from grpo_jax.rl.rollout import rollout
+    from grpo_jax.sampling import SamplingConfig
+
+    tokenizer, config = setup["tokenizer"], setup["config"]
+    if batch_rows % samples and samples % batch_rows:
+        raise ValueError(f"batch_rows {batch_rows} and samples {samples}: one must divide "
+                         "the other")
+    group = samples if batch_rows % samples == 0 else batch_rows
+    sampling = SamplingConfig(max_new_tokens=max_new_tokens, temperature=1.0,
+                              eos_ids=tuple(tokenizer.eos_ids), pad_id=tokenizer.pad_id,
+                              prompt_group=group)
+    if forcing and (forcing.get("min_thinking_tokens") or forcing.get("max_thinking_tokens")):
+        sampling = dataclasses.replace(
+            sampling, min_thinking_tokens=int(forcing.get("min_thinking_tokens", 0)),
+            max_thinking_tokens=int(forcing.get("max_thinking_tokens", 0)),
+            end_thinking_ids=tuple(tokenizer.encode(forcing["end_thinking"])),
+            continuation_ids=tuple(tokenizer.encode(forcing["continuation"])))
+    rows = [(i, ex) for i, ex in enumerate(setup["examples"]) for _ in range(samples)]
+    reward_fns = setup["task"].reward_fns()
+    weights = {"accuracy": 1.0, "format": 0.2}
+    root = jax.random.fold_in(jax.random.key(key), seed)
+    correct = np.zeros(len(setup["examples"]), int)
+    formatted = np.zeros(len(setup["examples"]), int)
+    tokens = np.zeros(len(setup["examples"]), int)
+    texts: list[str] = []
+    for start in range(0, len(rows), batch_rows):
+        chunk = rows[start:start + batch_rows]
+        real = len(chunk)
+        chunk = chunk + [chunk[-1]] * (batch_rows - real)  # one static shape
+        examples = [ex for _, ex in chunk]
+        ro = rollout(setup["policy"], params, tokenizer, examples,
+                     [setup["prompts"][i] for i, _ in chunk],
+                     jax.random.fold_in(root, start), sampling=sampling,
+                     prompt_len=int(config.task.prompt_len), reward_fns=reward_fns,
+                     weights=weights)
+        ok = np.asarray(metrics.solved(ro.components["accuracy"]))[:real]
+        form = (np.asarray(ro.components["format"]) >= 1.0)[:real]
+        length = np.asarray(ro.lengths)[:real]
+        index = np.asarray([i for i, _ in chunk[:real]])
+        np.add.at(correct, index, ok.astype(int))
+        np.add.at(formatted, index, form.astype(int))
+        np.add.at(tokens, index, length.astype(int))
+        texts += list(ro.texts[:max(0, min(real, keep_texts - len(texts)))])
+    out = [{"question": ex.prompt, "answer": ex.answer,
+            "operators": int(ex.meta.get("steps", 0)), "samples": samples,
+            "correct": int(c), "formatted": int(f), "tokens": int(t)}
+           for ex, c, f, t in zip(setup["examples"], correct, formatted, tokens)]
+    if keep_texts:
+        out[0]["texts"] = texts
+    return out
+
+
+# ---- the measurement --------------------------------------------------------------------------
+
+def _base_path(runs: common.StudyRuns, key: str, seed: int) -> str:
+    return storage.join(runs.root, "base_model", f"{key},seed={seed}.json")
+
+
+def _write(path: str, problems: list[dict], seed: int, setup: dict, model: str) -> None:
+    storage.write_text(path, json.dumps(
+        {"model": model, "seed": seed, "key": KEY, "eval_seed": setup["eval_seed"],
+         "problems": problems}, indent=1))
+
+
+def measure(runs: common.StudyRuns) -> None:
+    """pass_at_k.json for every finished RL run without one, and the base model's with each
+    seed's key."""
+    import time
+
+    sizes = _sizes(runs.tier)
+    seeds = sorted({r.seed for r in runs.runs})
+    for key, base in runs.bases.items():
+        members = [r for r in runs.runs if r.base == key and r.finished]
+        todo = [r for r in members
+                if not storage.isfile(storage.join(r.workdir, "pass_at_k.json"))]
+        base_todo = [s for s in seeds if not storage.isfile(_base_path(runs, key, s))]
+        if not todo and not base_todo:
+            continue
+        setup = held_out(base["workdir"], sizes["problems"])
+        max_new = int(setup["config"].eval_final.max_new_tokens)
+
+        def sample(params, seed, setup=setup, max_new=max_new):
+            return sample_problems(setup, params, samples=sizes["samples"], seed=seed,
+                                   max_new_tokens=max_new, batch_rows=sizes["batch_rows"])
+
+        storage.makedirs(storage.join(runs.root, "base_model"))
+        for seed in base_todo:
+            t0 = time.time()
+            _write(_base_path(runs, key, seed), sample(setup["params"], seed), seed, setup,
+                   base["workdir"])
+            print(f"[studies] pass_at_k: base model {key} seed={seed} sampled in "
+                  f"{time.time() - t0:.0f}s", flush=True)
+        for record in todo:
+            t0 = time.time()
+            params = common.load_run_params(record.workdir, setup["tokenizer"])
+            _write(storage.join(record.workdir, "pass_at_k.json"), sample(params, record.seed),
+                   record.seed, setup, record.workdir)
+            print(f"[studies] pass_at_k: {record.arm} {key} seed={record.seed} sampled in "
+                  f"{time.time() - t0:.0f}s", flush=True)
+
+
+# ---- the analysis -----------------------------------------------------------------------------
+
+def _load(path: str) -> list[dict] | None:
+    if not storage.isfile(path):
+        return None
+    return json.loads(storage.read_text(path))["problems"]
+
+
+def _figures(problems: list[dict], ks, other: list[dict] | None) -> dict:
+    """pass@k over all problems and per stratum, format rate, length, and (against `other`,
+    the other model's counts on the same problems) the share of problems this model solves
+    in its samples and the other never does."""
+    from grpo_jax.evals.metrics import pass_at_k
+
+    out = {}
+    groups = {"": problems, **{f"/{name}": [p for p in problems if p["operators"] == ops]
+                               for name, ops in STRATA.items()}}
+    for suffix, members in groups.items():
+        for k in ks:
+            out[f"pass@{k}{suffix}"] = (sum(pass_at_k(p["samples"], p["correct"], k)
+                                            for p in members) / len(members)
+                                        if members else None)
+    total = sum(p["samples"] for p in problems)
+    out["format_rate"] = sum(p["formatted"] for p in problems) / total
+    out["mean_length"] = sum(p["tokens"] for p in problems) / total
+    out["never_solved_rate"] = sum(p["correct"] == 0 for p in problems) / len(problems)
+    if other is not None:
+        out["only_this_solves_rate"] = sum(p["correct"] > 0 and q["correct"] == 0
+                                           for p, q in zip(problems, other)) / len(problems)
+    return out
+
+
+def analyze(runs: common.StudyRuns) -> common.Analysis:
+    ks = _sizes(runs.tier)["ks"]
+    arms: dict = {}
+    counts = {}
+    for record in runs.arm(RL):
+        if not record.finished:
+            continue
+        rl = _load(storage.join(record.workdir, "pass_at_k.json"))
+        base = _load(_base_path(runs, record.base, record.seed))
+        if rl is None or base is None:
+            continue
+        counts[(record.base, record.seed)] = {
+            "problems": len(rl), **{name: sum(p["operators"] == ops for p in rl)
+                                    for name, ops in STRATA.items()}}
+        for name, mine, other in ((RL, rl, base), (BASE_MODEL, base, rl)):
+            entry = arms.setdefault(name, {"seeds": [], "bases": [], "rows": []})
+            entry["seeds"].append(record.seed)
+            entry["bases"].append(record.base)
+            entry["rows"].append(_figures(mine, ks, other))
+    for entry in arms.values():
+        rows = entry.pop("rows")
+        names = sorted({k for row in rows for k in row})
+        entry["metrics"] = {k: [row.get(k) for row in rows] for k in names}
+    arms = {name: arms[name] for name in (RL, BASE_MODEL) if name in arms}
+    specs = [(RL, BASE_MODEL, f"pass@{k}") for k in CONTRASTED if k in ks]
+    sizes = _sizes(runs.tier)
+    strata = next(iter(counts.values()), {})
+    return common.Analysis(
+        arms=arms, specs=specs, table=table(arms, ks, strata),
+        extra={"problems_per_stratum": strata, "sampling_key": KEY},
+        protocol={"problems": sizes["problems"], "samples_per_problem": sizes["samples"],
+                  "notes": (f"measured after training: each (base, seed) samples the base "
+                            f"model and the RL model with one key ({KEY} folded with the "
+                            f"seed), {sizes['samples']} completions per problem at "
+                            "temperature 1; difficulty = the problem's operator count")},
+        plots=lambda out: plot(arms, ks, out))
+
+
+def _cell(values, scale=100.0, digits=1) -> str:
+    return common.cell([v for v in values if v is not None], scale, digits)
+
+
+def table(arms: dict, ks, strata: dict) -> str:
+    """pass@k of both models (all problems, and per difficulty) and the coverage rows."""
+    if set(arms) != {RL, BASE_MODEL}:
+        return ""
+    base, rl = arms[BASE_MODEL]["metrics"], arms[RL]["metrics"]
+    ones, twos = strata.get("ops=1", "?"), strata.get("ops=2", "?")
+    lines = [(f"pass@k (%, mean ± 95% half-width over every (base, seed)); difficulty: "
+              f"problems of one operator ({ones}) and of two ({twos})."), "",
+             ("| k | base model | RL | base, 1 operator | RL, 1 operator | base, 2 operators "
+              "| RL, 2 operators |"), "|---|---|---|---|---|---|---|"]
+    for k in ks:
+        cells = [_cell(m.get(f"pass@{k}{s}", [])) for s in ("", "/ops=1", "/ops=2")
+                 for m in (base, rl)]
+        lines.append(f"| {k} | " + " | ".join(cells) + " |")
+    n = ks[-1]
+    rows = (("never solved (no correct sample)", "never_solved_rate", 100.0),
+            ("solved only by this model (the other never, same seed)",
+             "only_this_solves_rate", 100.0),
+            ("format rate", "format_rate", 100.0),
+            ("mean length (tokens)", "mean_length", 1.0))
+    lines += ["", f"| problems (%), at {n} samples | base model | RL |", "|---|---|---|"]
+    lines += [f"| {label} | {_cell(base.get(name, []), scale)} | {_cell(rl.get(name, []), scale)} |"
+              for label, name, scale in rows]
+    return "\n".join(lines) + "\n"
+
+
+def _paired(arms: dict, metric: str) -> dict:
+    a, b = arms[RL], arms[BASE_MODEL]
+    ref = dict(zip(zip(b["bases"], b["seeds"]), b["metrics"].get(metric, [])))
+    return sweep.paired_interval(a["metrics"].get(metric, []),
+                                 [ref.get(k) for k in zip(a["bases"], a["seeds"])])
+
+
+def plot(arms: dict, ks, out: str) -> None:
+    """pass_at_k.png: pass@k of both models against k (all problems, and per difficulty),
+    and the paired difference RL - base with its 95% interval over (base, seed)."""
+    import numpy as np
+
+    if set(arms) != {RL, BASE_MODEL}:
+        return
+    plt = common.pyplot()
+    x = np.asarray(ks)
+    fig, axes = plt.subplots(1, 3, figsize=(14, 3.8))
+    for ax, suffix, title in ((axes[0], "", "all problems"),
+                              (axes[1], "/ops=2", "two operators (- -: one operator)")):
+        for name, color in ((BASE_MODEL, "C0"), (RL, "C3")):
+            for s, style in ((suffix, "-"), ("/ops=1", "--")) if suffix else ((suffix, "-"),):
+                stats = [sweep.interval([v for v in arms[name]["metrics"].get(f"pass@{k}{s}",
+                                                                              [])
+                                         if v is not None]) for k in ks]
+                mean = np.array([st["mean"] for st in stats]) * 100
+                ax.plot(x, mean, style, marker="o", ms=3, color=color,
+                        label=name if style == "-" else None)
+                if all(st["n"] > 1 for st in stats):
+                    ax.fill_between(x, np.array([st["ci95"][0] for st in stats]) * 100,
+                                    np.array([st["ci95"][1] for st in stats]) * 100,
+                                    color=color, alpha=0.15)
+        ax.set_title(f"held-out pass@k, {title}", fontsize=9)
+        ax.set_ylabel("pass@k (%)")
+    ax = axes[2]
+    for suffix, color, label in (("", "C2", "all"), ("/ops=1", "C1", "1 operator"),
+                                 ("/ops=2", "C4", "2 operators")):
+        stats = [_paired(arms, f"pass@{k}{suffix}") for k in ks]
+        mean = np.array([st["mean"] for st in stats]) * 100
+        ax.plot(x, mean, marker="o", ms=3, color=color, label=label)
+        if all(st["n"] > 1 for st in stats):
+            ax.fill_between(x, np.array([st["ci95"][0] for st in stats]) * 100,
+                            np.array([st["ci95"][1] for st in stats]) * 100, color=color,
+                            alpha=0.15)
+    ax.axhline(0.0, color="gray", lw=0.8)
+    ax.set_ylabel("RL - base model, same (base, seed) (points)")
+    ax.set_title("paired difference, 95% interval", fontsize=9)
+    for ax in axes:
+        ax.set_xscale("log", base=2)
+        ax.set_xticks(x, [str(k) for k in ks], fontsize=7)
+        ax.set_xlabel("k (samples per problem)")
+        ax.legend(fontsize=7)
+    common.save_figure(fig, out, "pass_at_k.png")
+
+
+CEILING = ("the base already solves nearly every problem at large k here (98.2% at k = 256 "
+           "in the former run): the gap can only close as k grows, and at k = 256 the "
+           "two models differ by a few problems of 128; the table reports pass@k per "
+           "difficulty (one operator / two) and the problems only one model solves")
+
+CLAIMS = (
+    common.Claim(
+        text="RLVR-trained models outperform their base models at smaller values of k "
+             "(e.g., k=1)",
+        source="Yue et al. 2025, arXiv:2504.13837, abstract (quoted)",
+        test=(RL, BASE_MODEL, "pass@1"), expect=">", margin=0.02),
+    common.Claim(
+        text="base models achieve higher pass@k score when k is large",
+        source="Yue et al. 2025, arXiv:2504.13837, abstract (quoted; k = 256 in their "
+               "figures)",
+        test=(RL, BASE_MODEL, "pass@256"), expect="<", margin=0.01, note=CEILING),
+    common.Claim(
+        text="as k increases to the tens or hundreds, base models consistently catch up with "
+             "RL-trained models",
+        source="Yue et al. 2025, arXiv:2504.13837, project page limit-of-rlvr.github.io "
+               "(quoted)",
+        test=None,
+        untestable="a ceiling effect here: the base model solves about 98% of the problems at "
+                   "k = 256 (the former run), so RL's lead must shrink as k grows whatever RL "
+                   "does (pass@k <= 1); the narrowing cannot be told from the ceiling. "
+                   "pass@k per difficulty is in the table"),
+)
+
+
+STUDY = common.Study(
+    name="pass_at_k",
+    question="Base vs RL pass@k up to k = 256 (does RL widen what the model can solve?), paired "
+             "by (base, seed), per difficulty",
+    tiers={
+        "full": common.Tier(bases=(0, 1), seeds=(0, 1, 2),
+                            cost="about 25-40 min on 2 cores (estimated: 12 samplings of 128 x "
+                                 "256 completions, about 2 min each, which dominate; 6 RL "
+                                 "runs of 60 steps, 1-1.5 min each; plus the shared 9-min "
+                                 "base per base seed when not built yet)"),
+        "mini": common.Tier(bases=(0,), seeds=(0, 1),
+                            cost="about 1 min on 2 cores (measured: 56 s under a load of 7, "
+                                 "the shared toy base built in; 2 toy RL runs, 4 samplings "
+                                 "of 4 x 256)"),
+    },
+    arms=(RL,),
+    base_config=base_config,
+    arm_configs=arm_configs,
+    analyze=analyze,
+    measure=measure,
+    claims=CLAIMS,
+)

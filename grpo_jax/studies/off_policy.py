@@ -1,10 +1,33 @@
-"""How off-policy can GRPO go: rollouts up to K updates stale, with and without corrections.
+"""How off-policy can GRPO go: rollouts K updates stale, trained with four objectives.
 
 The main job's RL stage (GRPO, accuracy + 0.2 x format reward, lr 2e-4, groups of 8, host
 rewards), shortened to 60 steps of 16 prompts, run from the final parameters of a shared base
 (the main job's pretraining), then the held-out evaluation on problems fixed across seeds
-(task.eval_seed). Arms: K = 0, and K in {1, 2, 4, 8} x correction in {none, tis, mis}
-(rl.max_staleness, rl.off_policy_correction); each against K = 0, paired by seed.
+(task.eval_seed). Update t trains on rollouts sampled by the parameters of update t - K
+(rl.max_staleness = K); the arms differ in K and in the objective the update optimises on
+them (rl.off_policy_correction). With μ the stale sampler, π_prox the trainer's parameters
+when the update starts, π_θ the parameters being optimised, A the group advantage and clip
+PPO's clip to [1 - ε, 1 + ε] (ε = 0.2):
+
+* `ppo-clip` (library name `none`): min(r A, clip(r) A) with r = π_θ / μ. PPO's clipped
+  ratio taken against the stale sampler, its trust region centred on μ; AReaL's "naive PPO".
+* `decoupled`: w · min(r A, clip(r) A) with r = π_θ / π_prox and w = π_prox / μ, untruncated:
+  AReaL's decoupled objective (Fu et al. 2025, arXiv:2505.24298), which separates the
+  off-policy correction (w) from the trust region (centred on π_prox). It is what the
+  source proposes for staleness.
+* `tis`: the same with w truncated at 2 (rl.is_cap), truncated importance sampling as Yao et
+  al. 2025 ("Your efficient RL framework secretly brings you off-policy RL training") use it
+  for the mismatch between a sampler and a trainer that compute different log-probs for the
+  same parameters. Here the two agree to float32 rounding, so the arm asks whether the
+  truncated weight also serves staleness, which its source does not claim.
+* `mis`: the same with tokens whose w leaves [0.5, 2] dropped from the loss (masked
+  importance sampling, also proposed for the sampler/trainer mismatch: Liu, Li et al. 2025,
+  "When speed kills stability"); off-label here as TIS is.
+
+Arms: K = 0 (on-policy: the reference), K = 2 with ppo-clip and decoupled (slight
+staleness, inside the η ≤ 4 AReaL calls moderate), K = 8 with all four objectives (where
+the former runs saw the one effect of staleness). Contrasts, paired by (base, seed): each
+arm's pass@1 against K = 0, and K = 8 decoupled against K = 8 ppo-clip.
 """
 
 from __future__ import annotations
@@ -13,17 +36,21 @@ import math
 
 from grpo_jax import sweep
 from grpo_jax.studies import common
+from grpo_jax.studies import summary as summary_lib
 
 FIGURES = ("pass@1", "pass@8", "maj@8", "format_rate")
-CONTRASTED = ("pass@1", "pass@8")  # the README table's paired columns: the Holm family
-STALENESS = (1, 2, 4, 8)
-CORRECTIONS = ("none", "tis", "mis")
 REFERENCE = "K=0"
+# objective (arm name) -> rl.off_policy_correction
+OBJECTIVES = {"ppo-clip": "none", "decoupled": "decoupled", "tis": "tis", "mis": "mis"}
+GRID = ((2, ("ppo-clip", "decoupled")), (8, ("ppo-clip", "decoupled", "tis", "mis")))
+MARGIN = 0.015  # 1.5 points of pass@1: see experiments/off_policy/README.md
 
 
-ARMS = (REFERENCE, *(f"K={k},{c}" for k in STALENESS for c in CORRECTIONS))
+def arm_name(staleness: int, objective: str = "ppo-clip") -> str:
+    return REFERENCE if staleness == 0 else f"K={staleness},{objective}"
 
 
+ARMS = (REFERENCE, *(arm_name(k, o) for k, objectives in GRID for o in objectives))
 
 
 def base_config(tier: str):
@@ -33,9 +60,11 @@ def base_config(tier: str):
     return config
 
 
-def arm_config(tier: str = "full", staleness: int = 0, correction: str = "none"):
+def arm_config(tier: str = "full", staleness: int = 0, correction: str = "ppo-clip"):
     """One arm's run: RL from the base (model.init_from, set per base), then the held-out
-    evaluation."""
+    evaluation. `correction`: an objective of OBJECTIVES, or the library's name for it
+    (`none` is ppo-clip); unused at K = 0, whose config stays the on-policy one
+    (distill_vs_rl's teacher is this K = 0 run)."""
     config = common.main_job(common.preset(tier))
     config.stages = "rl,eval_final"
     del config.pretrain, config.eval_base
@@ -48,25 +77,25 @@ def arm_config(tier: str = "full", staleness: int = 0, correction: str = "none")
     config.rl.fused_steps = 0  # stale rollouts run in the host loop
     config.rl.max_staleness = staleness
     if staleness:
-        config.rl.off_policy_correction = correction
+        library = OBJECTIVES.get(correction, correction)
+        if library not in OBJECTIVES.values():
+            raise ValueError(f"off_policy: objective {correction!r}; expected one of "
+                             f"{', '.join(OBJECTIVES)}")
+        config.rl.off_policy_correction = library
     return config
-
-
-def arm_name(staleness: int, correction: str) -> str:
-    return REFERENCE if staleness == 0 else f"K={staleness},{correction}"
 
 
 def arm_configs(tier: str) -> dict:
     arms = {REFERENCE: arm_config(tier, 0)}
-    for k in STALENESS:
-        for correction in CORRECTIONS:
-            arms[arm_name(k, correction)] = arm_config(tier, k, correction)
+    for k, objectives in GRID:
+        for objective in objectives:
+            arms[arm_name(k, objective)] = arm_config(tier, k, objective)
     return arms
 
 
 def _run_values(record) -> dict:
     """The final held-out figures, the mean sampler / trainer KL over the RL steps and the
-    largest importance weight of the run."""
+    largest importance weight π_prox / μ of the run."""
     values = {k: v for k, v in common.figures(record).items() if k in FIGURES}
     rows = common.training_rows(record)
     if rows:
@@ -78,84 +107,142 @@ def _run_values(record) -> dict:
 def _arm_parts(name: str) -> tuple[int, str]:
     if name == REFERENCE:
         return 0, "-"
-    k, correction = name.split(",")
-    return int(k[2:]), correction
+    k, objective = name.split(",")
+    return int(k[2:]), objective
+
+
+def _order(name: str) -> tuple:
+    k, objective = _arm_parts(name)
+    return k, list(OBJECTIVES).index(objective) if objective in OBJECTIVES else -1
+
+
+SPECS = [(name, REFERENCE, "pass@1") for name in ARMS if name != REFERENCE] + [
+    (arm_name(8, "decoupled"), arm_name(8, "ppo-clip"), "pass@1")]
+
+CLAIMS = (
+    common.Claim(
+        "Even slight staleness can significantly degrade final performance",
+        "AReaL: Fu et al. 2025, arXiv:2505.24298, algorithm ablation (quoted), of naive PPO, "
+        "whose clipped ratio is taken against the stale sampler; tested as: ppo-clip at "
+        "K = 2 ends below K = 0 in held-out pass@1",
+        (arm_name(2, "ppo-clip"), REFERENCE, "pass@1"), "<", margin=MARGIN),
+    common.Claim(
+        "naive PPO fails to match the performance of the synchronous RL oracle (i.e., the "
+        "performance when η = 0)",
+        "AReaL: Fu et al. 2025, arXiv:2505.24298, algorithm ablation (quoted); tested as: "
+        "ppo-clip at K = 8 ends below K = 0 in held-out pass@1",
+        (arm_name(8, "ppo-clip"), REFERENCE, "pass@1"), "<", margin=MARGIN),
+    common.Claim(
+        "the decoupled PPO objective substantially improves training stability when "
+        "handling stale data",
+        "AReaL: Fu et al. 2025, arXiv:2505.24298, algorithm ablation (quoted; its table "
+        "compares final scores); tested as: at K = 8 the decoupled objective ends above "
+        "ppo-clip in held-out pass@1",
+        (arm_name(8, "decoupled"), arm_name(8, "ppo-clip"), "pass@1"), ">", margin=MARGIN),
+    common.Claim(
+        "When properly constrained, moderate staleness (e.g., η ≤ 4) has minimal impact on "
+        "final performance",
+        "AReaL: Fu et al. 2025, arXiv:2505.24298, algorithm ablation (quoted), with the "
+        "decoupled objective; tested as: decoupled at K = 2 ends within 1.5 points of K = 0 "
+        "in held-out pass@1",
+        (arm_name(2, "decoupled"), REFERENCE, "pass@1"), "=", margin=MARGIN),
+    common.Claim(
+        "the mismatch between the rollout engine and the training engine makes RL "
+        "off-policy, and truncated importance sampling corrects it",
+        "Yao et al. 2025, 'Your efficient RL framework secretly brings you off-policy RL "
+        "training', https://fengyao.notion.site/off-policy-rl (paraphrase); likewise MIS: "
+        "Liu, Li et al. 2025, 'When speed kills stability'",
+        None,
+        untestable="the sampler and the trainer here are one float32 program: their "
+                   "log-probs of the sampled tokens agree to float32 rounding "
+                   "(logp_diff_max), so there is no mismatch to correct; the K = 8 tis and "
+                   "mis arms apply the two weights to staleness instead, which their "
+                   "sources do not claim (their pass@1 against K = 0 is in the table)"),
+)
 
 
 def analyze(runs: common.StudyRuns) -> common.Analysis:
     arms = common.per_seed(runs, _run_values)
-    order = sorted(arms, key=_arm_parts)
-    arms = {name: arms[name] for name in order}
-    specs = [(name, REFERENCE, metric) for metric in CONTRASTED for name in order
-             if name != REFERENCE]
-    return common.Analysis(arms=arms, specs=specs, table=table(arms),
+    arms = {name: arms[name] for name in sorted(arms, key=_order)}
+    return common.Analysis(arms=arms, specs=SPECS, table=table(arms),
                            plots=lambda out: plot(arms, runs, out))
 
 
 def _paired(arms: dict, name: str, metric: str) -> dict:
-    """The paired interval of `name` - K=0 over the (base, seed) pairs both have."""
-    a, b = arms[name], arms.get(REFERENCE)
-    if b is None or metric not in a["metrics"] or metric not in b["metrics"]:
-        return {"n": 0, "mean": math.nan, "ci95": [math.nan, math.nan]}
-    ref = dict(zip(zip(b["bases"], b["seeds"]), b["metrics"][metric]))
-    keys = list(zip(a["bases"], a["seeds"]))
-    return sweep.paired_interval(a["metrics"][metric], [ref.get(k) for k in keys])
+    """The paired difference `name` - K=0 (`summary.contrasts`: seeds nested in bases), as
+    {"n", "diff", "ci95"}; n = 0 when either arm lacks it."""
+    if name not in arms or REFERENCE not in arms:
+        return {"n": 0, "diff": math.nan, "ci95": [math.nan, math.nan]}
+    return summary_lib.contrasts(arms, [(name, REFERENCE, metric)])[0]
+
+
+def _signed(stats: dict, scale: float = 100.0, digits: int = 1) -> str:
+    """A paired difference as "+d [lo, hi]" (scaled), "-" without pairs."""
+    if not stats["n"] or not math.isfinite(stats["diff"]):
+        return "-"
+    lo, hi = stats["ci95"]
+    if not (math.isfinite(lo) and math.isfinite(hi)):
+        return f"{stats['diff'] * scale:+.{digits}f} (n={stats['n']})"
+    return (f"{stats['diff'] * scale:+.{digits}f} [{lo * scale:+.{digits}f}, "
+            f"{hi * scale:+.{digits}f}]")
 
 
 def table(arms: dict) -> str:
-    """The README's table: per arm the held-out figures (mean ± 95% half-width over seeds),
-    the paired difference to K = 0, the sampler / trainer KL and the largest IS weight."""
+    """The README's table: per arm the held-out figures (mean ± 95% half-width over its
+    (base, seed) runs), the paired difference to K = 0 with its 95% interval (seeds nested
+    in bases; pass@8's is descriptive, outside the Holm family), the sampler / trainer KL
+    and the largest importance weight."""
     fmt = sweep.format_interval
-    lines = [("| K | correction | seeds | pass@1 | pass@1 - K=0 (paired) | pass@8 | "
+    lines = [("| K | objective | runs | pass@1 | pass@1 - K=0 (paired) | pass@8 | "
               "pass@8 - K=0 (paired) | mean KL(sampler ‖ trainer) per token | "
-              "largest IS weight |"),
+              "largest π_prox/μ |"),
              "|---|---|---|---|---|---|---|---|---|"]
-
-    def percent(text):
-        return text if text == "-" else text + "%"
-
     for name, entry in arms.items():
-        k, correction = _arm_parts(name)
+        k, objective = _arm_parts(name)
 
         def stat(metric, scale=100.0, digits=1, metrics=entry["metrics"]):
-            return fmt(sweep.interval(metrics.get(metric, [])), scale, digits)
+            return fmt(sweep.interval([v for v in metrics.get(metric, [])
+                                       if v is not None]), scale, digits)
 
         def diff(metric, name=name):
-            return "-" if name == REFERENCE else percent(fmt(_paired(arms, name, metric),
-                                                             signed=True))
+            return "-" if name == REFERENCE else _signed(_paired(arms, name, metric))
 
-        lines.append(f"| {k} | {correction} | {len(entry['seeds'])} | "
-                     f"{percent(stat('pass@1'))} | {diff('pass@1')} | "
-                     f"{percent(stat('pass@8'))} | {diff('pass@8')} | "
+        lines.append(f"| {k} | {objective} | {len(entry['seeds'])} | {stat('pass@1')} | "
+                     f"{diff('pass@1')} | {stat('pass@8')} | {diff('pass@8')} | "
                      f"{'-' if k == 0 else stat('kl_behaviour', 1.0, 4)} | "
                      f"{'-' if k == 0 else stat('is_weight_max', 1.0, 2)} |")
+    lines.append("")
+    lines.append("pass@1 and pass@8 in %, differences in points; the KL and the weight are "
+                 "per run (the mean over its RL steps, the largest of its steps), then "
+                 "over runs.")
     return "\n".join(lines) + "\n"
 
 
 def plot(arms: dict, runs: common.StudyRuns, out: str) -> None:
     """pass_at_1_vs_k.png (the paired difference to K = 0 against K, one line per
-    correction) and curves.png (training pass@1 and the sampler / trainer KL)."""
+    objective) and curves.png (training pass@1 and the sampler / trainer KL)."""
     import numpy as np
 
     plt = common.pyplot()
     fig, ax = plt.subplots(figsize=(5.5, 3.6))
-    for index, correction in enumerate(CORRECTIONS):
-        points = [(0, {"mean": 0.0, "n": 0, "ci95": [0.0, 0.0]})]
+    for index, objective in enumerate(OBJECTIVES):
+        points = [(0, {"n": 0, "diff": 0.0, "ci95": [0.0, 0.0]})]
         points += [(_arm_parts(name)[0], _paired(arms, name, "pass@1")) for name in arms
-                   if _arm_parts(name)[1] == correction]
+                   if _arm_parts(name)[1] == objective]
         if len(points) == 1:
             continue
         points.sort(key=lambda p: p[0])
-        means = np.array([s["mean"] for _, s in points]) * 100
+        means = np.array([s["diff"] for _, s in points]) * 100
         halves = np.array([(s["ci95"][1] - s["ci95"][0]) / 2 if s["n"] > 1 else 0
                            for _, s in points]) * 100
-        ax.errorbar(np.array([k for k, _ in points]) + 0.08 * (index - 1), means, yerr=halves,
-                    marker="o", capsize=3, label=correction)
+        halves = np.nan_to_num(halves)
+        ax.errorbar(np.array([k for k, _ in points]) + 0.1 * (index - 1.5), means,
+                    yerr=halves, marker="o", capsize=3, label=objective)
     ax.axhline(0.0, color="gray", lw=0.8)
-    ax.set_xlabel("max staleness K (updates)")
-    ax.set_ylabel("pass@1 minus K = 0, same seed (points)")
+    ax.set_xlabel("staleness K (updates)")
+    ax.set_ylabel("pass@1 minus K = 0, paired (points)")
     ax.set_title("held-out pass@1 vs K: paired difference, 95% interval", fontsize=10)
-    ax.legend(title="correction", fontsize=8)
+    ax.legend(title="objective", fontsize=8)
     common.save_figure(fig, out, "pass_at_1_vs_k.png")
 
     fig, axes = plt.subplots(1, 2, figsize=(9, 3.2))
@@ -163,7 +250,7 @@ def plot(arms: dict, runs: common.StudyRuns, out: str) -> None:
         curves = [common.training_rows(r) for r in runs.arm(name) if r.finished]
         for ax, metric in zip(axes, ("pass@1", "kl_behaviour")):
             common.band(ax, [[row.get(metric, np.nan) for row in rows] for rows in curves],
-                        label=name, color=plt.cm.tab20(index % 20))
+                        label=name, color=plt.cm.tab10(index % 10))
     for ax, title in zip(axes, ("training pass@1", "KL(sampler ‖ trainer), k3")):
         ax.set_title(title)
         ax.set_xlabel("RL step")
@@ -173,17 +260,24 @@ def plot(arms: dict, runs: common.StudyRuns, out: str) -> None:
 
 STUDY = common.Study(
     name="off_policy",
-    question="GRPO on rollouts up to K in {1, 2, 4, 8} updates stale, no correction / TIS / "
-             "MIS, paired by seed against K = 0",
+    question="GRPO on rollouts K updates stale (K = 2, 8), trained with PPO's clipped ratio "
+             "against the stale sampler, AReaL's decoupled objective, or the TIS / MIS "
+             "weights, paired by (base, seed) against on-policy K = 0",
     tiers={
-        "full": common.Tier(bases=(0,), seeds=(0, 1, 2),
-                            cost="about 60 min on 2 cores (39 runs of 55-100 s, plus the "
-                                 "9-min base when not built yet; measured)"),
-        "mini": common.Tier(bases=(0,), seeds=(0, 1), arms=(REFERENCE, "K=2,none", "K=2,tis"),
-                            cost="about 2-3 min on 2 cores (6 toy runs and a toy base)"),
+        "full": common.Tier(bases=(0, 1), seeds=(0, 1, 2),
+                            cost="about 55 min on 2 cores (estimated: 7 arms x 2 bases x 3 "
+                                 "seeds = 42 runs at the 55-100 s per run recorded for the "
+                                 "former 39; plus 2 x 9 min for the bases, shared with "
+                                 "cold_start, kl_beta and distill_vs_rl, when not built yet)"),
+        "mini": common.Tier(bases=(0,), seeds=(0, 1),
+                            arms=(REFERENCE, arm_name(2, "ppo-clip"),
+                                  arm_name(2, "decoupled")),
+                            cost="about 40 s on 2 cores (measured, XLA cache warm: 6 toy runs "
+                                 "and a toy base; compiling them afresh takes 2-3 min)"),
     },
     arms=ARMS,
     base_config=base_config,
     arm_configs=arm_configs,
     analyze=analyze,
+    claims=CLAIMS,
 )

@@ -38,14 +38,14 @@ def test_list_names_every_study_with_its_tiers(capsys):
         n for n in os.listdir(folder) if os.path.isdir(os.path.join(folder, n)))
     for name in studies.NAMES:
         assert out.count(f"{name}:") == 1, name
-    for name in studies.PORTED:
+    for name in studies.NAMES:
         study = studies.get(name)
         assert set(study.tiers) == {"full", "mini"}
         assert "  mini: " in out and "  full: " in out
 
 
 def test_publish_is_refused_for_the_mini_tier(tmp_path, capsys):
-    code = cli.main(["run", studies.PORTED[0], "--tier=mini", f"--workdir={tmp_path}",
+    code = cli.main(["run", studies.NAMES[0], "--tier=mini", f"--workdir={tmp_path}",
                      "--publish"])
     assert code == 2 and "--publish" in capsys.readouterr().err
 
@@ -82,8 +82,14 @@ def workdir(tmp_path_factory):
     return str(tmp_path_factory.mktemp("studies"))
 
 
+# The mini tiers and the sharing checks after them run in one xdist worker (pytest.ini's
+# --dist loadgroup), so the checks see every study's runs in one workdir.
+STUDIES_GROUP = pytest.mark.xdist_group("studies")
+
+
 @pytest.mark.slow
-@pytest.mark.parametrize("name", studies.PORTED)
+@STUDIES_GROUP
+@pytest.mark.parametrize("name", studies.NAMES)
 def test_mini_tier(name, workdir):
     experiments = os.path.join(ROOT, "experiments", name)
     before = _tree_digest(experiments)
@@ -119,13 +125,14 @@ def test_mini_tier(name, workdir):
         summary_lib.to_json(result))["arms"]
 
 
+@STUDIES_GROUP
 def test_studies_asking_for_one_base_config_share_it(workdir):
     """After the mini tiers above: the studies that start from the main job's pretraining
     share one base run, and every base directory is one some study asked for."""
     if not os.path.isdir(os.path.join(workdir, "bases")):
         pytest.skip("needs the mini tiers above in the same process")
     asked: dict[str, set] = {}
-    for name in studies.PORTED:
+    for name in studies.NAMES:
         path = os.path.join(workdir, name, "out", "summary.json")
         if not os.path.exists(path):
             pytest.skip("needs every mini tier above in the same process")
@@ -138,6 +145,29 @@ def test_studies_asking_for_one_base_config_share_it(workdir):
     config.stages, config.seed = "pretrain", 0
     main_base = f"s0-{common.config_hash(config)[:10]}"
     assert {"off_policy", "cold_start", "kl_beta"} <= asked[main_base]
+
+
+@STUDIES_GROUP
+def test_studies_asking_for_one_run_share_it(workdir):
+    """After the mini tiers above: every run directory is keyed by its config and asked for
+    by some study, and a run two studies ask for (length_growth's redo arm is length_bias's
+    grpo arm) is made once."""
+    users: dict[str, set] = {}
+    for name in studies.NAMES:
+        path = os.path.join(workdir, name, "out", "summary.json")
+        if not os.path.exists(path):
+            pytest.skip("needs every mini tier above in the same process")
+        with open(path, encoding="utf-8") as f:
+            loaded = json.load(f)
+        bases = {}
+        for key, base in loaded["protocol"]["bases"].items():
+            roles = {role: os.path.join(workdir, "bases", d) for role, d in base["roles"].items()}
+            bases[key] = {**base, "roles": roles, "workdir": next(iter(roles.values()))}
+        for record in common.plan(studies.get(name), "mini", workdir, bases):
+            assert os.path.realpath(record.link) == os.path.realpath(record.workdir)
+            users.setdefault(os.path.basename(record.workdir), set()).add(name)
+    assert sorted(os.listdir(os.path.join(workdir, "runs"))) == sorted(users)
+    assert any({"length_bias", "length_growth"} <= names for names in users.values())
 
 
 def test_cold_start_arms_share_their_rl_prompts_and_keys_per_seed(tmp_path):

@@ -59,8 +59,9 @@ def eval_columns(stage_names, kinds, evals) -> list[tuple[str, str, str | None, 
 
 def code_provenance() -> dict:
     """What code made a run: the git commit of the grpo_jax checkout (None outside one,
-    e.g. an installed wheel), whether tracked files differed from it, and the versions of
-    Python, jax and flax. Read when the run starts, kept in report.json."""
+    e.g. an installed wheel), whether tracked files other than experiments/ (the studies'
+    published outputs, which compute nothing) differed from it, and the versions of Python,
+    jax and flax. Read when the run starts, kept in report.json."""
     import flax  # pylint: disable=import-outside-toplevel
     import jax  # pylint: disable=import-outside-toplevel
 
@@ -75,7 +76,8 @@ def code_provenance() -> dict:
         return done.stdout.strip() if done.returncode == 0 else None
 
     commit = git("rev-parse", "HEAD") if os.path.exists(os.path.join(root, ".git")) else None
-    status = git("status", "--porcelain", "--untracked-files=no") if commit else None
+    status = git("status", "--porcelain", "--untracked-files=no", "--", ".",
+                 ":(exclude)experiments") if commit else None
     return {"commit": commit, "modified": bool(status) if status is not None else None,
             "python": platform.python_version(), "jax": jax.__version__,
             "flax": flax.__version__, "argv": list(sys.argv)}

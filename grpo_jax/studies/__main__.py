@@ -11,11 +11,6 @@ from grpo_jax import studies
 
 def _list() -> int:
     for name in studies.NAMES:
-        if name not in studies.PORTED:
-            print(f"{name}: not ported yet; experiments/{name}/README.md has its commands")
-            print(f"  full (recorded, by those commands): {studies.RECORDED_COST[name]}")
-            print("  mini: comes with the port")
-            continue
         study = studies.get(name)
         print(f"{name}: {study.question}")
         for tier_name, tier in study.tiers.items():

@@ -11,7 +11,9 @@ A study module defines `STUDY = Study(...)`:
   included): every study asking for the same config reuses it, a different config never
   does.
 - `arm_configs(tier)`: {arm name: config}; each runs once per (base, seed) in
-  `<workdir>/<study>/runs/<arm>/<base key>,seed=<s>/` with `config.seed = s` and, with a base,
+  `<workdir>/runs/<hash of its resolved config>/` (linked from
+  `<workdir>/<study>/runs/<arm>/<base key>,seed=<s>`: two studies asking for the same run
+  share it) with `config.seed = s` and, with a base,
   `config.model.init_from` set to the base's directory (or `attach(config, base)` wiring the
   roles' directories, `base["roles"]`, into it). Arms of one (base, seed) share the
   prompt order, sampling keys and held-out problems: they are paired.
@@ -46,7 +48,7 @@ from grpo_jax.studies import summary as summary_lib
 
 Claim = summary_lib.Claim
 
-__all__ = ["Analysis", "Claim", "RunRecord", "Study", "StudyRuns", "Tier", "band", "config_hash",
+__all__ = ["Analysis", "Claim", "RunRecord", "index_table", "link_run", "Study", "StudyRuns", "Tier", "band", "config_hash",
            "execute", "experiments_dir", "figures", "last_stage_rows", "load_finished",
            "per_seed", "protocol_of", "training_rows"]
 
@@ -69,8 +71,9 @@ class RunRecord:
     arm: str
     base: str  # the base's key ("" without a base)
     seed: int
-    workdir: str
+    workdir: str  # <workdir>/runs/<config hash>: shared by every study asking for the run
     config: Any  # the run's ConfigDict
+    link: str = ""  # <workdir>/<study>/runs/<arm>/<base>,seed=<s>: a link to `workdir`
 
     @property
     def finished(self) -> bool:
@@ -253,9 +256,28 @@ def plan(study: Study, tier: str, workdir: str, bases: dict[str, dict]) -> list[
                 elif base is not None:
                     config.model.init_from = base["workdir"]
                 name = f"{key},seed={seed}" if key else f"seed={seed}"
-                records.append(RunRecord(arm, key, seed, storage.join(
-                    workdir, study.name, "runs", _safe(arm), name), config))
+                records.append(RunRecord(
+                    arm, key, seed, storage.join(workdir, "runs", config_hash(config)[:16]),
+                    config, storage.join(workdir, study.name, "runs", _safe(arm), name)))
     return records
+
+
+def link_run(record: RunRecord) -> None:
+    """Makes the study's readable path of a run (`record.link`) a symbolic link to the run's
+    directory, keyed by its config (local workdirs only), and marks the directory with the
+    hash it was made for: a directory made for another config is never reused."""
+    digest = config_hash(record.config)
+    storage.makedirs(record.workdir)
+    marker = storage.join(record.workdir, "run_config_hash")
+    if storage.isfile(marker) and storage.read_text(marker).strip() != digest:
+        raise RuntimeError(f"{record.workdir}: made for another config (hash "
+                           f"{storage.read_text(marker).strip()[:10]}, asked {digest[:10]})")
+    storage.write_text(marker, digest + "\n")
+    link, target = storage.local_path(record.link), storage.local_path(record.workdir)
+    if link is None or target is None or os.path.islink(link):
+        return
+    os.makedirs(os.path.dirname(link), exist_ok=True)
+    os.symlink(os.path.relpath(target, os.path.dirname(link)), link)
 
 
 def _safe(name: str) -> str:
@@ -289,6 +311,8 @@ def execute(study: Study, tier: str, workdir: str, *, publish: bool = False,
             key, info = build_bases(study.base_config(tier), workdir, seed, tier)
             bases[key] = info
     records = plan(study, tier, workdir, bases)
+    for record in records:
+        link_run(record)
     todo = [r for r in records if not r.finished]
     print(f"[studies] {study.name} ({tier}): {len(records)} runs, "
           f"{len(records) - len(todo)} finished, {len(todo)} to run", flush=True)
@@ -415,6 +439,47 @@ def publish_outputs(study: Study, out: str) -> None:
     for name in sorted(os.listdir(local)):
         shutil.copyfile(os.path.join(local, name), os.path.join(target, name))
         print(f"[studies] published {os.path.join(target, name)}", flush=True)
+    index = os.path.join(experiments_dir(), "README.md")
+    with open(index, encoding="utf-8") as f:
+        text = f.read()
+    with open(index, "w", encoding="utf-8") as f:
+        f.write(summary_lib.replace_marked(text, index_table(experiments_dir())))
+    print(f"[studies] published {index} (its index of verdicts)", flush=True)
+
+
+def index_table(folder: str) -> str:
+    """experiments/README.md's index, generated from the published summary.json files: per
+    study its question, the commit its analysis ran at, and its verdicts; a study whose
+    summary.json predates the schema (or is a mini tier's) says it is not regenerated."""
+    from grpo_jax import studies
+
+    lines = ["| study | question | published at | verdicts (claim: verdict) |",
+             "|---|---|---|---|"]
+    for name in studies.NAMES:
+        path = os.path.join(folder, name, "summary.json")
+        summary = None
+        if os.path.exists(path):
+            with open(path, encoding="utf-8") as f:
+                summary = json.load(f)
+        link = f"[{name}]({name}/README.md)"
+        question = (studies.get(name).question
+                    ).replace("|", "\\|")
+        if not summary or summary.get("schema", 0) < 2 or summary.get("tier") != "full":
+            lines.append(f"| {link} | {question} | not regenerated yet | the former results: "
+                         "its README |")
+            continue
+        code = summary["provenance"]
+        commit = (code.get("commit") or "unknown")[:7] + (" (modified)" if code.get("dirty")
+                                                          else "")
+        verdicts = "; ".join(f"{_short(v['claim'])}: **{v['verdict']}**"
+                             for v in summary.get("verdicts", [])) or "-"
+        lines.append(f"| {link} | {question} | `{commit}` | {verdicts} |")
+    return "\n".join(lines) + "\n"
+
+
+def _short(text: str, words: int = 12) -> str:
+    parts = text.replace("|", "\\|").split()
+    return " ".join(parts[:words]) + (" ..." if len(parts) > words else "")
 
 
 # ---- helpers for the analyses ----------------------------------------------------------------

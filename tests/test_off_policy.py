@@ -152,3 +152,28 @@ def test_ppo_takes_stale_rollouts_with_the_decoupled_correction(tmp_path):
     assert [r["staleness"] for r in rows] == [0, 1, 1]
     assert all("is_weight_mean" in r and "kl_behaviour" in r for r in rows)
     assert max(r["kl_behaviour"] for r in rows) > 0 and rows[0]["kl_behaviour"] < 1e-9
+
+
+def test_the_learner_reads_staleness_from_the_batch_versions():
+    """`Learner.step`: staleness is the learner's version minus each row's `batch.version`
+    (logged as its mean when the stage samples ahead), and the version counts the
+    iteration, whatever state the iteration returns."""
+    import types
+
+    import jax.numpy as jnp
+
+    from grpo_jax.runner.rl_loop import Learner
+
+    class Stub(Learner):
+        def iteration(self, state, batch):
+            return {"params": state["params"] + 1.0}, {"loss": jnp.float32(0.0)}
+
+    learner = Stub()
+    batch = types.SimpleNamespace(version=jnp.array([5, 3, 4, 5], jnp.int32))
+    state = {"params": jnp.float32(0.0), "version": jnp.int32(5)}
+    new, metrics = learner.step(state, batch)
+    assert int(new["version"]) == 6 and float(new["params"]) == 1.0
+    assert "staleness" not in metrics  # an on-policy stage logs none
+    learner.logs_staleness = True
+    _, metrics = learner.step(state, batch)
+    assert float(metrics["staleness"]) == 0.75  # (0 + 2 + 1 + 0) / 4

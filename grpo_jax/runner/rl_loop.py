@@ -19,6 +19,7 @@ from __future__ import annotations
 import dataclasses
 
 import jax
+import jax.numpy as jnp
 import numpy as np
 
 from grpo_jax.rl.batch import RolloutBatch
@@ -91,10 +92,14 @@ class Learner:
     """What an RL stage kind plugs into `rl_loop`.
 
     Attributes:
-      state: the checkpointed pytree; `state["params"]` is the policy's parameters.
+      state: the checkpointed pytree; `state["params"]` is the policy's parameters and
+        `state["version"]` (set by the loop) the number of iterations the stage has run:
+        the version of the parameters, in the vocabulary of `batch.version`.
+      logs_staleness: whether `step` logs the rows' staleness (a stage that samples ahead).
     """
 
     state: dict
+    logs_staleness = False
     _jitted = None
 
     def iteration(self, state: dict, batch: RolloutBatch) -> tuple[dict, dict]:
@@ -107,6 +112,18 @@ class Learner:
         """
         raise NotImplementedError
 
+    def step(self, state: dict, batch: RolloutBatch) -> tuple[dict, dict]:
+        """`iteration` with the versions: the rows' staleness is the learner's version minus
+        the version that sampled them (`batch.version`), logged as "staleness" (the mean)
+        when `logs_staleness`; the version counts the iteration. Pure: the host source jits
+        it, the device source scans it."""
+        version = state["version"]
+        staleness = (version - batch.version).astype(jnp.float32)
+        state, metrics = self.iteration(state, batch)
+        if self.logs_staleness:
+            metrics = {**metrics, "staleness": jnp.mean(staleness)}
+        return {**state, "version": version + 1}, metrics
+
     def host_batch(self, batch: RolloutBatch, step: int) -> RolloutBatch:
         """The batch of update `step` as the host source hands it to `iteration`: host-side
         work before it (e.g. a reference reset, the minibatch order). Default: as is."""
@@ -114,10 +131,10 @@ class Learner:
         return batch
 
     def iterate(self, batch: RolloutBatch, step: int) -> dict:
-        """One iteration on the host: the jitted `iteration` (state donated) on
+        """One iteration on the host: the jitted `step` (state donated) on
         `host_batch(batch, step)`; float metrics."""
         if self._jitted is None:
-            self._jitted = jit_update(self.iteration, num_state_args=1)
+            self._jitted = jit_update(self.step, num_state_args=1)
         self.state, metrics = self._jitted(_on_mesh(self.state), self.host_batch(batch, step))
         return {k: float(v) for k, v in jax.device_get(metrics).items()}
 
@@ -189,6 +206,7 @@ def start_stage(run, stage, learner: Learner, extra_target: dict | None = None):
     does not depend on the number of processes; each samples and scores its block of rows.
     """
     iterator = stage_prompts(run, stage)
+    learner.state = _on_mesh({**learner.state, "version": jnp.zeros((), jnp.int32)})
     start, extra = 0, {}
     if stage.resume_meta is not None:
         state = run.restore_stage({**learner.state, **(extra_target or {})})

@@ -266,11 +266,9 @@ class HostSource(Source):
             raise StalenessError(f"update {step} was given the rollout sampled for update "
                                  f"{entry.step}")
         ro, info = entry.rollout, entry.info
-        stale = check_versions(ro.version, step, settings.max_staleness)
+        check_versions(ro.version, step, settings.max_staleness)
         check_prompt_groups(ro.prompt_tokens, ro.prompt_mask, settings.group_size)
         batch = device_batch(run, ro.to_batch())
-        if settings.max_staleness:
-            info = {**info, "staleness": float(np.mean(stale))}
         timer.lap("sample")
         metrics = learner.iterate(batch, step)
         run.params = learner.state["params"]
@@ -313,7 +311,7 @@ class DeviceSource(Source):
         self.chunk = settings.fused_steps
         rewards = {name: make_device_reward(name, run.tokenizer) for name in settings.weights}
         self.program = make_fused_iterations(
-            run.policy, learner.iteration, group_size=settings.group_size,
+            run.policy, learner.step, group_size=settings.group_size,
             sampling=settings.sampling(run), rewards=rewards, weights=settings.weights)
 
     @classmethod

@@ -81,6 +81,7 @@ class PPOLearner(Learner):
                                     batch_streams=run.policy.batch_streams)
         critic_params = add_scalar_head(run.params)
         self.use_reference = section.beta > 0
+        self.logs_staleness = section.max_staleness > 0
         self.state = {"params": run.params,
                       "opt_state": init_opt_state(optimizer, run.params, run.mesh),
                       "critic_params": critic_params,

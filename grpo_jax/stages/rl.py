@@ -173,8 +173,13 @@ class GRPOLearner(Learner):
                       "opt_state": init_opt_state(self.optimizer, run.params, run.mesh)}
         if self.settings.beta != 0.0:  # with LoRA: the adapters copied, the base shared
             self.state["ref_params"] = lora.copy_trainable(run.params)
-        # Stale rollouts (max_staleness > 0) are off-policy whatever the update count.
+        # A stage that samples ahead (max_staleness > 0) trains on rows of older versions
+        # (`step` logs their staleness from batch.version), so its program computes the
+        # proximal log-probs and corrects every row (a row of staleness 0 gets ratio 1 up to
+        # the sampler's rounding): whether that pass runs is a property of the compiled
+        # program, chosen once per stage.
         stale = section.max_staleness > 0
+        self.logs_staleness = stale
         self.on_policy = self.updates_per_step == 1 and not stale
         prompt_len = run.config.task.prompt_len
         self.loss = loss_settings(section, on_policy=self.on_policy)

@@ -8,10 +8,11 @@ The floor of the package's file reading (nothing of grpo_jax imported): `models.
 from __future__ import annotations
 
 import json
+import math
 import os
 import sys
 
-__all__ = ["json_nesting", "load_json_file", "parse_json", "reject_non_finite"]
+__all__ = ["dumps_finite", "json_nesting", "load_json_file", "parse_json", "reject_non_finite"]
 
 
 def parse_json(text: str, where: str | os.PathLike):
@@ -77,3 +78,24 @@ def json_nesting(text: str) -> tuple[int, str]:
 def reject_non_finite(name: str):
     """json.loads's parse_constant: NaN, Infinity and -Infinity are a ValueError."""
     raise ValueError(f"non-finite number {name} (JSON has no NaN or Infinity)")
+
+
+def finite(value):
+    """`value` with every non-finite float (NaN, inf) as None, containers walked, numpy
+    scalars made Python numbers: what strict JSON can hold."""
+    if isinstance(value, float):
+        return value if math.isfinite(value) else None
+    if isinstance(value, dict):
+        return {k: finite(v) for k, v in value.items()}
+    if isinstance(value, (list, tuple)):
+        return [finite(v) for v in value]
+    if hasattr(value, "item") and not isinstance(value, (str, bytes)):  # numpy scalars
+        return finite(value.item())
+    return value
+
+
+def dumps_finite(value, **kwargs) -> str:
+    """json.dumps of `value` with non-finite numbers written as null (never a bare NaN,
+    which strict readers reject)."""
+    return json.dumps(finite(value), allow_nan=False, **kwargs)
+

@@ -123,16 +123,31 @@ def default_workdir(config_arg: str) -> str:
     return os.path.join("runs", name + (f"_{preset}" if preset else ""))
 
 
+_HELP = ("--help", "-h", "-?", "--helpshort", "--helpfull", "--helpxml")
+
+
 def parse_flags(argv: list[str]) -> list[str]:
-    """absl flag parsing with bad flags / unknown fields reported in one line, exit 2."""
+    """absl flag parsing with bad flags / unknown fields reported in one line, exit 2; a
+    positional argument (a config path without --config=) is one line, exit 2; --help
+    prints the flags and exits 0."""
     try:
         problem = _override_problem(argv)  # before ml-collections applies the overrides
         if problem:
             _fail(problem)
-        return flags.FLAGS(argv)
+        rest = flags.FLAGS(argv)
+    except SystemExit as exit_:  # absl's --help prints the flags, then exits 1
+        if any(a in _HELP for a in argv[1:]):
+            sys.exit(0)
+        raise
     except (flags.Error, KeyError, AttributeError, TypeError, ValueError) as err:
         _fail(_flag_error_line(err))
-    return []
+        return []
+    if len(rest) > 1:
+        extra = rest[1]
+        hint = (f"; a config file is given as --config={extra}"
+                if extra.split(":", 1)[0].endswith(".py") else "")
+        _fail(f"unexpected argument {extra!r}: every argument is a --flag{hint}")
+    return rest
 
 
 def main(argv) -> None:

@@ -38,6 +38,7 @@ import time
 from collections.abc import Sequence
 
 from grpo_jax import storage
+from grpo_jax.json_files import dumps_finite
 
 # The metrics reader only (json and numpy): the runs themselves are subprocesses, and the
 # sweep process never imports jax.
@@ -207,8 +208,9 @@ def format_interval(stats: dict, scale: float = 100.0, digits: int = 1,
 
 def write_analysis(out: str, summary: dict, table: str) -> None:
     """Writes a study's analysis into the directory `out`: summary.json (`summary`, JSON
-    indented by 2, no final newline) and table.md (`table`, as given)."""
-    storage.write_text(storage.join(out, "summary.json"), json.dumps(summary, indent=2))
+    indented by 2, non-finite numbers as null, no final newline) and table.md (`table`, as
+    given)."""
+    storage.write_text(storage.join(out, "summary.json"), dumps_finite(summary, indent=2))
     storage.write_text(storage.join(out, "table.md"), table)
 
 
@@ -231,7 +233,7 @@ def summarize(runs: Sequence[Run], root: str) -> dict:
         names = sorted({k for figures in per_seed for k in figures})
         summary[arm] = {"seeds": [r.seed for r in members],
                         "figures": {k: interval([f.get(k) for f in per_seed]) for k in names}}
-    storage.write_text(storage.join(root, "summary.json"), json.dumps(summary, indent=2))
+    storage.write_text(storage.join(root, "summary.json"), dumps_finite(summary, indent=2))
     storage.write_text(storage.join(root, "summary.md"), summary_markdown(summary))
     if summary:
         _plot_curves(arms, storage.join(root, "curves.png"))

@@ -247,6 +247,34 @@ def test_the_unknown_field_error_names_the_flag_typed(tmp_path, flags_, flag, na
               f"config error: {flag}: no such config field {name!r}")
 
 
+TOOLS = os.path.join(REPO, "configs", "tools.py") + ":smoke"
+
+
+@pytest.mark.parametrize("args,needle", [
+    ((f"--config={DEFAULT}", "--config.rl.max_staleness=1000000"),
+     "config error: rl.max_staleness: expected <= 1, got 1000000"),
+    ((f"--config={DEFAULT}", "--config.model.lora_rank=100000"),
+     "config error: model.lora_rank: expected <= the model's hidden_size 128"),
+    ((f"--config={TOOLS}", "--config.rl.max_turns=0"),
+     "config error: rl.max_turns: expected >= 1, got 0"),
+    ((DEFAULT,), f"unexpected argument {DEFAULT!r}: every argument is a --flag; a config "
+                 f"file is given as --config={DEFAULT}"),
+])
+def test_out_of_range_values_and_a_bare_config_path_are_one_line(tmp_path, args, needle):
+    workdir = tmp_path / "run"
+    _one_line(*_cli(*args, f"--workdir={workdir}"), needle)
+    assert not workdir.exists()
+
+
+def test_help_exits_0():
+    import subprocess
+    import sys
+
+    done = subprocess.run([sys.executable, "-m", "grpo_jax.main", "--help"], cwd=REPO,
+                          capture_output=True, text=True, timeout=120, check=False)
+    assert done.returncode == 0 and "--workdir" in done.stdout + done.stderr
+
+
 def test_readme_sections_cited_by_messages_exist():
     readme = open(os.path.join(REPO, "README.md"), encoding="utf-8").read()
     cited = []

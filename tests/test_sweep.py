@@ -98,14 +98,15 @@ def test_finished_runs_stage_figures_and_format(tmp_path):
 
 
 def test_write_analysis(tmp_path):
-    """A study's outputs: summary.json indented by 2 (NaN kept, no final newline) and
-    table.md byte for byte as given (UTF-8)."""
+    """A study's outputs: summary.json indented by 2 (a NaN written as null, which strict
+    JSON readers accept; no final newline) and table.md byte for byte as given (UTF-8)."""
     summary = {"arm": sweep.interval([0.5]), "seeds": [0]}
     table = "| arm | pass@1 |\n|---|---|\n| a | 50.0 ± 1.0 |\n"
     sweep.write_analysis(str(tmp_path), summary, table)
     text = (tmp_path / "summary.json").read_text(encoding="utf-8")
-    assert text == json.dumps(summary, indent=2) and '"std": NaN' in text
-    assert json.loads(text)["seeds"] == [0]
+    assert '"std": null' in text and "NaN" not in text
+    loaded = json.loads(text, parse_constant=lambda name: pytest.fail(f"bare {name}"))
+    assert loaded["seeds"] == [0] and loaded["arm"]["std"] is None
     assert (tmp_path / "table.md").read_bytes() == table.encode("utf-8")
 
 

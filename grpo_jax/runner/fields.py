@@ -106,7 +106,10 @@ def _add_off_policy(s) -> None:
 
 
 def _check_off_policy(check) -> None:
-    check.integer("max_staleness", low=0)
+    steps = check.section.get("steps")
+    # the queue holds K + 1 rollouts; a K past the stage's last update samples nothing used
+    check.integer("max_staleness", low=0,
+                  high=max(steps - 1, 0) if isinstance(steps, int) and steps > 0 else None)
     check.choice("off_policy_correction", CORRECTIONS)
     check.positive("is_cap")
     low, high = check.number("mis_low", low=0.0), check.number("mis_high")
@@ -135,7 +138,7 @@ def _add_tools(s) -> None:
 
 def _check_tools(check) -> None:
     name = check.choice("tools", ("", *sorted(TOOL_NAMES)))
-    check.integer("max_turns", low=0)
+    check.integer("max_turns", low=1 if name else 0)  # with a tool, at least one answer
     check.integer("max_wait_tokens", low=0)
     width = check.integer("max_observation_tokens")
     if name and width >= check.section.max_new_tokens:

@@ -143,13 +143,17 @@ def check_model_fields(config) -> None:
         if config.model.get(field) is not None:
             model.positive(field)
     try:
-        model_config_for(config, 256)  # the shape's own constraints (heads divide, ...)
+        shape = model_config_for(config, 256)  # the shape's own constraints (heads divide, ...)
     except ValueError as err:
         message = str(err)
         for field in MODEL_SHAPE_FIELDS + ("max_seq_len", "dtype", "param_dtype"):
             if message.startswith(f"ModelConfig.{field}"):
                 raise ConfigError("model." + message[len("ModelConfig."):]) from None
         raise ConfigError(f"model: {message}") from None
+    rank = config.model.get("lora_rank", 0)
+    if rank and rank > shape.hidden_size:  # a rank past the width adds nothing but memory
+        model.fail("lora_rank", f"expected <= the model's hidden_size {shape.hidden_size} "
+                                f"(a low-rank update), got {rank}")
 
 
 def check_lora_fields(config) -> None:

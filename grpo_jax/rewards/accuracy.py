@@ -5,8 +5,8 @@ spaces, a leading "+", trailing ".0", "$" signs, "a/b" fractions, short decimal 
 Other answers (LaTeX, symbolic) are equal when their normalised strings are, or else when
 math-verify (https://github.com/huggingface/Math-Verify) says so: on inputs pre-screened so
 that no call can build astronomically large numbers, in a bounded pool of worker processes
-(`grpo_jax.rewards.verifier`) with a hard wall-clock deadline per call that works from any
-thread. An undecided comparison (past the deadline, or no worker free within the wait
+(`grpo_jax.rewards.verifier`) with a hard deadline per call, in the worker's CPU seconds
+(so the load of the machine does not change a verdict), that works from any thread. An undecided comparison (past the deadline, or no worker free within the wait
 bound) scores 0 and is counted (`verifier_stats()`, `math_verify_timeouts()`); decided
 verdicts and timeouts are cached per pair, so the same text gets the same score within a
 run.
@@ -23,8 +23,9 @@ from grpo_jax.rewards.parsing import extract_answer, last_number
 # Longest answer string parsed as a number / passed to math-verify.
 MAX_NUMBER_CHARS = 100
 MAX_SYMBOLIC_CHARS = 256
-# math-verify deadline per comparison (seconds of wall clock, enforced from the calling
-# thread; `configure_verifier` sets it).
+# math-verify deadline per comparison (seconds of the worker's CPU time, enforced from the
+# calling thread, so a verdict does not depend on the machine's load; `configure_verifier`
+# sets it).
 MATH_VERIFY_TIMEOUT_SECONDS = 2.0
 
 _NUMBER = re.compile(r"[+-]?(?:\d+(?:\.\d*)?|\.\d+)(?:[eE][+-]?\d{1,3})?")
@@ -104,8 +105,10 @@ def configure_verifier(*, deadline_seconds: float | None = None, workers: int | 
                        wait_seconds: float | None = None, start: bool = False) -> dict:
     """Sets the math-verify pool's limits (process-wide; counts and cached verdicts carry over).
 
-    A symbolic comparison returns within `wait_seconds + deadline_seconds` (plus
-    milliseconds), undecided (scored 0, counted in `verifier_stats()`) past either; the
+    A symbolic comparison gets `deadline_seconds` of its worker's CPU time, undecided
+    (scored 0, counted in `verifier_stats()`) past it or when no worker is free within
+    `wait_seconds`; a worker starved of the CPU is cut at `verifier.WALL_FACTOR` x the
+    deadline of wall time (at least the deadline + `verifier.WALL_SLACK` s); the
     calls made before the first worker of the process is ready wait up to
     `verifier.STARTUP_SECONDS` for it instead of `wait_seconds` (`start=True` starts the
     workers now, ahead of the first comparison).

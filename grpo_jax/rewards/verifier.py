@@ -9,12 +9,16 @@ timeout is a SIGALRM (main thread only), so every comparison runs in a worker pr
   pair, and a worker that has to be replaced is replaced at once, in the background. The
   import never counts against a call's deadline.
 * A call takes an idle ready worker, waiting at most `wait_seconds` for one (all busy or
-  restarting: the call is "busy", undecided), then waits at most `deadline` seconds for the
-  verdict (past it: "timeout", undecided; the worker is killed and a new one starts in the
-  background while other threads use the other workers). So a call returns within
-  `wait_seconds + deadline` (plus milliseconds of bookkeeping); only the calls made before any
-  worker of a fresh pool has become ready wait up to `startup_seconds` instead of
-  `wait_seconds` (once per process; `start()` ahead of time avoids even that).
+  restarting: the call is "busy", undecided), then gives the comparison `deadline` seconds of
+  the worker's CPU time (read from /proc; wall time where it cannot be read), so a verdict
+  does not depend on how loaded the machine is: a pair math-verify decides in milliseconds is
+  decided whatever else runs. Past the deadline the call is "timeout", undecided; the worker
+  is killed and a new one starts in the background while other threads use the other
+  workers. A worker starved of the CPU is cut at `WALL_FACTOR` x `deadline` of wall time
+  (at least `deadline + WALL_SLACK` seconds), so a call returns within `wait_seconds` plus
+  that (plus milliseconds of bookkeeping); only the calls made before any worker of a fresh
+  pool has become ready wait up to `startup_seconds` instead of `wait_seconds` (once per
+  process; `start()` ahead of time avoids even that).
 * Verdicts are cached per (predicted, reference) pair in a bounded LRU, and concurrent calls
   on the same pair share one comparison. math-verify's verdict is deterministic; only a
   timeout depends on timing, so a timeout is cached too: a pair that timed out once keeps
@@ -57,6 +61,11 @@ WAIT_SECONDS = 2.0
 STARTUP_SECONDS = 30.0
 BOOT_SECONDS = 60.0  # a worker not ready after this long is killed and started again
 CACHE_SIZE = 65536
+# A comparison's deadline counts the worker's CPU seconds; its wall-clock bound (a starved
+# worker) is WALL_FACTOR x the deadline, at least the deadline + WALL_SLACK seconds.
+WALL_FACTOR = 10.0
+WALL_SLACK = 30.0
+_TICKS = os.sysconf("SC_CLK_TCK") if hasattr(os, "sysconf") else 100
 
 _STAT_KEYS = ("calls", "decided", "timeouts", "timeouts_cached", "busy", "errors", "cache_hits",
               "worker_restarts", "worker_start_failures")
@@ -93,10 +102,24 @@ class _Worker:
             raise _WorkerDied
         self.buffer += chunk
 
+    def cpu_seconds(self) -> float | None:
+        """The worker's user + system CPU time (/proc/<pid>/stat), None where unreadable."""
+        try:
+            with open(f"/proc/{self.process.pid}/stat", "rb") as f:
+                fields = f.read().rsplit(b")", 1)[1].split()
+            return (int(fields[11]) + int(fields[12])) / _TICKS  # utime, stime
+        except (OSError, IndexError, ValueError):
+            return None
+
     def request(self, predicted: str, reference: str, deadline: float):
-        """The worker's verdict, TIMEOUT past `deadline` seconds; raises _WorkerDied."""
+        """The worker's verdict, TIMEOUT once the comparison has had `deadline` seconds of the
+        worker's CPU (of wall time where CPU time cannot be read), or past the wall bound;
+        raises _WorkerDied."""
         self.sequence += 1
-        end = time.monotonic() + deadline
+        start = time.monotonic()
+        cpu_start = self.cpu_seconds()
+        end = start + deadline  # the next look at the CPU time
+        wall_end = start + max(WALL_FACTOR * deadline, deadline + WALL_SLACK)
         message = json.dumps([self.sequence, predicted, reference]) + "\n"
         try:
             os.write(self.stdin_fd, message.encode())
@@ -114,10 +137,16 @@ class _Worker:
                 if sequence == self.sequence:
                     return verdict if verdict in (True, False) else None
                 line = self.take_line()
-            remaining = end - time.monotonic()
-            if remaining <= 0:
-                return TIMEOUT
-            if poller.poll(max(1, int(remaining * 1000) + 1)):
+            now = time.monotonic()
+            if now >= end:
+                cpu = self.cpu_seconds()
+                used = None if cpu is None or cpu_start is None else cpu - cpu_start
+                if used is None or used >= deadline or now >= wall_end:
+                    return TIMEOUT
+                # short of its CPU budget (the machine is busy): look again when it could
+                # have used the rest, never past the wall bound
+                end = min(now + max(deadline - used, 0.01), wall_end)
+            if poller.poll(max(1, int((end - now) * 1000) + 1)):
                 self.read_some()
 
     def kill(self) -> None:

@@ -34,8 +34,15 @@ def _fail(message: str) -> None:
 
 
 def _flag_error_line(err: BaseException) -> str:
-    """One line for a flag that could not be parsed (a value of the wrong type, ...)."""
-    text = " ".join(str(err).replace("\\n", "\n").split())
+    """One line for a flag that could not be parsed (a value of the wrong type, a config
+    file whose get_config raised: its exception's own last line, not the traceback)."""
+    raw = str(err).replace("\\n", "\n")
+    if "Traceback (most recent call last)" in raw:
+        last = [line for line in raw.splitlines() if re.match(r"^\w+(Error|Exception): ", line)]
+        if last:
+            head = raw.split(":", 1)[0] if raw.startswith("--config") else "--config"
+            return f"{head}: {last[-1].split(': ', 1)[1]}"
+    text = " ".join(raw.split())
     text = re.sub(r"^flag\s+", "", text)
     return text.replace("could not convert string to float:", "expected a float, got") \
                .replace("invalid literal for int() with base 10:", "expected an int, got")
@@ -135,7 +142,7 @@ def parse_flags(argv: list[str]) -> list[str]:
         if problem:
             _fail(problem)
         rest = flags.FLAGS(argv)
-    except SystemExit as exit_:  # absl's --help prints the flags, then exits 1
+    except SystemExit:  # absl's --help prints the flags, then exits 1
         if any(a in _HELP for a in argv[1:]):
             sys.exit(0)
         raise
@@ -226,11 +233,38 @@ def _check_workdir(workdir: str) -> None:
     written."""
     from grpo_jax.runner.checks import workdir_problem
 
-    problem = workdir_problem(workdir)
+    problem = workdir_problem(workdir) or _creation_problem(workdir)
     if problem:
         print(f"error: --workdir: {problem}; expected a directory this process can write "
               "(existing, or created when missing)", file=sys.stderr)
         sys.exit(2)
+
+
+def _creation_problem(workdir: str) -> str | None:
+    """Why the OS refuses to create a missing local workdir (e.g. under /proc, or a
+    read-only mount that permission bits do not show), found by creating it and removing
+    what was created: nothing is left behind. None when it can be created or exists."""
+    from grpo_jax import storage
+
+    path = storage.local_path(workdir) if storage.is_url(workdir) else workdir
+    if path is None or os.path.isdir(path):
+        return None
+    path = os.path.abspath(path)
+    missing = []
+    probe = path
+    while not os.path.exists(probe):
+        missing.append(probe)
+        probe = os.path.dirname(probe)
+    try:
+        os.makedirs(path)
+    except OSError as err:
+        return f"{path!r} cannot be created: {err.strerror or err}"
+    for created in missing:  # deepest first
+        try:
+            os.rmdir(created)
+        except OSError:
+            break
+    return None
 
 
 def _exit_if_lost_peer(err: BaseException) -> None:

@@ -266,6 +266,38 @@ def test_out_of_range_values_and_a_bare_config_path_are_one_line(tmp_path, args,
     assert not workdir.exists()
 
 
+def test_an_unknown_preset_is_its_own_line_not_a_traceback(tmp_path):
+    workdir = tmp_path / "run"
+    _one_line(*_cli(f"--config={DEFAULT.rsplit(':', 1)[0]}:bogus", f"--workdir={workdir}"),
+              "config error: --config: unknown preset 'bogus' for configs/default.py; "
+              "expected smoke or cpu")
+    assert not workdir.exists()
+
+
+def test_a_workdir_the_os_refuses_is_one_line():
+    code, lines = _cli(f"--config={DEFAULT}", "--workdir=/proc/grpo_jax_no_such/run")
+    _one_line(code, lines, "error: --workdir: '/proc/grpo_jax_no_such/run' cannot be created")
+
+
+def test_a_damaged_config_json_falls_back_to_the_checkpoints(tmp_path, capsys):
+    """A run's config.json cut short: the run compares with the config its checkpoints hold,
+    says so in one warning line, and goes on (config.json rewritten)."""
+    workdir = tmp_path / "run"
+    args = (f"--config={DEFAULT}", "--config.stages=pretrain", "--config.pretrain.steps=2",
+            f"--workdir={workdir}")
+    assert main_lib.cli(["grpo_jax", *args]) == 0
+    (workdir / "config.json").write_text('{"seed": 0, "model": {', encoding="utf-8")
+    capsys.readouterr()
+    assert main_lib.cli(["grpo_jax", *args]) == 0
+    out = capsys.readouterr().out
+    warnings = [line for line in out.splitlines() if "warning" in line]
+    assert len(warnings) == 1 and "config.json:1: invalid JSON" in warnings[0]
+    assert json.loads((workdir / "config.json").read_text())["seed"] == 0
+    # a real difference from the checkpoints' config is still caught
+    (workdir / "config.json").write_text("{", encoding="utf-8")
+    _one_line(*_cli(*args[:-2], "--config.pretrain.steps=1", args[-1]), "config error")
+
+
 def test_help_exits_0():
     import subprocess
     import sys

@@ -16,6 +16,7 @@ import time
 
 from grpo_jax import storage
 from grpo_jax.checkpoint import latest_meta
+from grpo_jax.json_files import parse_json
 from grpo_jax.runner.run_directory import CONFIG_FILE, HISTORY_FIELD
 from grpo_jax.runner.checks import ConfigError, extendable_stage, stage_names
 
@@ -58,11 +59,17 @@ def check_config_drift(config, workdir: str) -> list:
     checkpoints = storage.join(workdir, "checkpoints")
     if not any(name.isdigit() for name in storage.listdir(checkpoints)):
         return []
+    old = None
     if storage.isfile(path):
-        old = json.loads(storage.read_text(path))
-    else:  # config.json lost: the run's identity is kept with its checkpoints too
-        old = (latest_meta(checkpoints) or {}).get(RUN_CONFIG_FIELD)
-        if old is None:
+        try:
+            old = parse_json(storage.read_text(path), path)
+        except (ValueError, UnicodeDecodeError) as err:  # damaged: the checkpoints decide
+            print(f"[grpo_jax] warning: {str(err).splitlines()[0]}; comparing with the "
+                  "config saved in the newest checkpoint instead (config.json is rewritten)",
+                  flush=True)
+    if not isinstance(old, dict):  # config.json lost or damaged: the run's identity is
+        old = (latest_meta(checkpoints) or {}).get(RUN_CONFIG_FIELD)  # kept with its
+        if old is None:  # checkpoints too
             return []
     history = old.pop(HISTORY_FIELD, [])
     before, after = _flatten(old), _flatten(json.loads(config.to_json_best_effort()))

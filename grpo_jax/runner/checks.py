@@ -207,7 +207,12 @@ class SectionCheck(Fields):
             self.fail(field, "expected at least one reward")
         known = rewards_lib.available_rewards(self.task, self.kinds)
         for reward, weight in dict(rewards).items():
-            if reward not in known:
+            if rewards_lib.is_python_reward(reward):
+                try:
+                    rewards_lib.load_python_reward(reward)
+                except ValueError as err:
+                    self.fail(f"{field}.{reward}", str(err))
+            elif reward not in known:
                 close = difflib.get_close_matches(reward, known, n=1)
                 hint = f" (did you mean {close[0]!r}?)" if close else ""
                 self.fail(f"{field}.{reward}", f"unknown reward{hint}; available: {known}")

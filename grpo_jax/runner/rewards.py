@@ -1,6 +1,7 @@
 """Reward names of a config section -> reward functions.
 
-A name in `<section>.rewards` is looked up, in order, among the task's own rewards
+A name in `<section>.rewards` is a "module:function" reference to a plain Python function
+(`grpo_jax.rewards.python`), or is looked up, in order, among the task's own rewards
 (`task.reward_fns()`), the reward sources of the run's stage kinds (e.g. "reward_model",
 provided by the reward_model kind), sources registered in code with
 `register_reward_source`, and grpo_jax.rewards' built-ins. "overlong" is not a function of
@@ -12,6 +13,7 @@ from __future__ import annotations
 from typing import Any, Callable, Iterable
 
 from grpo_jax import rewards as rewards_lib
+from grpo_jax.rewards.python import is_python_reward, load_python_reward
 
 RewardFn = Callable[[str, Any], float]
 # Sources registered in code: name -> factory(run, section) -> reward fn.
@@ -54,7 +56,9 @@ def resolve_reward_fns(run, names: Iterable[str], *, section=None) -> dict[str, 
     for name in names:
         if name in LENGTH_REWARDS:
             continue
-        if name in task_fns:
+        if is_python_reward(name):
+            fns[name] = load_python_reward(name)
+        elif name in task_fns:
             fns[name] = task_fns[name]
         elif name in sources:
             fns[name] = sources[name](run, section)

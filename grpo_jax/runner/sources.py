@@ -25,6 +25,7 @@ import numpy as np
 from grpo_jax import parallel
 from grpo_jax.rewards import overlong_penalty
 from grpo_jax.rewards.accuracy import undecided_comparisons
+from grpo_jax.rewards.python import is_python_reward, reward_errors
 from grpo_jax.rewards.device import device_reward_names, integer_answers, make_device_reward
 from grpo_jax.rl.batch import rollout_record
 from grpo_jax.rl.fused import make_fused_iterations
@@ -251,7 +252,7 @@ class HostSource(Source):
     def steps(self, step: int, iterator, learner) -> list[dict]:
         run, settings, pending = self.run, self.settings, self.pending
         timer = StepTimer()
-        undecided = undecided_comparisons()
+        undecided, errors = undecided_comparisons(), reward_errors()
         launched = []
         while self.ahead <= min(step + settings.max_staleness, settings.steps - 1):
             launched.append((self.ahead, self._launch(iterator, self.ahead, version=step)))
@@ -282,6 +283,8 @@ class HostSource(Source):
             **info,
             **(tool_record(ro) if ro.turns is not None else {}),
             "reward_undecided": float(undecided_comparisons() - undecided),
+            **({"reward_errors": float(reward_errors() - errors)}
+               if any(is_python_reward(name) for name in settings.weights) else {}),
             **metrics,
             **timer.record(),
             "samples": (entry.examples, ro.texts, ro.rewards, ro.components),

@@ -92,13 +92,15 @@ def _layer(module: str) -> str:
     parts = module.split(".")
     if len(parts) == 1:
         return "package"
-    return parts[1] if parts[1] in ("main", "export", "pipeline", "stages", "runner", "studies",
-                                    "config_presets") else "library"
+    return parts[1] if parts[1] in ("main", "api", "export", "pipeline", "stages", "runner",
+                                    "studies", "config_presets") else "library"
 
 
 def test_imports_run_one_way(graph):
     allowed = {  # layer -> layers it may import
         "main": {"pipeline", "runner", "library"},
+        # the Python entry point (config -> run -> result): the command line without flags
+        "api": {"pipeline", "config_presets", "runner", "library"},
         # the studies (python -m grpo_jax.studies) sit above the pipeline: runs, their configs
         # (stage kinds' default sections) and finished runs' policies
         "studies": {"studies", "pipeline", "stages", "config_presets", "runner", "library"},

@@ -107,3 +107,38 @@ def test_a_python_reward_that_does_not_import_is_one_line_before_any_work(tmp_pa
     assert done.returncode == 2 and len(lines) == 1, done.stderr[-2000:]
     assert "rl.rewards.nowhere_xyz:fn" in lines[0] and "cannot import" in lines[0]
     assert not (tmp_path / "w").exists()
+
+
+@pytest.mark.slow
+def test_readme_python_api_example_runs_from_any_folder(tmp_path):
+    files = _readme_example("api")
+    (tmp_path / "my_script.py").write_text(files["my_script.py"], encoding="utf-8")
+    done = subprocess.run([sys.executable, "my_script.py"], cwd=tmp_path, capture_output=True,
+                          text=True, timeout=600, check=False)
+    assert done.returncode == 0, done.stderr[-3000:]
+    pass1, reward = map(float, done.stdout.strip().splitlines()[-1].split())
+    from grpo_jax import api
+
+    result = api.load(str(tmp_path / "runs" / "from_python"))
+    assert set(result.evals) == {"eval_base", "eval_final"}
+    assert result.evals["eval_final"]["pass@1"] == pass1
+    assert result.metrics("rl")[-1]["reward_mean"] == reward
+    assert result.report()["provenance"]["commit"] is None or len(
+        result.report()["provenance"]["commit"]) == 40
+    # the config the script edited is the one that ran
+    recorded = json.loads((tmp_path / "runs" / "from_python" / "config.json").read_text())
+    assert recorded["rl"]["beta"] == 0.0
+
+
+def test_the_api_names_a_bad_field_before_writing(tmp_path):
+    from grpo_jax import api
+
+    config = api.config("smoke")
+    config.rl.temperature = -1.0
+    with pytest.raises(api.ConfigError, match="rl.temperature"):
+        api.train(config, str(tmp_path / "run"))
+    assert not (tmp_path / "run").exists()
+    with pytest.raises(ValueError, match="job 'nope'"):
+        api.config(job="nope")
+    with pytest.raises(FileNotFoundError, match="not a finished run"):
+        api.load(str(tmp_path))

@@ -81,6 +81,14 @@ def _override_problem(argv: list[str]) -> str | None:
     return None
 
 
+# A config file imports modules beside it (a task, reward functions) from wherever it is run,
+# as a script would: its folder goes first on the module search path.
+for _arg in sys.argv[1:]:
+    if _arg.startswith("--config="):
+        _folder = os.path.dirname(os.path.abspath(_arg.split("=", 1)[1].split(":", 1)[0]))
+        if _folder not in sys.path:
+            sys.path.insert(0, _folder)
+
 try:
     # Without --config=, the default config is loaded and the --config.* overrides applied
     # here, at import (their names checked first): a bad override is one line too.

@@ -77,7 +77,7 @@ HOSTILE = [
     (DEFAULT, "--config.task.prompt_len=1", "task.prompt_len: expected 0 (auto"),
     (DEFAULT, "--config.task.prompt_len=-4", "task.prompt_len: expected >= 0"),
     (DEFAULT, "--config.tokenizer=checkpoint", "tokenizer: 'checkpoint' needs model.init_from"),
-    (DEFAULT, "--config.task.name=gsm8k", "task.kwargs"),
+    (DEFAULT, "--config.task.name=gsm8k", "task.kwargs.data_dir: expected a directory"),
     (DEFAULT, "--config.task.prompt_len=8", "task.prompt_len: 8 cannot hold prompt"),
     (DEFAULT, "--config.task.solution_error_rate=1.5", "task.solution_error_rate"),
     (DEFAULT, "--config.task.train_size=0", "task.train_size"),

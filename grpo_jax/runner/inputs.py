@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import dataclasses
 import os
+import re
 from typing import Any, NamedTuple
 
 import ml_collections
@@ -48,14 +49,34 @@ class RunInputs:
     checkpoint_model: ModelConfig | None
 
 def build_task(config):
-    """The task of config.task (ConfigError naming the constructor argument at fault)."""
+    """The task of config.task (ConfigError naming the constructor argument at fault).
+
+    task.kwargs are the named task's constructor arguments. Those it does not take but
+    another registered task does are that task's settings (a preset's arithmetic ones when
+    `--config.task.name` names another task): they are left out, with one warning line
+    naming them, and the task's own defaults apply. One no task takes is an error."""
+    kwargs = config.task.kwargs.to_dict()
+    accepted = None
     try:
-        return tasks_lib.get_task(config.task.name, **config.task.kwargs.to_dict())
+        tasks_lib.ensure_registered(config.task.name)
+        accepted = tasks_lib.task_arguments(config.task.name)
+        others = set()
+        for name in tasks_lib.available_tasks():
+            if name != config.task.name:
+                others |= tasks_lib.task_arguments(name) or set()
+        foreign = sorted((set(kwargs) - accepted) & others) if accepted is not None else []
+        kwargs = {k: v for k, v in kwargs.items() if k not in foreign}
+        task = tasks_lib.get_task(config.task.name, **kwargs)
+        if foreign:  # after the task was built: a failure is its own one line
+            print(f"[grpo_jax] warning: task.kwargs {', '.join(foreign)}: task "
+                  f"{config.task.name!r} takes no such argument (another task's settings, "
+                  "e.g. a preset's); left out", flush=True)
+        return task
     except (TypeError, ValueError) as err:
         message, field = str(err), ""
-        for name in config.task.kwargs:  # "data_dir: ..." names a constructor argument
-            if message.startswith(f"{name}: "):
-                message, field = message[len(name) + 2:], f".{name}"
+        named = re.match(r"^([A-Za-z_]\w*): ", message)  # "data_dir: ..." names an argument
+        if named and named.group(1) in (accepted or set(kwargs)):
+            message, field = message[named.end():], f".{named.group(1)}"
         raise ConfigError(f"task.kwargs{field}: {message}") from None
 
 def eval_seed(config) -> int:

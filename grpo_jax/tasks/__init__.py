@@ -5,7 +5,8 @@ Built-in tasks: "arithmetic", "countdown", "tool_arithmetic", "gsm8k" (read offl
 """
 
 from grpo_jax.tasks.base import Example, Task, malform, split_of, stable_hash
-from grpo_jax.tasks.registry import available_tasks, get_task, register_task
+from grpo_jax.tasks.registry import (available_tasks, ensure_registered, get_task, register_task,
+                                     task_arguments)
 from grpo_jax.tasks.templates import TEMPLATES, apply_template, format_completion, get_template
 
 # Built-in tasks register themselves on import.
@@ -23,12 +24,14 @@ __all__ = [
     "Task",
     "ToolArithmeticTask",
     "apply_template",
+    "ensure_registered",
     "available_tasks",
     "format_completion",
     "get_task",
     "get_template",
     "malform",
     "register_task",
+    "task_arguments",
     "split_of",
     "stable_hash",
 ]

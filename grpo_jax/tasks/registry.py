@@ -45,15 +45,9 @@ def available_tasks() -> list[str]:
     return sorted(_REGISTRY)
 
 
-def get_task(name: str, **kwargs):
-    """Builds the task registered as `name` with keyword arguments `kwargs`.
-
-    A name not yet registered is looked up as the module `grpo_jax.tasks.<name>` first, so
-    task files in this package register themselves on first use.
-
-    Raises:
-      ValueError: unknown name (the message lists the available ones).
-    """
+def ensure_registered(name: str) -> None:
+    """Registers the package's own task `name` (importing `grpo_jax.tasks.<name>`) if it is
+    not yet; ValueError listing the available tasks when there is none."""
     if name not in _REGISTRY and isinstance(name, str) and name.isidentifier():
         module = f"grpo_jax.tasks.{name}"
         try:
@@ -63,7 +57,36 @@ def get_task(name: str, **kwargs):
                 raise
     if name not in _REGISTRY:
         raise ValueError(f"task.name: unknown task {name!r}; available: {available_tasks()}")
+
+
+def get_task(name: str, **kwargs):
+    """Builds the task registered as `name` with keyword arguments `kwargs`.
+
+    A name not yet registered is looked up as the module `grpo_jax.tasks.<name>` first, so
+    task files in this package register themselves on first use.
+
+    Raises:
+      ValueError: unknown name (the message lists the available ones).
+    """
+    ensure_registered(name)
     try:
         return _REGISTRY[name](**kwargs)
     except TypeError as e:
         raise ValueError(f"task {name!r}: bad arguments {sorted(kwargs)}: {e}") from None
+
+
+def task_arguments(name: str) -> set[str] | None:
+    """The keyword arguments the task registered as `name` takes (its constructor's, through
+    the class hierarchy); None when it takes any (**kwargs) or cannot be inspected. The name
+    must be registered (`get_task` registers the package's own tasks on first use)."""
+    import inspect
+
+    factory = _REGISTRY[name]
+    try:
+        params = inspect.signature(factory).parameters.values()
+    except (TypeError, ValueError):
+        return None
+    if any(p.kind is p.VAR_KEYWORD for p in params):
+        return None
+    return {p.name for p in params if p.kind in (p.POSITIONAL_OR_KEYWORD, p.KEYWORD_ONLY)}
+

@@ -112,6 +112,17 @@ def run_stage(config: ml_collections.ConfigDict, name: str, workdir: str) -> Run
     return run
 
 
+def _config_text(config: ml_collections.ConfigDict) -> str:
+    """The config as plain YAML: tuples as lists, numbers as their own types (ml-collections'
+    own text tags tuples as !!python/tuple)."""
+    import json
+
+    import yaml
+
+    data = json.loads(config.to_json_best_effort(sort_keys=True))
+    return yaml.safe_dump(data, sort_keys=True, default_flow_style=False, allow_unicode=True)
+
+
 def describe(config: ml_collections.ConfigDict) -> str:
     """What `--print_config` prints: the resolved config, the stages (with each kind's
     summary line), the model with its parameter count, the devices and the mesh. Validates
@@ -119,7 +130,7 @@ def describe(config: ml_collections.ConfigDict) -> str:
     inputs = validate(config, KINDS)
     prompt_len = inputs.prompt_len
     mesh, data_parallel = mesh_size(config)
-    lines = ["# resolved config", str(config).rstrip(), "", "# run"]
+    lines = ["# resolved config", _config_text(config).rstrip(), "", "# run"]
     lines.append("stages: " + " -> ".join(f"{n} ({config[n].kind})"
                                           for n in stage_names(config)))
     for name in stage_names(config):

@@ -210,7 +210,9 @@ def test_print_config_validates_prints_and_writes_nothing(tmp_path):
     expected = named_config("tiny-1m", vocab_size=103, hidden_size=192, num_layers=6,
                             max_seq_len=64).num_params()
     assert f"{expected:,} parameters" in out and "hidden 192, 6 layers" in out
-    assert "hidden_size: 192" in out  # the resolved config
+    assert "hidden_size: 192" in out  # the resolved config, plain YAML
+    assert "!!python" not in out and "  lora_targets:\n  - q_kernel\n" in out
+    assert "  steps: 2\n" in out and "  temperature: 1.0\n" in out  # ints and floats as such
     assert "devices: 8 x cpu" in out and "mesh: data=8, fsdp=1, tensor=1" in out
     assert "stages: pretrain (pretrain) -> eval_base (eval) -> rl (rl) -> eval_final (eval)" in out
     # A bad value is still refused.

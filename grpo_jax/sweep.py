@@ -114,11 +114,62 @@ def expand(sets: Sequence[str], seeds: Sequence[int], root: str, config: str,
         raise ValueError(f"--set: a key is given twice: {keys}")
     if "seed" in keys:
         raise ValueError("--set seed=...: use --seeds")
+    for flag in extra:  # flags after -- go to every run: not those the sweep sets per run
+        name = flag.split("=", 1)[0]
+        if name in ("--workdir", "--config", "--config.seed"):
+            raise ValueError(f"-- {flag}: the sweep sets {name} of each run itself (each run "
+                             "works in <sweep workdir>/<its name>); give it to the sweep, or "
+                             "--seeds")
     runs = []
     for values in itertools.product(*[v for _, v in parsed]):
         for seed in seeds:
-            runs.append(Run(list(zip(keys, values)), seed, root, config, extra))
+            run = Run(list(zip(keys, values)), seed, root, config, extra)
+            if len(run.name.encode("utf-8")) > 255:
+                raise ValueError(f"--set: the run name {run.name[:40]!r}... is "
+                                 f"{len(run.name.encode('utf-8'))} bytes; a directory name "
+                                 "holds at most 255 (shorter values, or fewer keys per sweep)")
+            runs.append(run)
     return runs
+
+
+class _RunLock:
+    """The sweep's hold on one run (`<run>/.sweep.lock`, flock): a second sweep on the same
+    folder skips a run the first is running instead of starting it (and failing on the
+    run's own workdir lock). None of it on an object store."""
+
+    def __init__(self, run: Run):
+        local = storage.local_path(run.workdir)
+        self.path = None if local is None else os.path.join(local, ".sweep.lock")
+        self.file = None
+
+    def acquire(self) -> str | None:
+        """None when held now; else the pid of the sweep holding it."""
+        if self.path is None:
+            return None
+        import fcntl
+
+        handle = open(self.path, "a+")
+        try:
+            fcntl.flock(handle, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except OSError:
+            handle.seek(0)
+            holder = handle.read().strip() or "unknown"
+            handle.close()
+            return holder
+        handle.seek(0)
+        handle.truncate()
+        handle.write(f"{os.getpid()}\n")
+        handle.flush()
+        self.file = handle
+        return None
+
+    def release(self) -> None:
+        if self.file is not None:
+            import fcntl
+
+            fcntl.flock(self.file, fcntl.LOCK_UN)
+            self.file.close()
+            self.file = None
 
 
 def t_quantile(df: int) -> float:
@@ -314,14 +365,14 @@ def _run_all(runs: list[Run], parallel: int, root: str) -> int:
     todo = [r for r in runs if not r.finished]
     print(f"[sweep] {len(runs)} runs, {len(runs) - len(todo)} finished, {len(todo)} to run",
           flush=True)
-    failures, active, stopping = 0, [], []
+    failures, skipped, active, stopping = 0, 0, [], []
 
     def forward(signum, frame):
         del frame
         stopping.append(signum)
         print(f"[sweep] {signal.Signals(signum).name}: passed to {len(active)} running "
               "run(s), which save and stop; the same command resumes the sweep", flush=True)
-        for _, proc, _, _ in active:
+        for _, proc, _, _, _ in active:
             if proc.poll() is None:
                 os.kill(proc.pid, signum)
 
@@ -331,18 +382,26 @@ def _run_all(runs: list[Run], parallel: int, root: str) -> int:
             while todo and not stopping and len(active) < parallel:
                 run = todo.pop(0)
                 storage.makedirs(run.workdir)
+                lock = _RunLock(run)
+                holder = lock.acquire()
+                if holder is not None:
+                    skipped += 1
+                    print(f"[sweep] skip {run.name}: another sweep (process {holder}) is "
+                          "running it", flush=True)
+                    continue
                 os.makedirs(os.path.dirname(run.log), exist_ok=True)
                 log = open(run.log, "a")
                 print(f"[sweep] start {run.name}", flush=True)
                 active.append((run, subprocess.Popen(run.command, stdout=log,
                                                      stderr=subprocess.STDOUT,
                                                      start_new_session=True), log,
-                               time.time()))
+                               time.time(), lock))
             time.sleep(0.5)
             for item in list(active):
-                run, proc, log, t0 = item
+                run, proc, log, t0, lock = item
                 if proc.poll() is None:
                     continue
+                lock.release()
                 log.close()
                 run.copy_log()
                 active.remove(item)
@@ -359,6 +418,12 @@ def _run_all(runs: list[Run], parallel: int, root: str) -> int:
     if stopping:
         return 1 if failures else 0
     summarize(runs, root)
+    done = sum(r.finished for r in runs)
+    print(f"[sweep] {done} of {len(runs)} runs finished"
+          + (f" ({skipped} skipped: another sweep runs them)" if skipped else "")
+          + f"; summary: {storage.join(root, 'summary.md')}, "
+          f"{storage.join(root, 'summary.json')}, curves: {storage.join(root, 'curves.png')}",
+          flush=True)
     return 1 if failures else 0
 
 

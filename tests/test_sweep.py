@@ -212,3 +212,42 @@ def test_a_signal_to_the_sweep_reaches_its_running_children(tmp_path, capsys):
     assert not (tmp_path / "summary.json").exists()
     out = capsys.readouterr().out
     assert "passed to 2 running run(s)" in out and out.count("[sweep] stopped") == 2
+
+
+def test_bad_sweeps_are_one_line_before_any_run(tmp_path, capsys):
+    """A value that makes a run's directory name longer than 255 bytes, and flags after --
+    that would move every run out of the sweep's folder (or change its config or seed)."""
+    long = "x" * 300
+    for argv, needle in (
+            ([f"--set=task.name={long}"], "bytes; a directory name holds at most 255"),
+            (["--", f"--workdir={tmp_path / 'elsewhere'}"], "the sweep sets --workdir"),
+            (["--", "--config=configs/ppo.py"], "the sweep sets --config"),
+            (["--", "--config.seed=3"], "the sweep sets --config.seed")):
+        code = sweep.main(["--config=cfg.py", f"--workdir={tmp_path / 'sweep'}", *argv])
+        err = capsys.readouterr().err
+        assert code == 2 and err.count("\n") == 1 and needle in err, err
+    assert not (tmp_path / "sweep").exists() and not (tmp_path / "elsewhere").exists()
+
+
+def test_a_second_sweep_on_one_folder_skips_the_runs_the_first_runs(tmp_path, capsys):
+    """Two sweeps on one folder: the second skips a run the first holds (and says so), it
+    does not start it or count it as failed; the run the first finished is not run again."""
+    root = str(tmp_path)
+    runs = sweep.expand(["rl.beta=0.0,0.1"], [0], root, "cfg.py")
+    script = ("import json, os, sys; d = sys.argv[1]; os.makedirs(d, exist_ok=True); "
+              "json.dump({'summary': {'after': {'pass@1': 0.4}}}, "
+              "open(os.path.join(d, 'report.json'), 'w'))")
+    for run in runs:
+        run.command = [sys.executable, "-c", script, run.workdir]
+    os.makedirs(runs[0].workdir)
+    first = sweep._RunLock(runs[0])  # the first sweep, mid-run
+    assert first.acquire() is None
+    try:
+        assert sweep._run_all(runs, parallel=1, root=root) == 0  # not a failure
+    finally:
+        first.release()
+    out = capsys.readouterr().out
+    assert f"skip {runs[0].name}: another sweep (process {os.getpid()}) is running it" in out
+    assert not runs[0].finished and runs[1].finished
+    assert "1 of 2 runs finished (1 skipped" in out and "summary.md" in out
+    assert "FAILED" not in out

@@ -81,8 +81,8 @@ def export(workdir: str, out: str, *, stage: str | None = None, dtype: str | Non
         except ValueError as err:
             raise ExportError(str(err)) from None
     kind = tokenizer_kind(config)
-    task = None if kind == "checkpoint" else tasks_lib.get_task(
-        config.task.name, **config.task.kwargs.to_dict())
+    task = None if kind == "checkpoint" else tasks_lib.task_of(
+        config.task.name, config.task.kwargs.to_dict())[0]
     tokenizer = build_tokenizer(config, task, workdir)
     try:
         model_config, model, meta, model_type = load_run_policy(

@@ -257,6 +257,9 @@ TOOLS = os.path.join(REPO, "configs", "tools.py") + ":smoke"
      "config error: model.lora_rank: expected <= the model's hidden_size 128"),
     ((f"--config={TOOLS}", "--config.rl.max_turns=0"),
      "config error: rl.max_turns: expected >= 1, got 0"),
+    ((f"--config={DEFAULT}", "--config.tokenizer=sentencepiece",
+      "--config.tokenizer_vocab_size=12"),
+     "config error: tokenizer_vocab_size: 12 is smaller than the"),
     ((DEFAULT,), f"unexpected argument {DEFAULT!r}: every argument is a --flag; a config "
                  f"file is given as --config={DEFAULT}"),
 ])

@@ -55,18 +55,8 @@ def build_task(config):
     another registered task does are that task's settings (a preset's arithmetic ones when
     `--config.task.name` names another task): they are left out, with one warning line
     naming them, and the task's own defaults apply. One no task takes is an error."""
-    kwargs = config.task.kwargs.to_dict()
-    accepted = None
     try:
-        tasks_lib.ensure_registered(config.task.name)
-        accepted = tasks_lib.task_arguments(config.task.name)
-        others = set()
-        for name in tasks_lib.available_tasks():
-            if name != config.task.name:
-                others |= tasks_lib.task_arguments(name) or set()
-        foreign = sorted((set(kwargs) - accepted) & others) if accepted is not None else []
-        kwargs = {k: v for k, v in kwargs.items() if k not in foreign}
-        task = tasks_lib.get_task(config.task.name, **kwargs)
+        task, foreign = tasks_lib.task_of(config.task.name, config.task.kwargs.to_dict())
         if foreign:  # after the task was built: a failure is its own one line
             print(f"[grpo_jax] warning: task.kwargs {', '.join(foreign)}: task "
                   f"{config.task.name!r} takes no such argument (another task's settings, "
@@ -75,7 +65,7 @@ def build_task(config):
     except (TypeError, ValueError) as err:
         message, field = str(err), ""
         named = re.match(r"^([A-Za-z_]\w*): ", message)  # "data_dir: ..." names an argument
-        if named and named.group(1) in (accepted or set(kwargs)):
+        if named:
             message, field = message[named.end():], f".{named.group(1)}"
         raise ConfigError(f"task.kwargs{field}: {message}") from None
 

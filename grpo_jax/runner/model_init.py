@@ -106,8 +106,8 @@ def load_run_policy(workdir: str, *, stage: str | None = None, tokenizer=None,
         raise FileNotFoundError(f"{workdir}: not a grpo_jax run directory (no config.json "
                                 "with stages and no checkpoints/)")
     if tokenizer is None:
-        task = None if tokenizer_kind(config) == "checkpoint" else tasks_lib.get_task(
-            config.task.name, **config.task.kwargs.to_dict())
+        task = None if tokenizer_kind(config) == "checkpoint" else tasks_lib.task_of(
+            config.task.name, config.task.kwargs.to_dict())[0]
         tokenizer = build_tokenizer(config, task, workdir)
     step, meta = finished_checkpoint(workdir, stage)
     spec = lora_config(config)
@@ -239,7 +239,7 @@ def checkpoint_config(config) -> ModelConfig:
     base = run_directory_config(path)
     if base is not None:
         try:
-            base_task = tasks_lib.get_task(base.task.name, **base.task.kwargs.to_dict())
+            base_task = tasks_lib.task_of(base.task.name, base.task.kwargs.to_dict())[0]
             tokenizer = build_tokenizer(base, base_task, path)
             model_config, _ = run_model_config(base, tokenizer, policy_meta(path))
         except (FileNotFoundError, ValueError, KeyError, TypeError) as err:

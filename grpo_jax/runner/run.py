@@ -12,6 +12,8 @@ from __future__ import annotations
 import copy
 import dataclasses
 import json
+import os
+import shutil
 import zlib
 from typing import Any
 
@@ -29,7 +31,7 @@ from grpo_jax.runner.inputs import RunInputs, with_tokenizer
 from grpo_jax.runner.model_init import build_model, model_config_for, with_lora
 from grpo_jax.runner.run_directory import CONFIG_FILE, HISTORY_FIELD
 from grpo_jax.runner.tokenizers import build_tokenizer
-from grpo_jax.runner.checks import (check_vocabulary, extendable_stage, mesh_rules,
+from grpo_jax.runner.checks import (ConfigError, check_vocabulary, extendable_stage, mesh_rules,
                                     stage_names)
 from grpo_jax.runner.guards import NonFiniteError, Preempted, StopRequest, WorkdirLock
 from grpo_jax.runner.report import code_provenance
@@ -92,12 +94,19 @@ class Run:
         self.stop = stop  # set while a run is in progress: SIGTERM / SIGINT requests
         self.inputs = validate(config, kinds) if inputs is None else inputs
         self.workdir = storage.normalize(workdir)
+        local = storage.local_path(self.workdir)
+        created = local is not None and not os.path.exists(local)
         storage.makedirs(self.workdir)
         self.lock = WorkdirLock(self.workdir)
         if jax.process_index() == 0:  # one run per workdir (process 0 holds the lock)
             self.lock.acquire()
         try:
             self._setup(config)
+        except ConfigError:
+            self.lock.release()
+            if created and jax.process_index() == 0:  # a bad config leaves nothing behind
+                shutil.rmtree(local, ignore_errors=True)
+            raise
         except BaseException:
             self.lock.release()
             raise

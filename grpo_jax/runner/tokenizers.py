@@ -4,6 +4,7 @@ template and model.init_from's vocabulary."""
 from __future__ import annotations
 
 import os
+import re
 import tempfile
 
 from grpo_jax import storage
@@ -38,7 +39,7 @@ def build_tokenizer(config, task, workdir: str | None):
     kind = tokenizer_kind(config)
     if kind == "run":  # the base run's own tokenizer, built as that run built it
         base = run_directory_config(config.model.init_from)
-        base_task = tasks_lib.get_task(base.task.name, **base.task.kwargs.to_dict())
+        base_task = tasks_lib.task_of(base.task.name, base.task.kwargs.to_dict())[0]
         return build_tokenizer(base, base_task, config.model.init_from)
     if kind == "char":
         return text.CharTokenizer.for_task(task)
@@ -60,9 +61,18 @@ def build_tokenizer(config, task, workdir: str | None):
         examples = task.examples("train", min(config.task.train_size, 4000), seed=config.seed)
         texts = [tasks_lib.apply_template(ex, template=config.task.template) + (ex.solution or "")
                  for ex in examples]
-        tokenizer = text.SentencePieceTokenizer.train(
-            texts, local, vocab_size=config.tokenizer_vocab_size,
-            user_defined_symbols=text.TAG_TOKENS + tuple(task.tags))
+        try:
+            tokenizer = text.SentencePieceTokenizer.train(
+                texts, local, vocab_size=config.tokenizer_vocab_size,
+                user_defined_symbols=text.TAG_TOKENS + tuple(task.tags))
+        except RuntimeError as err:  # sentencepiece's own check, e.g. "12 vs 283"
+            needed = re.search(r"smaller than required_chars\. \d+ vs (\d+)", str(err))
+            if needed is None:
+                raise
+            raise ConfigError(
+                f"tokenizer_vocab_size: {config.tokenizer_vocab_size} is smaller than the "
+                f"{needed.group(1)} characters and symbols of the task's text; expected >= "
+                f"{needed.group(1)} (plus the pieces to learn)") from None
         if remote:
             storage.makedirs(directory)
             _copy_files(local, directory, os.listdir(local))

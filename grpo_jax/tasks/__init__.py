@@ -6,7 +6,7 @@ Built-in tasks: "arithmetic", "countdown", "tool_arithmetic", "gsm8k" (read offl
 
 from grpo_jax.tasks.base import Example, Task, malform, split_of, stable_hash
 from grpo_jax.tasks.registry import (available_tasks, ensure_registered, get_task, register_task,
-                                     task_arguments)
+                                     task_arguments, task_of)
 from grpo_jax.tasks.templates import TEMPLATES, apply_template, format_completion, get_template
 
 # Built-in tasks register themselves on import.
@@ -32,6 +32,7 @@ __all__ = [
     "malform",
     "register_task",
     "task_arguments",
+    "task_of",
     "split_of",
     "stable_hash",
 ]

@@ -90,3 +90,19 @@ def task_arguments(name: str) -> set[str] | None:
         return None
     return {p.name for p in params if p.kind in (p.POSITIONAL_OR_KEYWORD, p.KEYWORD_ONLY)}
 
+
+def task_of(name: str, kwargs: dict) -> tuple[Any, list[str]]:
+    """(the task registered as `name`, built with `kwargs`, the kwargs left out): those the
+    task does not take but another registered task does are that task's settings (a
+    preset's arithmetic ones for a task named on the command line) and are left out; one
+    no task takes goes to the constructor, whose error names it. ValueError as `get_task`."""
+    ensure_registered(name)
+    accepted = task_arguments(name)
+    others: set[str] = set()
+    for other in available_tasks():
+        if other != name:
+            others |= task_arguments(other) or set()
+    foreign = sorted((set(kwargs) - accepted) & others) if accepted is not None else []
+    task = get_task(name, **{k: v for k, v in kwargs.items() if k not in foreign})
+    return task, foreign
+

@@ -241,38 +241,11 @@ def _check_workdir(workdir: str) -> None:
     written."""
     from grpo_jax.runner.checks import workdir_problem
 
-    problem = workdir_problem(workdir) or _creation_problem(workdir)
+    problem = workdir_problem(workdir)
     if problem:
         print(f"error: --workdir: {problem}; expected a directory this process can write "
               "(existing, or created when missing)", file=sys.stderr)
         sys.exit(2)
-
-
-def _creation_problem(workdir: str) -> str | None:
-    """Why the OS refuses to create a missing local workdir (e.g. under /proc, or a
-    read-only mount that permission bits do not show), found by creating it and removing
-    what was created: nothing is left behind. None when it can be created or exists."""
-    from grpo_jax import storage
-
-    path = storage.local_path(workdir) if storage.is_url(workdir) else workdir
-    if path is None or os.path.isdir(path):
-        return None
-    path = os.path.abspath(path)
-    missing = []
-    probe = path
-    while not os.path.exists(probe):
-        missing.append(probe)
-        probe = os.path.dirname(probe)
-    try:
-        os.makedirs(path)
-    except OSError as err:
-        return f"{path!r} cannot be created: {err.strerror or err}"
-    for created in missing:  # deepest first
-        try:
-            os.rmdir(created)
-        except OSError:
-            break
-    return None
 
 
 def _exit_if_lost_peer(err: BaseException) -> None:

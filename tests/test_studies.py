@@ -77,6 +77,15 @@ def test_bases_are_keyed_by_their_resolved_config(tmp_path):
         common.build_base(config, str(tmp_path), 0)
 
 
+def _bases(summary: dict, workdir: str) -> dict:
+    """The bases a summary.json names, as `common.plan` takes them (their roles' dirs)."""
+    bases = {}
+    for key, base in summary["protocol"]["bases"].items():
+        roles = {role: os.path.join(workdir, "bases", d) for role, d in base["roles"].items()}
+        bases[key] = {**base, "roles": roles, "workdir": next(iter(roles.values()))}
+    return bases
+
+
 @pytest.fixture(scope="module")
 def workdir(tmp_path_factory):
     return str(tmp_path_factory.mktemp("studies"))
@@ -114,11 +123,7 @@ def test_mini_tier(name, workdir):
         assert f.read().strip() in readme
     assert any(n.endswith(".png") for n in os.listdir(out))
     # every run finished; running again builds nothing and gives the same arms
-    bases = {}
-    for key, base in loaded["protocol"]["bases"].items():
-        roles = {role: os.path.join(workdir, "bases", d) for role, d in base["roles"].items()}
-        bases[key] = {**base, "roles": roles, "workdir": next(iter(roles.values()))}
-    records = common.plan(study, "mini", workdir, bases)
+    records = common.plan(study, "mini", workdir, _bases(loaded, workdir))
     assert records and all(r.finished for r in records)
     again = common.execute(study, "mini", workdir, argv=["test", name])
     assert json.loads(summary_lib.to_json(again))["arms"] == json.loads(
@@ -159,11 +164,7 @@ def test_studies_asking_for_one_run_share_it(workdir):
             pytest.skip("needs every mini tier above in the same process")
         with open(path, encoding="utf-8") as f:
             loaded = json.load(f)
-        bases = {}
-        for key, base in loaded["protocol"]["bases"].items():
-            roles = {role: os.path.join(workdir, "bases", d) for role, d in base["roles"].items()}
-            bases[key] = {**base, "roles": roles, "workdir": next(iter(roles.values()))}
-        for record in common.plan(studies.get(name), "mini", workdir, bases):
+        for record in common.plan(studies.get(name), "mini", workdir, _bases(loaded, workdir)):
             assert os.path.realpath(record.link) == os.path.realpath(record.workdir)
             users.setdefault(os.path.basename(record.workdir), set()).add(name)
     assert sorted(os.listdir(os.path.join(workdir, "runs"))) == sorted(users)

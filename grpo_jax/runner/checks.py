@@ -241,7 +241,8 @@ class SectionCheck(Fields):
 
 def output_dir_problem(path: str) -> str | None:
     """Why `path` cannot be a directory this process writes into (created when missing), in
-    a few words naming the path at fault; None when it can. A file:// URL is checked as its
+    a few words naming the path at fault; None when it can. A missing directory is created
+    and removed again to ask the OS (nothing is left behind). A file:// URL is checked as its
     local path; object-store URLs (`gs://...`) are left to the storage library."""
     if storage.is_url(path):
         try:
@@ -263,6 +264,17 @@ def output_dir_problem(path: str) -> str | None:
     if not os.access(existing, os.W_OK | os.X_OK):
         what = "" if existing == path else f", so {path!r} cannot be created"
         return f"{existing!r} is not writable by this user{what}"
+    if existing != path:  # the OS may still refuse (/proc, a read-only mount the bits do not
+        try:              # show): create it, then remove what was created
+            os.makedirs(path)
+        except OSError as err:
+            return f"{path!r} cannot be created: {err.strerror or err}"
+        while path != existing:
+            try:
+                os.rmdir(path)
+            except OSError:
+                break
+            path = os.path.dirname(path)
     return None
 
 

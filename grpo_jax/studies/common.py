@@ -35,6 +35,7 @@ import copy
 import dataclasses
 import hashlib
 import json
+import math
 import os
 import shutil
 import sys
@@ -48,7 +49,8 @@ from grpo_jax.studies import summary as summary_lib
 
 Claim = summary_lib.Claim
 
-__all__ = ["Analysis", "Claim", "RunRecord", "index_table", "link_run", "Study", "StudyRuns", "Tier", "band", "config_hash",
+__all__ = ["Analysis", "Claim", "RunRecord", "index_table", "link_run", "paired_cell",
+           "Study", "StudyRuns", "Tier", "band", "config_hash",
            "execute", "experiments_dir", "figures", "last_stage_rows", "load_finished",
            "per_seed", "protocol_of", "training_rows"]
 
@@ -526,6 +528,18 @@ def cell(values: Sequence[float], scale: float = 100.0, digits: int = 1) -> str:
     """Mean ± the half-width of the 95% t interval over seeds, as a table cell."""
     return sweep.format_interval(sweep.interval([v for v in values if v is not None]),
                                  scale, digits)
+
+
+def paired_cell(stats: dict, scale: float = 100.0, digits: int = 1) -> str:
+    """A paired difference (a contrast's diff, ci95, n) as "+d [lo, hi]" (scaled), "+d (n=1)"
+    without an interval, "-" without pairs."""
+    if not stats.get("n") or not math.isfinite(stats["diff"]):
+        return "-"
+    lo, hi = stats["ci95"]
+    if not (math.isfinite(lo) and math.isfinite(hi)):
+        return f"{stats['diff'] * scale:+.{digits}f} (n={stats['n']})"
+    return (f"{stats['diff'] * scale:+.{digits}f} [{lo * scale:+.{digits}f}, "
+            f"{hi * scale:+.{digits}f}]")
 
 
 def band(ax, series: Sequence[Sequence[float]], *, label: str, color: str,

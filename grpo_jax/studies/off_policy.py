@@ -176,17 +176,6 @@ def _paired(arms: dict, name: str, metric: str) -> dict:
     return summary_lib.contrasts(arms, [(name, REFERENCE, metric)])[0]
 
 
-def _signed(stats: dict, scale: float = 100.0, digits: int = 1) -> str:
-    """A paired difference as "+d [lo, hi]" (scaled), "-" without pairs."""
-    if not stats["n"] or not math.isfinite(stats["diff"]):
-        return "-"
-    lo, hi = stats["ci95"]
-    if not (math.isfinite(lo) and math.isfinite(hi)):
-        return f"{stats['diff'] * scale:+.{digits}f} (n={stats['n']})"
-    return (f"{stats['diff'] * scale:+.{digits}f} [{lo * scale:+.{digits}f}, "
-            f"{hi * scale:+.{digits}f}]")
-
-
 def table(arms: dict) -> str:
     """The README's table: per arm the held-out figures (mean ± 95% half-width over its
     (base, seed) runs), the paired difference to K = 0 with its 95% interval (seeds nested
@@ -205,7 +194,7 @@ def table(arms: dict) -> str:
                                        if v is not None]), scale, digits)
 
         def diff(metric, name=name):
-            return "-" if name == REFERENCE else _signed(_paired(arms, name, metric))
+            return "-" if name == REFERENCE else common.paired_cell(_paired(arms, name, metric))
 
         lines.append(f"| {k} | {objective} | {len(entry['seeds'])} | {stat('pass@1')} | "
                      f"{diff('pass@1')} | {stat('pass@8')} | {diff('pass@8')} | "

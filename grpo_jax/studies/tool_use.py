@@ -149,16 +149,6 @@ def analyze(runs: common.StudyRuns) -> common.Analysis:
                            plots=lambda out: plot(arms, rl_rows, out))
 
 
-def _signed(stats: dict, scale: float = 100.0, digits: int = 1) -> str:
-    if not stats.get("n") or not math.isfinite(stats["diff"]):
-        return "-"
-    lo, hi = stats["ci95"]
-    if not (math.isfinite(lo) and math.isfinite(hi)):
-        return f"{stats['diff'] * scale:+.{digits}f} (n={stats['n']})"
-    return (f"{stats['diff'] * scale:+.{digits}f} [{lo * scale:+.{digits}f}, "
-            f"{hi * scale:+.{digits}f}]")
-
-
 def table(arms: dict, training: dict) -> str:
     """The held-out conditions (mean ± 95% half-width over runs), the within-run differences
     (95% interval, seeds nested in bases; pass@8 and the tool's effect after GRPO outside
@@ -185,7 +175,7 @@ def table(arms: dict, training: dict) -> str:
     for label, a, b in rows:
         if a not in arms or b not in arms:
             continue
-        cells = [_signed(summary_lib.contrasts(arms, [(a, b, m)])[0])
+        cells = [common.paired_cell(summary_lib.contrasts(arms, [(a, b, m)])[0])
                  if m in arms[a]["metrics"] and m in arms[b]["metrics"] else "-"
                  for m in ("pass@1", "pass@8", "correct_call_rate")]
         lines.append(f"| {label} | " + " | ".join(cells) + " |")

@@ -45,7 +45,15 @@ setup(
             "nbclient>=0.10,<0.12",
             "ipykernel>=6.29,<8",
             "ruff>=0.6",
+            # the trackers' tests write offline runs and read them back
+            "wandb>=0.31,<1",
+            "mlflow-skinny>=3.18,<4",
+            "sqlalchemy>=2,<3",
+            "alembic>=1.13,<2",
         ],
+        # Experiment trackers beside TensorBoard (config.loggers; grpo_jax/trackers.py).
+        "wandb": ["wandb>=0.31,<1"],
+        "mlflow": ["mlflow-skinny>=3.18,<4", "sqlalchemy>=2,<3", "alembic>=1.13,<2"],
         # Only for parity tests and benchmarks against Hugging Face. On CPU-only machines
         # install torch first with `pip install torch==2.13.0` (a CPU build).
         "hf": ["torch>=2.13,<2.15", "transformers>=4.50,<6"],

@@ -34,6 +34,10 @@ def main_job(preset: str | None = None) -> ml_collections.ConfigDict:
     # Host malloc keeps freed memory for reuse, so XLA:CPU's per-call buffers are not faulted
     # in again at every step (grpo_jax/host_memory.py); False leaves the system's allocator.
     config.reuse_host_memory = True
+    # Experiment trackers beside metrics.jsonl, comma-separated: tensorboard, wandb (offline
+    # unless WANDB_MODE says otherwise), mlflow (a SQLite store in the workdir unless
+    # MLFLOW_TRACKING_URI is set); "" for metrics.jsonl only (grpo_jax/trackers.py).
+    config.loggers = "tensorboard"
     # Symbolic answers (LaTeX, expressions) are compared by math-verify in worker processes:
     # each comparison gets at most deadline_seconds (then it scores 0 and is counted as
     # reward_undecided); a stuck worker is replaced without blocking the others.

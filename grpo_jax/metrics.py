@@ -1,22 +1,19 @@
-"""Metric logging: one JSON line per step in ``<workdir>/metrics.jsonl``, plus TensorBoard.
+"""Metric logging: one JSON line per step in ``<workdir>/metrics.jsonl``, plus the trackers.
 
 Each line is ``{"step": int, "stage": str | None, "wall_time": float, **metrics}`` with
-jax / numpy scalars converted to Python numbers. TensorBoard events go to
-``<workdir>/tensorboard/`` through tensorboardX when it is installed (imported lazily;
-silently skipped otherwise): every scalar tagged ``<stage>/<name>`` with the name exactly as
-in metrics.jsonl (``eval_base/pass@1``, ``rl/reward/accuracy``). tensorboardX's
-``add_scalar`` would rewrite every character outside ``[A-Za-z0-9_./-]`` to ``_`` (``pass_1``,
-a rule of TensorFlow op names); TensorBoard itself shows any tag, so the events are written
-with tensorboardX's ``FileWriter`` and the names unchanged. The run's config
-(``<workdir>/config.json``, flattened to dotted names such as ``rl.lr``) is written once per
-run as TensorBoard hparams, with the run's first metric line (the HPARAMS tab compares runs
-by it).
+jax / numpy scalars converted to Python numbers. The experiment trackers `config.loggers`
+names (`grpo_jax.trackers`: TensorBoard by default, W&B, MLflow) receive every scalar tagged
+``<stage>/<name>`` (``eval_base/pass@1``, ``rl/reward/accuracy``; TensorBoard keeps the name
+exactly, tensorboardX's ``add_scalar`` would write ``pass_1``), the sample texts, and the
+run's config (``<workdir>/config.json``, flattened to dotted names such as ``rl.lr``) once
+per run as hyperparameters, with the run's first metric line (TensorBoard's HPARAMS tab
+compares runs by it).
 
 Resume: reopening a writer appends to the existing file. Call ``truncate_after(step)``
 (global step numbering) or ``truncate_after(step, stage=name)`` (per-stage numbering) right
 after restoring the checkpoint of that step: it drops the lines logged after the checkpoint,
-so a resumed run does not repeat steps in the log. (TensorBoard event files are append-only;
-TensorBoard shows the re-logged points after the old ones.)
+so a resumed run does not repeat steps in the log. (The trackers are append-only: TensorBoard,
+W&B and MLflow show the re-logged points after the old ones.)
 
 A workdir may be a URL (``gs://bucket/run``; `grpo_jax.storage`). An object store has no
 appends: there the writer keeps metrics.jsonl in memory and writes the object whole at most
@@ -32,18 +29,18 @@ import json
 import math
 import os
 import time
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from typing import Any
 
 import numpy as np
 
 from grpo_jax import storage
+from grpo_jax import trackers as trackers_lib
 
 __all__ = ["MetricWriter", "flatten_hparams", "read_metrics", "to_python_scalar"]
 
 METRICS_FILENAME = "metrics.jsonl"
 SAMPLES_FILENAME = "samples.jsonl"  # generated texts, a few per eval and RL log point
-TENSORBOARD_DIRNAME = "tensorboard"  # the event files, under the workdir
 RUN_CONFIG_FILENAME = "config.json"  # the run's config, written by the Run before any step
 UPLOAD_INTERVAL_SECONDS = 30.0  # object stores: the longest metrics.jsonl waits for a write
 
@@ -175,41 +172,25 @@ class _ObjectLog:
         self.closed = True
 
 
-def _tensorboard_logdir(workdir: str) -> tuple[str | None, str]:
-    """(where TensorBoard events go, "") or (None, why there are none) for `workdir`."""
-    local = storage.local_path(workdir)
-    if local is not None:
-        return os.path.join(local, TENSORBOARD_DIRNAME), ""
-    from tensorboardX import record_writer  # lazy: optional dependency
-
-    scheme = storage.scheme(workdir)
-    client = {"gs": ("GCS_ENABLED", "google-cloud-storage"), "s3": ("S3_ENABLED", "boto3")}
-    if scheme not in client:
-        return None, f"tensorboardX has no writer for {scheme}://"
-    flag, package = client[scheme]
-    if not getattr(record_writer, flag, False):
-        return None, f"tensorboardX writes {scheme}:// only with {package} installed"
-    return storage.join(workdir, TENSORBOARD_DIRNAME), ""
-
-
 class MetricWriter:
-    """Appends per-step metrics to ``<workdir>/metrics.jsonl`` and TensorBoard event files.
+    """Appends per-step metrics to ``<workdir>/metrics.jsonl`` and forwards them to the
+    experiment trackers.
 
     Args:
       workdir: run directory (created if missing), or a URL (see the module docstring).
-      tensorboard: also write TensorBoard events under ``<workdir>/tensorboard`` when
-        tensorboardX is importable (scalars, sample texts, the run's hparams) and, for a
-        URL, has a writer for its scheme.
+      loggers: tracker names (`grpo_jax.trackers`: tensorboard, wandb, mlflow) that also
+        receive the scalars, the sample texts and the run's hparams; () for metrics.jsonl
+        only.
       active: False makes a writer that writes nothing (the processes other than 0 of a
         multi-controller run: `write` still returns the record).
     """
 
-    def __init__(self, workdir: str | os.PathLike, *, tensorboard: bool = True,
-                 active: bool = True):
+    def __init__(self, workdir: str | os.PathLike, *,
+                 loggers: Sequence[str] = ("tensorboard",), active: bool = True):
         self.workdir = os.fspath(workdir)
         self.path = storage.join(self.workdir, METRICS_FILENAME)
         self.active = active
-        self._tb = None
+        self.trackers: list = []
         self._hparams_pending = False
         if not active:
             self._file = None
@@ -223,29 +204,15 @@ class MetricWriter:
             self._drop_partial_last_line()
             empty = not (os.path.exists(self._local) and os.path.getsize(self._local))
             self._file = open(self._local, "a", encoding="utf-8")
-        # A run's first metric line carries its hparams to TensorBoard; a resumed run (lines
+        # A run's first metric line carries its hparams to the trackers; a resumed run (lines
         # already there) wrote them when it started.
         self._hparams_pending = empty
-        if tensorboard:
-            try:
-                from tensorboardX import FileWriter  # lazy: optional dependency
-            except ImportError:
-                FileWriter = None
-            if FileWriter is not None:
-                logdir, why_not = _tensorboard_logdir(self.workdir)
-                if logdir is None:
-                    print(f"[grpo_jax] TensorBoard: no event files in {self.workdir} "
-                          f"({why_not}); metrics.jsonl has every metric", flush=True)
-                else:
-                    # The file is named after the second it was opened in; the suffix keeps
-                    # a writer reopened within that second (a quick resume) from replacing
-                    # it.
-                    self._tb = FileWriter(logdir=logdir,
-                                          filename_suffix=f".{os.getpid()}.{time.time_ns()}")
+        self.trackers = trackers_lib.open_trackers(self.workdir, tuple(loggers))
 
     @property
     def has_tensorboard(self) -> bool:
-        return self._tb is not None
+        return any(isinstance(t, trackers_lib.TensorBoard) and t.writer is not None
+                   for t in self.trackers)
 
     def _drop_partial_last_line(self) -> None:
         """A run killed mid-write can leave a line without its newline: cut it off."""
@@ -278,18 +245,14 @@ class MetricWriter:
             return record
         self._file.write(json.dumps(record) + "\n")
         self._file.flush()
-        if self._tb is not None:
-            from tensorboardX.proto.summary_pb2 import Summary
-
+        if self.trackers:
             if self._hparams_pending:
                 self._write_run_hparams()
-            prefix = f"{stage}/" if stage else ""
-            values = [Summary.Value(tag=prefix + name, simple_value=float(value))
-                      for name, value in record.items()
+            values = {name: float(value) for name, value in record.items()
                       if name not in ("step", "stage", "wall_time")
-                      and not isinstance(value, (str, type(None)))]
-            if values:  # the names as they are (see the module docstring)
-                self._tb.add_summary(Summary(value=values), int(step))
+                      and not isinstance(value, (str, type(None)))}
+            for tracker in self.trackers:
+                tracker.scalars(int(step), stage, values)
         return record
 
     def write_hparams(self, hparams: Mapping[str, Any]) -> dict:
@@ -298,11 +261,9 @@ class MetricWriter:
         run with the run's config.json."""
         flat = flatten_hparams(hparams)
         self._hparams_pending = False
-        if self._tb is not None and flat:
-            from tensorboardX.summary import hparams as hparams_summaries
-
-            for summary in hparams_summaries(flat, {}):  # experiment, session start, end
-                self._tb.add_summary(summary)
+        if flat:
+            for tracker in self.trackers:
+                tracker.hparams(flat)
         return flat
 
     def _write_run_hparams(self) -> None:
@@ -318,23 +279,17 @@ class MetricWriter:
     def write_samples(self, step: int, samples: list[Mapping[str, Any]], *,
                       stage: str) -> None:
         """Appends generated texts to ``<workdir>/samples.jsonl``, one line per sample
-        {"step", "stage", **sample} (e.g. prompt, completion, reward), and to TensorBoard
-        as text under ``<stage>/samples``: what one reads first when a template or a
+        {"step", "stage", **sample} (e.g. prompt, completion, reward), and to the trackers
+        (a table or text under ``<stage>/samples``): what one reads first when a template or a
         format goes wrong."""
         if not self.active or not samples:
             return
-        lines = []
-        for sample in samples:
-            row = {k: to_python_scalar(k, v) if not isinstance(v, str) else v
-                   for k, v in sample.items()}
-            lines.append(json.dumps({"step": int(step), "stage": stage, **row}) + "\n")
+        rows = [{k: to_python_scalar(k, v) if not isinstance(v, str) else v
+                 for k, v in sample.items()} for sample in samples]
+        lines = [json.dumps({"step": int(step), "stage": stage, **row}) + "\n" for row in rows]
         storage.append_text(storage.join(self.workdir, SAMPLES_FILENAME), "".join(lines))
-        if self._tb is not None:
-            from tensorboardX.summary import text as text_summary
-
-            text = "\n\n".join("\n".join(f"**{k}**: `{v}`" for k, v in sample.items())
-                               for sample in samples)
-            self._tb.add_summary(text_summary(f"{stage}/samples", text), int(step))
+        for tracker in self.trackers:
+            tracker.samples(int(step), stage, rows)
 
     def truncate_after(self, step: int, *, stage: str | None = None) -> int:
         """Drops logged lines that come after a resumed checkpoint; returns how many.
@@ -400,15 +355,15 @@ class MetricWriter:
         """Everything written so far into the files (on an object store: written now)."""
         if self._file is not None:
             getattr(self._file, "sync", self._file.flush)()
-        if self._tb is not None:
-            self._tb.flush()
+        for tracker in self.trackers:
+            tracker.flush()
 
     def close(self) -> None:
         if self._file is not None and not self._file.closed:
             self._file.close()
-        if self._tb is not None:
-            self._tb.close()
-            self._tb = None
+        for tracker in self.trackers:
+            tracker.close()
+        self.trackers = []
 
     def __enter__(self) -> MetricWriter:
         return self

@@ -15,7 +15,8 @@ import pytest
 
 PACKAGE = os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "grpo_jax")
 LIBRARY = ("losses", "models", "sampling", "text", "tasks", "rewards", "rl", "sft", "evals",
-           "parallel", "training", "checkpoint", "metrics", "compilation", "host_memory")
+           "parallel", "training", "checkpoint", "metrics", "trackers", "compilation",
+           "host_memory")
 
 
 def _modules() -> dict[str, str]:

@@ -13,7 +13,7 @@ from grpo_jax.metrics import MetricWriter, read_metrics
 
 
 def test_write_converts_scalars_and_reads_back(tmp_path):
-    with MetricWriter(tmp_path, tensorboard=False) as writer:
+    with MetricWriter(tmp_path, loggers=()) as writer:
         writer.write(1, {"reward_mean": jnp.float32(0.5), "kl": np.float64(0.25),
                          "tokens": np.int32(12), "lr": 1e-3, "loss": jnp.array([2.0])},
                      stage="rl")
@@ -33,14 +33,14 @@ def test_write_converts_scalars_and_reads_back(tmp_path):
 
 
 def test_reopen_appends_and_truncate_after_resume(tmp_path):
-    with MetricWriter(tmp_path, tensorboard=False) as writer:
+    with MetricWriter(tmp_path, loggers=()) as writer:
         for step in range(1, 4):
             writer.write(step, {"loss": float(step)}, stage="pretrain")
         for step in range(1, 6):
             writer.write(step, {"loss": 10.0 + step}, stage="rl")
         writer.write(0, {"pass_at_1": 0.5}, stage="eval_after")
     # Crash; the latest checkpoint is (rl, 3). Reopen, truncate, re-log steps 4, 5.
-    with MetricWriter(tmp_path, tensorboard=False) as writer:
+    with MetricWriter(tmp_path, loggers=()) as writer:
         dropped = writer.truncate_after(3, stage="rl")
         assert dropped == 3  # rl 4, rl 5, eval_after 0
         writer.write(4, {"loss": 99.0}, stage="rl")
@@ -52,7 +52,7 @@ def test_reopen_appends_and_truncate_after_resume(tmp_path):
 
 
 def test_truncate_when_checkpoint_precedes_first_logged_step(tmp_path):
-    with MetricWriter(tmp_path, tensorboard=False) as writer:
+    with MetricWriter(tmp_path, loggers=()) as writer:
         writer.write(1, {"loss": 1.0}, stage="sft")
         writer.write(5, {"loss": 2.0}, stage="rl")
         writer.write(6, {"loss": 3.0}, stage="rl")
@@ -67,7 +67,7 @@ def test_partial_last_line_from_a_killed_run_is_dropped(tmp_path):
     path = tmp_path / "metrics.jsonl"
     path.write_text('{"step": 1, "stage": "rl", "loss": 1.0}\n{"step": 2, "sta')
     assert [r["step"] for r in read_metrics(path)] == [1]
-    with MetricWriter(tmp_path, tensorboard=False) as writer:
+    with MetricWriter(tmp_path, loggers=()) as writer:
         writer.write(2, {"loss": 2.0}, stage="rl")
     assert [r["step"] for r in read_metrics(path)] == [1, 2]
     path.write_text('{"step": 1}\nnot json\n{"step": 2}\n')
@@ -76,7 +76,7 @@ def test_partial_last_line_from_a_killed_run_is_dropped(tmp_path):
 
 
 def test_bad_inputs(tmp_path):
-    with MetricWriter(tmp_path, tensorboard=False) as writer:
+    with MetricWriter(tmp_path, loggers=()) as writer:
         with pytest.raises(ValueError, match=r"metrics\['logits'\]: expected a scalar"):
             writer.write(0, {"logits": np.zeros(3)})
         with pytest.raises(ValueError, match="reserved"):
@@ -131,7 +131,7 @@ def test_missing_tensorboardx_is_skipped(tmp_path, monkeypatch):
 
 def test_truncate_after_global_step(tmp_path):
     """Pipeline numbering: one global step increasing through all stages."""
-    with MetricWriter(tmp_path, tensorboard=False) as writer:
+    with MetricWriter(tmp_path, loggers=()) as writer:
         for step, stage in [(1, "pretrain"), (2, "pretrain"), (3, "eval_before"), (4, "rl"),
                             (5, "rl"), (6, "rl")]:
             writer.write(step, {"loss": float(step)}, stage=stage)

@@ -23,7 +23,7 @@ from grpo_jax.runner.checks import ConfigError, extendable_stage, stage_names
 # Checkpoint meta field holding the run's config as config.json records it.
 RUN_CONFIG_FIELD = "run_config"
 # Fields that do not change what a run computes: a resume may set them differently.
-NOT_RESULTS = ("compilation_cache_dir", "reuse_host_memory")
+NOT_RESULTS = ("compilation_cache_dir", "reuse_host_memory", "loggers")
 
 
 class CorruptCheckpointError(RuntimeError):

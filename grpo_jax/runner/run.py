@@ -25,6 +25,7 @@ from flax import nnx
 from grpo_jax import parallel, storage
 from grpo_jax.checkpoint import Checkpointer
 from grpo_jax.metrics import MetricWriter
+from grpo_jax.trackers import parse_loggers
 from grpo_jax.models import Transformer, lora
 from grpo_jax.runner import resume
 from grpo_jax.runner.inputs import RunInputs, with_tokenizer
@@ -149,7 +150,8 @@ class Run:
         # Replicated on the mesh: a multi-controller checkpoint holds only global arrays.
         self.key = jax.jit(lambda: jax.random.key(config.seed),
                            out_shardings=parallel.replicated_sharding(self.mesh))()
-        self.writer = MetricWriter(self.workdir, active=primary)
+        self.writer = MetricWriter(self.workdir, active=primary,
+                                   loggers=parse_loggers(config.get("loggers", "tensorboard")))
         self.checkpointer = Checkpointer(
             storage.join(self.workdir, "checkpoints"), max_to_keep=keep_count(config))
         self.global_step = 0  # checkpoint numbering: +1 per training step and per stage end

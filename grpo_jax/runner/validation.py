@@ -18,6 +18,7 @@ import ml_collections
 
 from grpo_jax import parallel
 from grpo_jax import tasks as tasks_lib
+from grpo_jax import trackers
 from grpo_jax.models import lora
 from grpo_jax.models.config import _DTYPES, ATTENTION_IMPLEMENTATIONS, available_models
 from grpo_jax.runner.inputs import RunInputs, build_inputs
@@ -71,6 +72,8 @@ def check_run_fields(config: ml_collections.ConfigDict, kinds) -> None:
         top.string("compilation_cache_dir")
     if "reuse_host_memory" in config:
         top.boolean("reuse_host_memory")
+    if "loggers" in config:
+        check_loggers(config.loggers)
     if "math_verify" in config:
         verify = Fields(config.math_verify, "math_verify")
         verify.positive("deadline_seconds")
@@ -107,6 +110,21 @@ def check_run_fields(config: ml_collections.ConfigDict, kinds) -> None:
     optim.number("warmup_frac", low=0.0, high=1.0)
     optim.number("final_lr_frac", low=0.0, high=1.0)
     Fields(config.checkpoint, "checkpoint").integer("max_to_keep")
+
+
+def check_loggers(value) -> tuple[str, ...]:
+    """config.loggers: known tracker names whose packages are installed."""
+    if not isinstance(value, (str, list, tuple)):
+        raise ConfigError(f"loggers: expected a comma-separated string, got {value!r}")
+    try:
+        names = trackers.parse_loggers(value)
+    except ValueError as err:
+        raise ConfigError(f"loggers: {err}") from None
+    for name in names:
+        why_not = trackers.missing_package(name)
+        if why_not is not None:
+            raise ConfigError(f"loggers: {why_not}")
+    return names
 
 
 def check_model_fields(config) -> None:

@@ -12,7 +12,6 @@ module that imports grpo_jax.stages.
 from __future__ import annotations
 
 import copy
-import time
 
 import jax
 import ml_collections
@@ -76,10 +75,11 @@ def _run_stages(run: Run) -> dict:
             continue
         section = run.config[name]
         spec = StageSpec(index, name, section, resume_meta if index == start else None)
-        t0, c0 = time.time(), compilation.CLOCK.seconds()
+        run.begin_stage(spec)
         KINDS[section.kind].run(run, spec)
-        print(f"[grpo_jax] stage {name} ({section.kind}) done in {time.time() - t0:.1f}s "
-              f"(compiling {compilation.CLOCK.seconds() - c0:.1f}s)", flush=True)
+        took = run.stage_times.get(name) or run.stage_clock()
+        print(f"[grpo_jax] stage {name} ({section.kind}) done in {took['wall_s']:.1f}s "
+              f"(compiling {took['compile_s']:.1f}s)", flush=True)
         if index + 1 < len(run.stage_names) and run.stop.agreed():
             run.checkpointer.wait()
             raise Preempted(run.stopped_line(f"stage {name}"))

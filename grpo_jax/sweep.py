@@ -212,7 +212,7 @@ def final_figures(run: Run) -> dict:
     column = summary.get("after") or summary.get("last_step") or {}
     figures = {k: v for k, v in column.items() if isinstance(v, (int, float))
                and not isinstance(v, bool) and not k.endswith("_time_s")
-               and k not in ("num_problems", "num_samples")}
+               and k not in ("num_problems", "num_samples", "num_completions")}
     rows = training_rows(run)
     if rows:
         figures.update({f"train/{k}": rows[-1][k] for k in FINAL_TRAINING if k in rows[-1]})

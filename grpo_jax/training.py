@@ -87,12 +87,16 @@ def make_optimizer(
     b2: float = 0.99,
     clip_norm: float = 1.0,
 ) -> tuple[optax.GradientTransformation, optax.Schedule]:
-    """AdamW with linear warmup, cosine decay and global-norm clipping."""
+    """AdamW with linear warmup, cosine decay and global-norm clipping.
+
+    The warmup of W steps rises linearly from lr / (W + 1) at step 0 to lr at step W (step
+    k: lr (k + 1) / (W + 1)), so that no step is taken at learning rate 0 (a two-step smoke
+    run would otherwise train once); then cosine decay to lr * final_lr_frac at `steps`."""
     if steps < 1:
         raise ValueError(f"steps must be >= 1, got {steps}")
     warmup = max(1, int(round(warmup_frac * steps))) if warmup_frac > 0 else 0
     schedule = optax.warmup_cosine_decay_schedule(
-        init_value=0.0 if warmup else lr,
+        init_value=lr / (warmup + 1) if warmup else lr,
         peak_value=lr,
         warmup_steps=warmup,
         decay_steps=max(steps, warmup + 1),

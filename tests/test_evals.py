@@ -193,7 +193,7 @@ PROBLEMS = [
 
 def test_evaluate_samples_hand_values():
     m = evals.evaluate_samples(PROBLEMS)
-    assert m["num_problems"] == 3 and m["num_samples"] == 12
+    assert m["num_problems"] == 3 and m["num_samples"] == 4 and m["num_completions"] == 12
     assert set(k for k in m if "@" in k) == {"pass@1", "pass@2", "pass@4", "maj@2", "maj@4"}
     assert m["pass@1"] == pytest.approx((2 / 4 + 1 / 4 + 0) / 3)
     assert m["pass@2"] == pytest.approx((_closed_form(4, 2, 2) + _closed_form(4, 1, 2)) / 3)
@@ -293,7 +293,8 @@ def test_write_report_files_and_same_numbers(tmp_path):
             assert float(table[name][column]) == pytest.approx(values[column], rel=1e-3)
     assert table["pass@1"]["after"] == "0.6251"
     assert report["metrics"]["pass@1"]["after"] == 0.6251234
-    assert report["metrics"]["num_samples"]["before"] == 12
+    assert report["metrics"]["num_samples"]["before"] == 4  # per problem
+    assert report["metrics"]["num_completions"]["before"] == 12
     assert report["summary"]["before"]["by_difficulty"]["2"]["num_problems"] == 2
 
 

@@ -3,7 +3,9 @@
 import json
 import math
 import os
+import re
 import sys
+import time
 
 import jax.numpy as jnp
 import numpy as np
@@ -166,6 +168,27 @@ def test_progress_off_a_terminal_is_plain_lines(capsys):
     quiet.close()
     (only,) = capsys.readouterr().out.splitlines()  # the interval held back all but the end
     assert only.startswith("[grpo_jax] rl: step 5/5,")
+
+
+def test_progress_lines_name_compilation_apart(capsys, monkeypatch):
+    """A step that compiles for 0.3 s of its 0.4 s: the line's s/step leaves the compilation
+    out (0.10) and names it (0.3 s compiling)."""
+    import types
+
+    from grpo_jax.runner import toolkit
+
+    compiled = [5.0]
+    monkeypatch.setattr(toolkit, "CLOCK", types.SimpleNamespace(seconds=lambda: compiled[0]))
+    bar = toolkit.PlainProgress("rl", 2, 0, 0.0)
+    time.sleep(0.4)
+    compiled[0] += 0.3  # what the clock of compilation counted meanwhile
+    bar.update(1)
+    found = re.search(r"step 1/2, ([0-9.]+) s/step, ([0-9.]+) s compiling$",
+                      capsys.readouterr().out.strip())
+    assert found and float(found.group(2)) == 0.3
+    assert 0.09 <= float(found.group(1)) < 0.2
+    bar.update(1)  # a later line: the compilation since the stage started, still apart
+    assert capsys.readouterr().out.strip().endswith("s/step, 0.3 s compiling")
 
 
 def test_a_resume_drops_the_samples_of_steps_after_its_checkpoint(tmp_path):

@@ -65,6 +65,31 @@ def test_main_job_smoke_writes_report(tmp_path):
         assert sample["prompt"] and isinstance(sample["completion"], str)
         assert {"reward", "accuracy", "format"} <= set(sample)
     assert samples[4]["step"] == rl_lines[0]["step"]  # logged at the first RL step
+    for stage in ("eval_base", "eval_final"):  # one completion of each of 4 problems
+        shown = [s for s in samples if s["stage"] == stage]
+        assert len({s["prompt"] for s in shown}) == 4
+        for s in shown:  # the training reward: rl.rewards' weights on the components
+            weights = config.rl.rewards
+            assert s["reward"] == pytest.approx(weights.accuracy * s["accuracy"]
+                                                + weights.format * s["format"])
+    assert report["summary"]["after"]["num_samples"] == config.eval_final.num_samples
+    assert report["summary"]["after"]["num_completions"] == (
+        config.task.eval_size * config.eval_final.num_samples)
+    # no step at learning rate 0: the warmup's first step is lr / (warmup + 1)
+    assert rl_lines[0]["learning_rate"] == pytest.approx(config.rl.lr / 2)
+    # the time per stage: wall and compiling seconds, s/step without compiling, tokens/s
+    timing = report["timing"]
+    assert list(timing) == ["pretrain", "eval_base", "rl", "eval_final"]
+    assert all(t["wall_s"] >= t["compile_s"] >= 0 for t in timing.values())
+    assert timing["pretrain"]["steps"] == 3 and timing["rl"]["steps"] == 2
+    assert timing["rl"]["s_per_step"] == pytest.approx(
+        sum(r["step_time_s"] for r in rl_lines) / 2)
+    assert timing["rl"]["tokens_per_s"] == pytest.approx(
+        sum(r["completion_tokens"] for r in rl_lines) / sum(r["step_time_s"] for r in rl_lines))
+    assert rl_lines[0]["completion_tokens"] == pytest.approx(
+        rl_lines[0]["completion_length"] * config.rl.num_prompts * config.rl.group_size)
+    assert timing["pretrain"]["tokens_per_s"] > 0 and "tokens_per_s" not in timing["eval_base"]
+    assert "| stage | kind | wall s |" in (tmp_path / "report.md").read_text()
 
 
 @pytest.mark.parametrize("algorithm", sorted(ALGORITHMS))

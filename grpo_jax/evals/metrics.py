@@ -189,7 +189,13 @@ def _per_problem(samples: Sequence[Mapping[str, Any]], ks, maj_ks) -> dict[str, 
 def _summarise(problems: Sequence[Sequence[Mapping[str, Any]]], values, ks,
                maj_ks) -> dict[str, Any]:
     num_samples = sum(len(s) for s in problems)
-    metrics: dict[str, Any] = {"num_problems": len(problems), "num_samples": num_samples}
+    per_problem = {len(s) for s in problems}
+    metrics: dict[str, Any] = {
+        "num_problems": len(problems),
+        # samples per problem (their mean where problems have different counts)
+        "num_samples": (per_problem.pop() if len(per_problem) == 1
+                        else num_samples / len(problems)),
+        "num_completions": num_samples}
     for name in [f"pass@{k}" for k in ks] + [f"maj@{k}" for k in maj_ks]:
         metrics[name] = sum(v[name] for v in values) / len(problems)
     metrics["format_rate"] = sum(bool(x["formatted"]) for s in problems for x in s) / num_samples
@@ -229,7 +235,8 @@ def evaluate_samples(
         correct sample has an answer).
 
     Returns:
-      {"num_problems", "num_samples", "pass@k"..., "maj@k"..., "format_rate",
+      {"num_problems", "num_samples" (per problem), "num_completions" (in all), "pass@k"...,
+       "maj@k"..., "format_rate",
        "mean_length", "by_difficulty": {difficulty: same keys}}.
     """
     if not problems:

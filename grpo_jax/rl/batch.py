@@ -149,7 +149,8 @@ def rollout_record(rewards, components: Mapping[str, jax.Array], correct, length
       group_size: G.
 
     Returns:
-      reward_mean, reward_std, reward/<name>, pass@1, completion_length, length_correct and
+      reward_mean, reward_std, reward/<name>, pass@1, completion_length, completion_tokens
+      (the batch's sampled tokens, for tokens per second), length_correct and
       length_incorrect (the mean length of the solved and of the unsolved completions; NaN
       when there is none: Dr. GRPO's length bias shows in the second), truncated_frac and,
       for G > 1, zero_std_groups (the fraction of groups whose rewards are all equal: they
@@ -163,6 +164,7 @@ def rollout_record(rewards, components: Mapping[str, jax.Array], correct, length
            for name, value in components.items()},
         "pass@1": jnp.mean(jnp.asarray(correct, jnp.float32)),
         "completion_length": jnp.mean(jnp.asarray(lengths, jnp.float32)),
+        "completion_tokens": jnp.sum(jnp.asarray(lengths, jnp.float32)),
         "truncated_frac": jnp.mean(jnp.asarray(truncated, jnp.float32)),
     }
     solved = jnp.asarray(correct, bool)

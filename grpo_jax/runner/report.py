@@ -83,6 +83,47 @@ def code_provenance() -> dict:
             "flax": flax.__version__, "argv": list(sys.argv)}
 
 
+def stage_timing(run, rows: list[dict]) -> dict[str, dict]:
+    """Per finished stage: its kind, wall and compilation seconds (over every session of a
+    resumed run), the steps, the seconds per step without compilation (the mean of the
+    logged step_time_s) and the tokens per second of those steps (target tokens trained by
+    pretrain / SFT, completion tokens sampled by RL)."""
+    out = {}
+    for name in run.stage_names:
+        took = run.stage_times.get(name)
+        if took is None:
+            continue
+        lines = [r for r in rows if r.get("stage") == name
+                 and isinstance(r.get("step_time_s"), (int, float))]
+        entry = {"kind": run.config[name].kind, "wall_s": took["wall_s"],
+                 "compile_s": took["compile_s"], "steps": took.get("steps", 0)}
+        seconds = sum(r["step_time_s"] for r in lines)
+        if lines:
+            entry["s_per_step"] = seconds / len(lines)
+        tokens = [r.get("tokens", r.get("completion_tokens")) for r in lines]
+        if lines and all(isinstance(t, (int, float)) for t in tokens) and seconds > 0:
+            entry["tokens_per_s"] = sum(tokens) / seconds
+        out[name] = entry
+    return out
+
+
+def timing_table(timing: dict[str, dict]) -> list[str]:
+    """report.md's lines for `stage_timing`."""
+    if not timing:
+        return []
+    lines = ["| stage | kind | wall s | compiling s | steps | s/step (no compiling) | tokens/s |",
+             "|---|---|---:|---:|---:|---:|---:|"]
+    for name, t in timing.items():
+        per_step = f"{t['s_per_step']:.3f}" if "s_per_step" in t else ""
+        rate = f"{t['tokens_per_s']:,.0f}" if "tokens_per_s" in t else ""
+        lines.append(f"| {name} | {t['kind']} | {t['wall_s']:.1f} | {t['compile_s']:.1f} | "
+                     f"{t['steps'] or ''} | {per_step} | {rate} |")
+    lines.append("")
+    lines.append("tokens/s: target tokens trained per second (pretrain, SFT) or completion "
+                 "tokens sampled per second (RL), over the steps' time without compiling.")
+    return lines
+
+
 def write_run_report(run) -> dict:
     """report.md / report.json / plots; returns the summary (column -> figures).
 
@@ -112,6 +153,10 @@ def write_run_report(run) -> dict:
                                 if isinstance(v, (int, float)) and k != "wall_time"}
     if not summary or not parallel.is_primary():  # process 0 writes the report
         return summary
+    if getattr(run, "lora_line", None):
+        notes.append(run.lora_line[0].upper() + run.lora_line[1:] + ".")
+    timing = stage_timing(run, rows)
+    notes += ["", "Time per stage:", "", *timing_table(timing)] if timing else []
     code = getattr(run, "provenance", None)
     if code:
         commit = code["commit"][:12] if code["commit"] else "not a git checkout"
@@ -121,6 +166,6 @@ def write_run_report(run) -> dict:
     evals_lib.write_report(
         run.workdir, title=f"grpo_jax run: {run.config.task.name}", summary=summary,
         history=history, plots=PLOTS, step_key="step", group_key="stage", labels=labels,
-        notes=notes, extra={"provenance": code} if code else None,
+        notes=notes, extra={"timing": timing, **({"provenance": code} if code else {})},
     )
     return summary

@@ -135,6 +135,7 @@ def _adopt(run, meta: dict) -> None:
         run.replace_model(meta["model_name"], seed=0)
     run.global_step = int(meta["global_step"])
     run.evals = dict(meta.get("evals", {}))
+    run.stage_times = dict(meta.get("stage_times", {}))
 
 
 def _resume_from(run, meta: dict):

@@ -31,9 +31,9 @@ from grpo_jax.training import jit_update
 
 # Every RL stage's metrics line has these (besides reward/<name> per reward component).
 CORE_METRICS = ("stage_step", "reward_mean", "reward_std", "pass@1", "completion_length",
-                "truncated_frac", "loss", "entropy", "grad_norm", "learning_rate",
-                "logp_diff_max", "logp_diff_mean", "skipped_steps", "sample_time_s",
-                "update_time_s", "step_time_s", "compile_time_s")
+                "completion_tokens", "truncated_frac", "loss", "entropy", "grad_norm",
+                "learning_rate", "logp_diff_max", "logp_diff_mean", "skipped_steps",
+                "sample_time_s", "update_time_s", "step_time_s", "compile_time_s")
 
 
 @dataclasses.dataclass(frozen=True)

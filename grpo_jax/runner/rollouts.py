@@ -9,6 +9,7 @@ import jax
 
 from grpo_jax.rl.rollout import Rollout, episode_rollout, launch_rollout
 from grpo_jax.runner.guards import NonFiniteError
+from grpo_jax.runner.rewards import resolve_reward_fns
 from grpo_jax.runner.toolkit import prompt_text
 from grpo_jax.sampling import SamplingConfig
 from grpo_jax.sampling.episodes import EpisodeConfig
@@ -90,12 +91,18 @@ def sample_and_score(run, examples, *, num_samples: int, batch_size: int, sampli
     """Samples `num_samples` completions per example in fixed-size batches with the run's
     policy (or `policy`, `params`), multi-turn with `episodes` (`tool_episodes`); one dict
     per sample (example, text, length, components, reward, and turns and tool_errors for
-    episodes)."""
+    episodes). `weights`: reward name -> weight of `reward` (the task's rewards are
+    components whatever the weights; None: each of them weighted 1)."""
     policy = run.policy if policy is None else policy
     params = run.params if params is None else params
     flat = [ex for ex in examples for _ in range(num_samples)]
-    reward_fns = run.task.reward_fns()
-    weights = weights or {name: 1.0 for name in reward_fns}
+    reward_fns = dict(run.task.reward_fns())
+    if weights is None:
+        weights = {name: 1.0 for name in reward_fns}
+    else:  # the task's rewards are always scored (as components), weighted 0 unless named
+        reward_fns.update(resolve_reward_fns(run, [n for n in weights if n not in reward_fns]))
+        weights = {**{name: 0.0 for name in reward_fns},
+                   **{name: w for name, w in weights.items() if name in reward_fns}}
     records = []
     for start in range(0, len(flat), batch_size):
         chunk = flat[start:start + batch_size]

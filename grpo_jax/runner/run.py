@@ -14,6 +14,7 @@ import dataclasses
 import json
 import os
 import shutil
+import time
 import zlib
 from typing import Any
 
@@ -22,14 +23,14 @@ import ml_collections
 import numpy as np
 from flax import nnx
 
-from grpo_jax import parallel, storage
+from grpo_jax import compilation, parallel, storage
 from grpo_jax.checkpoint import Checkpointer
 from grpo_jax.metrics import MetricWriter
 from grpo_jax.trackers import parse_loggers
 from grpo_jax.models import Transformer, lora
 from grpo_jax.runner import resume
 from grpo_jax.runner.inputs import RunInputs, with_tokenizer
-from grpo_jax.runner.model_init import build_model, model_config_for, with_lora
+from grpo_jax.runner.model_init import build_model, lora_summary, model_config_for, with_lora
 from grpo_jax.runner.run_directory import CONFIG_FILE, HISTORY_FIELD
 from grpo_jax.runner.tokenizers import build_tokenizer
 from grpo_jax.runner.checks import (ConfigError, check_vocabulary, extendable_stage, mesh_rules,
@@ -146,6 +147,10 @@ class Run:
                          config.model.init_from or config.model.name)
         self.policy, self.params = with_lora(config, *self.place_model(model), self.mesh,
                                              seed=derive_seed(config.seed, "model", "lora"))
+        # "lora: rank r ... N trainable parameters": said at start-up and in the report
+        self.lora_line = lora_summary(config, self.model_config)
+        if self.lora_line and primary:
+            print(f"[grpo_jax] {self.lora_line}", flush=True)
         del model
         # Replicated on the mesh: a multi-controller checkpoint holds only global arrays.
         self.key = jax.jit(lambda: jax.random.key(config.seed),
@@ -157,6 +162,9 @@ class Run:
         self.global_step = 0  # checkpoint numbering: +1 per training step and per stage end
         self.evals: dict[str, dict] = {}  # finished eval stages' figures (kept in meta)
         self.extra_meta: dict[str, Any] = {}
+        # stage name -> {wall_s, compile_s, steps} of each finished stage (kept in meta)
+        self.stage_times: dict[str, dict] = {}
+        self._stage_clock = (time.time(), compilation.CLOCK.seconds(), 0.0, 0.0)
         if self.history:
             record[HISTORY_FIELD] = self.history
         self.record = record  # config.json's content, kept in every checkpoint's meta too
@@ -230,6 +238,8 @@ class Run:
             "stage_done": done,
             "global_step": self.global_step,
             "evals": self.evals,
+            "stage_times": self.stage_times,
+            "stage_clock": self.stage_clock(),
             resume.RUN_CONFIG_FIELD: self.record,
             **self.extra_meta,
             **extra,
@@ -275,8 +285,23 @@ class Run:
                 f"{storage.join(self.checkpointer.directory, str(self.global_step))}; run the "
                 "same command to resume")
 
+    def begin_stage(self, stage: StageSpec) -> None:
+        """Starts the stage's clock; a resumed stage continues from the time its checkpoint
+        recorded (`stage_clock` in its meta)."""
+        before = (stage.resume_meta or {}).get("stage_clock") or {}
+        self._stage_clock = (time.time(), compilation.CLOCK.seconds(),
+                             float(before.get("wall_s", 0.0)),
+                             float(before.get("compile_s", 0.0)))
+
+    def stage_clock(self) -> dict:
+        """{wall_s, compile_s} spent in the current stage so far (over every session)."""
+        wall, compile_s, wall_before, compile_before = self._stage_clock
+        return {"wall_s": round(wall_before + time.time() - wall, 3),
+                "compile_s": round(compile_before + compilation.CLOCK.seconds() - compile_s, 3)}
+
     def finish_stage(self, stage: StageSpec, stage_step: int = 0) -> None:
-        """End-of-stage checkpoint holding only the parameters."""
+        """End-of-stage checkpoint holding only the parameters; the stage's times recorded."""
+        self.stage_times[stage.name] = {**self.stage_clock(), "steps": int(stage_step)}
         self.global_step += 1
         self.save(stage, {"params": self.params}, stage_step=stage_step, done=True)
 

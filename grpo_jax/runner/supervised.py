@@ -54,6 +54,7 @@ def train_supervised(run, stage, prompts, completions, *, loss_on_prompt: bool) 
     batch = host_batch(start) if start < section.steps else None
     for step in range(start, section.steps):
         timer = StepTimer()
+        tokens = float(np.sum(batch.loss_mask))  # the target tokens the step trains on
         run.params, opt_state, metrics = step_fn(run.params, opt_state, device_batch(run, batch))
         if step + 1 < section.steps:  # the next batch on the host while the step runs
             batch = host_batch(step + 1)
@@ -63,6 +64,7 @@ def train_supervised(run, stage, prompts, completions, *, loss_on_prompt: bool) 
             "loss": metrics["loss"],
             "grad_norm": metrics["grad_norm"],
             "learning_rate": float(schedule(step)),
+            "tokens": tokens,
             **skips.count(metrics),
             **timer.record(),
         }, bar, loss="loss")

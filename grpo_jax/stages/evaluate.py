@@ -19,8 +19,10 @@ import numpy as np
 
 from grpo_jax import evals as evals_lib
 from grpo_jax.rewards.parsing import last_number
+from grpo_jax.rewards.python import is_python_reward
 from grpo_jax.runner import StageKind
 from grpo_jax.runner.inputs import eval_seed
+from grpo_jax.runner.rewards import BUILTIN_REWARDS
 from grpo_jax.runner.rollouts import sample_and_score, tool_episodes
 from grpo_jax.runner.fields import TOOLS
 from grpo_jax.runner.toolkit import SAMPLES_PER_LOG, log_samples, sampling_config
@@ -45,8 +47,9 @@ def default_section() -> ml_collections.ConfigDict:
     s.max_thinking_tokens = 0
     s.end_thinking = "</think>"  # the end-of-thinking delimiter, as text
     s.continuation = "Wait"  # written in place of an early end of thinking, as text
-    # Completions written to samples.jsonl (the first ones, problem by problem); -1: every
-    # one, problems x num_samples (per-completion lengths, answers and rewards for a study).
+    # Completions written to samples.jsonl: the first of each of the first samples_logged
+    # problems, with `reward` the run's training reward (its RL stage's weights) and each
+    # component beside it; -1: every one, problems x num_samples (for a study).
     s.samples_logged = SAMPLES_PER_LOG
     TOOLS.add(s)  # tools: multi-turn episodes with a tool (e.g. calc), as in rl
     return s
@@ -122,6 +125,24 @@ def eval_sampling(run, section):
         continuation_ids=tuple(run.tokenizer.encode(section.continuation)))
 
 
+def training_weights(run, stage) -> dict[str, float] | None:
+    """The reward weights of the run's training reward, for the `reward` of the eval's logged
+    samples: the rewards of the nearest earlier stage that has them (else the first later
+    one), keeping the names an eval can score on text (the task's, built-in and Python
+    rewards; not a learned reward model or the length rewards). None without such a stage
+    (each of the task's rewards weighted 1)."""
+    names = list(run.stage_names)
+    here = names.index(stage.name)
+    order = names[:here][::-1] + names[here + 1:]
+    for name in order:
+        rewards = run.config[name].get("rewards")
+        if isinstance(rewards, (ml_collections.ConfigDict, dict)):
+            task_fns = run.task.reward_fns()
+            return {n: float(w) for n, w in dict(rewards).items()
+                    if n in task_fns or is_python_reward(n) or n in BUILTIN_REWARDS}
+    return None
+
+
 def run_eval(run, stage) -> None:
     """Samples num_samples completions per task.eval_size held-out problem; records the
     figures in the run (for the report) and the metrics log."""
@@ -132,6 +153,7 @@ def run_eval(run, stage) -> None:
     records = sample_and_score(run, examples, num_samples=section.num_samples,
                                batch_size=section.batch_size, sampling=sampling,
                                key=run.stage_key(stage.name, 0),
+                               weights=training_weights(run, stage),
                                episodes=tool_episodes(run, section, sampling))
     k = section.num_samples
     ks = resolved_ks(section)
@@ -167,7 +189,8 @@ def run_eval(run, stage) -> None:
     flat = {k: v for k, v in figures.items() if isinstance(v, (int, float))}
     run.writer.write(run.global_step, flat, stage=stage.name)
     limit = stage.section.get("samples_logged", SAMPLES_PER_LOG)
-    shown = records if limit < 0 else records[:limit]
+    # -1: every completion; else one completion of each of the first `limit` problems
+    shown = records if limit < 0 else records[::k][:limit]
     log_samples(run, stage, [r["example"] for r in shown], [r["text"] for r in shown],
                 [r["reward"] for r in shown],
                 {name: [r["components"][name] for r in shown] for name in shown[0]["components"]},

@@ -192,6 +192,12 @@ def test_sft_then_rl_resume_bit_exactly_and_export_the_merged_weights(tmp_path,
     config.rl.update(steps=4, checkpoint_every=2, beta=0.04, max_new_tokens=16)
     rows_straight, rows_resumed = crash_and_resume(config, "rl")
     assert [r["loss"] for r in rows_straight] == [r["loss"] for r in rows_resumed]
+    count = lora.num_adapter_params(lora.init_adapters(
+        nnx.to_pure_dict(nnx.state(build_model(config, validate(config, KINDS).tokenizer)[1])),
+        jax.random.key(0), rank=4, targets=config.model.lora_targets))
+    report = (tmp_path / "straight" / "report.md").read_text()
+    assert f"LoRA: rank 4, alpha 16 on q_kernel, v_kernel, o_kernel, up_kernel: {count:,} " \
+        "trainable float32 parameters" in report
     assert all(np.isfinite(r["kl_ref"]) for r in rows_straight)
     with Checkpointer(tmp_path / "straight" / "checkpoints") as checkpointer:
         mid = [s for s in checkpointer.all_steps()

@@ -154,7 +154,7 @@ def write_run_report(run) -> dict:
     if not summary or not parallel.is_primary():  # process 0 writes the report
         return summary
     if getattr(run, "lora_line", None):
-        notes.append(run.lora_line[0].upper() + run.lora_line[1:] + ".")
+        notes.append("LoRA" + run.lora_line[len("lora"):] + ".")
     timing = stage_timing(run, rows)
     notes += ["", "Time per stage:", "", *timing_table(timing)] if timing else []
     code = getattr(run, "provenance", None)

@@ -97,9 +97,32 @@ def export(workdir: str, out: str, *, stage: str | None = None, dtype: str | Non
         copied.append(file.name)
     what = f"tokenizer files {copied}" if copied else (
         f"no tokenizer files (the run's {kind!r} tokenizer has no Hugging Face form)")
-    return (f"exported {meta.get('stage')!r} step {meta.get('stage_step')} of {workdir} to "
-            f"{out}: {model_config.num_params():,} parameters in {model_config.param_dtype}, "
-            f"{what}")
+    return (f"exported {exported_policy(config, meta)} of {workdir} to {out}: "
+            f"{model_config.num_params():,} parameters in {model_config.param_dtype}, {what}")
+
+
+def exported_policy(config, meta: dict) -> str:
+    """Which policy a finished-stage checkpoint holds, in words: the stage that trained it
+    (an eval or reward-model stage checkpoints the policy it found), its steps and the
+    checkpoint's number."""
+    from grpo_jax.runner.checks import stage_names
+    from grpo_jax.runner.report import POLICY_KEEPING_KINDS
+
+    stage, number = meta.get("stage"), meta.get("global_step")
+    names = stage_names(config)
+    if stage not in names:
+        return f"checkpoint {number} (stage {stage!r})"
+    trained = [n for n in names[:names.index(stage) + 1]
+               if config[n].kind not in POLICY_KEEPING_KINDS]
+    if not trained:
+        return (f"the initial policy (model.init_from or a fresh init; checkpoint {number}, "
+                f"written by stage {stage!r}, which does not change it)")
+    last = trained[-1]
+    steps = config[last].get("steps")
+    after = f"the policy after stage {last!r}" + (f" ({steps} steps)" if steps else "")
+    if last == stage:
+        return f"{after}, checkpoint {number}"
+    return f"{after}, checkpoint {number} (written by stage {stage!r}, which does not change it)"
 
 
 class _Parser(argparse.ArgumentParser):

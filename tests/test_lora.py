@@ -204,13 +204,16 @@ def test_sft_then_rl_resume_bit_exactly_and_export_the_merged_weights(tmp_path,
                if not checkpointer.restore_meta(s)["stage_done"]][0]
         state, _ = checkpointer.restore(mid)  # the RL learner's full state
         final, _ = checkpointer.restore()
+        final_step = checkpointer.latest_step()
     assert set(state["params"]) == set(state["ref_params"]) == {"lora"}  # no base saved
     assert sum(x.size for x in jax.tree.leaves(state["opt_state"]) if x.ndim) == \
         2 * lora.num_adapter_params(state["params"]["lora"])
     adapters = _int_keys(final["params"]["lora"])  # restored without a target: "0" keys
     assert all(np.any(np.asarray(p["b"]) != 0) for _, p in _pairs(adapters))
 
-    export(str(tmp_path / "straight"), str(tmp_path / "out"))
+    line = export(str(tmp_path / "straight"), str(tmp_path / "out"))
+    assert line.startswith(f"exported the policy after stage 'rl' (4 steps), checkpoint "
+                           f"{final_step} of ")
     model, _ = from_pretrained(str(tmp_path / "out"))
     _, base_model = build_model(config, validate(config, KINDS).tokenizer)  # the run's base
     want = lora.merge(nnx.to_pure_dict(nnx.state(base_model)), adapters, alpha=16.0, rank=4)
@@ -243,3 +246,18 @@ def test_bad_lora_fields_exit_2_with_one_line(tmp_path, config, flags_, needle):
     lines = [line for line in err.splitlines() if line.strip()]
     assert code == 2 and len(lines) == 1 and needle in lines[0], err
     assert not workdir.exists()
+
+
+def test_export_names_the_stage_that_trained_the_policy():
+    from grpo_jax.config_presets import main_job
+    from grpo_jax.export import exported_policy
+
+    config = main_job("smoke")  # pretrain, eval_base, rl, eval_final
+    words = exported_policy(config, {"stage": "eval_final", "global_step": 9})
+    assert words == ("the policy after stage 'rl' (2 steps), checkpoint 9 (written by stage "
+                     "'eval_final', which does not change it)")
+    assert exported_policy(config, {"stage": "pretrain", "global_step": 4}) == (
+        "the policy after stage 'pretrain' (3 steps), checkpoint 4")
+    config.stages = "eval_final"
+    assert exported_policy(config, {"stage": "eval_final", "global_step": 1}).startswith(
+        "the initial policy (model.init_from or a fresh init; checkpoint 1")

@@ -66,8 +66,10 @@ def train_and_evaluate(config: ml_collections.ConfigDict, workdir: str) -> dict:
 
 def _run_stages(run: Run) -> dict:
     start, resume_meta, last_stage = run.resume_point()
+    # The lines logged after the checkpoint resumed from (all of them when there is none: a
+    # run killed before its first checkpoint starts again) are logged again.
+    run.writer.truncate_after(run.global_step)
     if last_stage is not None:
-        run.writer.truncate_after(run.global_step)
         if parallel.is_primary():
             print(f"[grpo_jax] {resume_line(run, start, resume_meta)}", flush=True)
     for index, name in enumerate(run.stage_names):

@@ -16,7 +16,7 @@ from grpo_jax.sft.verified import fill_rows, select_verified
 from grpo_jax.runner.guards import SkipCounter
 from grpo_jax.runner.rollouts import sample_and_score
 from grpo_jax.runner.toolkit import (StepTimer, device_batch, log_step, progress, prompt_text,
-                                     sampling_config, stage_optimizer)
+                                     sampling_config, stage_optimizer, stage_record_step)
 from grpo_jax.training import init_opt_state
 
 
@@ -144,8 +144,11 @@ def stage_rows(run, stage, sample):
 
 
 def train_on_rows(run, stage, prompts, completions, info) -> None:
-    """Logs the selection `info`, then fine-tunes on the rows (completion tokens only)."""
-    run.writer.write(run.global_step, {k: float(v) for k, v in info.items()}, stage=stage.name)
+    """Logs the selection `info` (once: not again when the stage resumes), then fine-tunes
+    on the rows (completion tokens only)."""
+    if stage.resume_meta is None:
+        run.writer.write(stage_record_step(run), {k: float(v) for k, v in info.items()},
+                         stage=stage.name)
     print(f"[grpo_jax] {stage.name}: " + ", ".join(f"{k}={v}" for k, v in info.items()),
           flush=True)
     if not prompts:

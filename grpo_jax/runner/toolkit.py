@@ -123,15 +123,24 @@ SAMPLE_EVERY = 10  # RL steps between sample logs (and the first step)
 
 
 def log_samples(run, stage, examples, texts, rewards, components, *,
-                limit: int = SAMPLES_PER_LOG) -> None:
-    """The first `limit` (prompt, completion, reward) of a batch in samples.jsonl and
-    TensorBoard (`MetricWriter.write_samples`), at the run's current global step."""
+                limit: int = SAMPLES_PER_LOG, step: int | None = None) -> None:
+    """The first `limit` (prompt, completion, reward) of a batch in samples.jsonl and the
+    trackers (`MetricWriter.write_samples`), at `step` (default: the run's global step)."""
     rows = []
     for i in range(min(limit, len(texts))):
         rows.append({"prompt": prompt_text(run, examples[i]), "completion": texts[i],
                      "reward": float(rewards[i]),
                      **{name: float(value[i]) for name, value in components.items()}})
-    run.writer.write_samples(run.global_step, rows, stage=stage.name)
+    run.writer.write_samples(run.global_step if step is None else step, rows,
+                             stage=stage.name)
+
+
+def stage_record_step(run) -> int:
+    """The step of a line that a stage logs without a step of its own (an eval's figures, a
+    selection's counts): the number of the checkpoint that will end the stage. A kill before
+    that checkpoint is written resumes from an earlier one, whose `truncate_after` drops the
+    line with the rest of the stage; the stage then logs it again, once."""
+    return run.global_step + 1
 
 
 def log_step(run, stage, record: dict, bar=None, **postfix) -> None:

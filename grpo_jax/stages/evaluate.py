@@ -25,7 +25,8 @@ from grpo_jax.runner.inputs import eval_seed
 from grpo_jax.runner.rewards import BUILTIN_REWARDS
 from grpo_jax.runner.rollouts import sample_and_score, tool_episodes
 from grpo_jax.runner.fields import TOOLS
-from grpo_jax.runner.toolkit import SAMPLES_PER_LOG, log_samples, sampling_config
+from grpo_jax.runner.toolkit import (SAMPLES_PER_LOG, log_samples, sampling_config,
+                                     stage_record_step)
 
 
 def default_section() -> ml_collections.ConfigDict:
@@ -187,14 +188,15 @@ def run_eval(run, stage) -> None:
     figures["eval_time_s"] = time.time() - t0
     run.evals[stage.name] = figures
     flat = {k: v for k, v in figures.items() if isinstance(v, (int, float))}
-    run.writer.write(run.global_step, flat, stage=stage.name)
+    step = stage_record_step(run)
+    run.writer.write(step, flat, stage=stage.name)
     limit = stage.section.get("samples_logged", SAMPLES_PER_LOG)
     # -1: every completion; else one completion of each of the first `limit` problems
     shown = records if limit < 0 else records[::k][:limit]
     log_samples(run, stage, [r["example"] for r in shown], [r["text"] for r in shown],
                 [r["reward"] for r in shown],
                 {name: [r["components"][name] for r in shown] for name in shown[0]["components"]},
-                limit=len(shown))
+                limit=len(shown), step=step)
     print(f"[grpo_jax] {stage.name}: " + ", ".join(
         f"{k}={v:.3f}" for k, v in flat.items()), flush=True)
     run.finish_stage(stage)

@@ -18,7 +18,7 @@ from grpo_jax.rl import reward_model as rm
 from grpo_jax.runner import StageKind
 from grpo_jax.runner.guards import SkipCounter
 from grpo_jax.runner.toolkit import (StepTimer, device_batch, log_step, progress, prompt_text,
-                                     stage_optimizer)
+                                     stage_optimizer, stage_record_step)
 from grpo_jax.sft.data import epoch_batches
 from grpo_jax.training import init_opt_state
 
@@ -118,7 +118,7 @@ def run_reward_model(run, stage) -> None:
         rejected = model.score([r for _, _, r in held], [ex for ex, _, _ in held])
         record["eval_pair_accuracy"] = float(np.mean(chosen > rejected))
         record["eval_margin"] = float(np.mean(chosen - rejected))
-    run.writer.write(run.global_step, record, stage=stage.name)
+    run.writer.write(stage_record_step(run), record, stage=stage.name)
     print(f"[grpo_jax] {stage.name}: " + ", ".join(f"{k}={v:.3f}" if isinstance(v, float)
                                                    else f"{k}={v}" for k, v in record.items()),
           flush=True)

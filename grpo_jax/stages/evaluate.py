@@ -198,7 +198,8 @@ def run_eval(run, stage) -> None:
                 {name: [r["components"][name] for r in shown] for name in shown[0]["components"]},
                 limit=len(shown), step=step)
     print(f"[grpo_jax] {stage.name}: " + ", ".join(
-        f"{k}={v:.3f}" for k, v in flat.items()), flush=True)
+        f"{k}={v:.3f}" if isinstance(v, float) else f"{k}={v}" for k, v in flat.items()),
+        flush=True)
     run.finish_stage(stage)
 
 

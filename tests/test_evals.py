@@ -493,7 +493,9 @@ def test_runs_with_different_seeds_evaluate_the_same_problems(tmp_path):
         run_stage(config, "eval_final", str(tmp_path / str(seed)))
         rows = [json.loads(line) for line in open(tmp_path / str(seed) / "samples.jsonl")]
         prompts[seed] = [r["prompt"] for r in rows]
-    assert len(prompts[0]) == 4 and prompts[0] == prompts[1][:4]
+    # 4: the first completion of each of the first 4 problems
+    k = config.eval_final.num_samples
+    assert len(prompts[0]) == 4 and prompts[0] == prompts[1][::k][:4]
     # samples_logged -1: all eval_size x num_samples completions, whose accuracies average
     # to the stage's pass@1.
     section = config.eval_final

@@ -16,6 +16,7 @@ carry no loss (a truncated completion under DAPO's overlong filter, or a tool's 
 from __future__ import annotations
 
 from collections.abc import Mapping
+from typing import Any
 
 import jax
 import jax.numpy as jnp
@@ -51,6 +52,9 @@ class RolloutBatch:
         minibatches (minibatch m is the m-th contiguous block of row i; `minibatches`), or
         None (one minibatch: every pass is the batch in its order). Not a row field: it is
         dropped from the minibatches it describes.
+      packed: the rows packed into fixed token blocks (`rl.packing.PackedRows`): the
+        update's forward and backward passes run on them instead of the padded rows (same
+        log-probs); None: padded. Not a row field (one micro-batch, one stream).
     """
 
     tokens: jax.Array
@@ -68,6 +72,7 @@ class RolloutBatch:
     correct: jax.Array | None = None
     truncated: jax.Array | None = None
     minibatch_order: jax.Array | None = None
+    packed: Any = None
 
     @property
     def rows(self) -> int:

@@ -25,7 +25,8 @@ import numpy as np
 from grpo_jax import losses
 from grpo_jax.models import logprobs
 from grpo_jax.rl.batch import RolloutBatch
-from grpo_jax.rl.update import logp_mismatch, off_policy_weights, sequence_logp
+from grpo_jax.rl.packing import packed_completion_logprobs
+from grpo_jax.rl.update import batch_logp, logp_mismatch, off_policy_weights, sequence_logp
 from grpo_jax.training import (FINITE_FLAGS, Params, Policy, jit_update, keep_if,
                                optimizer_step)
 
@@ -157,8 +158,7 @@ def make_ppo_update(policy: Policy, critic: Policy, policy_optimizer, critic_opt
 
     def policy_loss(params, batch: RolloutBatch, num_tokens):
         mask = batch.loss_mask
-        logp, entropy = sequence_logp(policy, params, batch.tokens, batch.attention_mask,
-                                      prompt_len, return_entropy=True)
+        logp, entropy = batch_logp(policy, params, batch, prompt_len)
         per_token, clipped = losses.clipped_surrogate(logp, batch.old_logp, batch.advantages,
                                                       epsilon=epsilon, mask=mask)
         if batch.is_weights is not None:  # an off-policy correction's per-token weights
@@ -172,21 +172,28 @@ def make_ppo_update(policy: Policy, critic: Policy, policy_optimizer, critic_opt
 
     def critic_loss(critic_params, batch: RolloutBatch, num_tokens):
         mask = batch.loss_mask
-        values = completion_values(critic, critic_params, batch.tokens, batch.attention_mask,
-                                   prompt_len)
+        if batch.packed is None:
+            values = completion_values(critic, critic_params, batch.tokens,
+                                       batch.attention_mask, prompt_len)
+        else:  # the same values from the packed blocks
+            values = packed_completion_logprobs(critic.bind(critic_params), batch.packed,
+                                                return_values=True)["values"]
         per_token = losses.value_loss(values, batch.old_values, batch.returns, clip=value_clip)
         loss = losses.aggregate(per_token, mask, mode="token-mean", num_tokens=num_tokens)
         return loss, {"value_loss": loss}
 
     def update(params, opt_state, critic_params, critic_opt_state, batch):
         num_tokens = jnp.maximum(jnp.sum(batch.loss_mask.astype(jnp.float32)), 1.0)
+        packed = batch.packed is not None  # blocks, not rows: one micro-batch, one stream
+        micro = 1 if packed else micro_batches
         new_params, new_opt_state, metrics = optimizer_step(
             functools.partial(policy_loss, num_tokens=num_tokens), policy_optimizer, params,
-            opt_state, batch, micro_batches=micro_batches, streams=policy.batch_streams)
+            opt_state, batch, micro_batches=micro,
+            streams=1 if packed else policy.batch_streams)
         new_critic, new_critic_opt, critic_metrics = optimizer_step(
             functools.partial(critic_loss, num_tokens=num_tokens), critic_optimizer,
-            critic_params, critic_opt_state, batch, micro_batches=micro_batches,
-            streams=critic.batch_streams, grad_norm_name="critic_grad_norm")
+            critic_params, critic_opt_state, batch, micro_batches=micro,
+            streams=1 if packed else critic.batch_streams, grad_norm_name="critic_grad_norm")
         # Policy and critic move together or not at all (a non-finite value of either).
         ok = (metrics["skipped"] + critic_metrics["skipped"]) == 0
         params, opt_state = keep_if(ok, (new_params, new_opt_state), (params, opt_state))

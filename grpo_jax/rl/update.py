@@ -19,6 +19,7 @@ from grpo_jax.models import completion_logprobs
 from grpo_jax.rl.algorithms import (Algorithm, EstimatorInputs, Objective, Settings,
                                     compute_advantages)
 from grpo_jax.rl.batch import RolloutBatch
+from grpo_jax.rl.packing import packed_completion_logprobs
 from grpo_jax.training import (Params, Policy, jit_update, merge_micro_batches,
                                optimizer_step, split_micro_batches)
 
@@ -64,6 +65,18 @@ def sequence_logp(policy: Policy, params: Params, tokens, attention_mask, prompt
                               temperature=temperature, chunk_size=policy.logprob_chunk_size,
                               chunk_rows=policy.logprob_chunk_rows)
     return out["logp"], out.get("entropy")
+
+
+def batch_logp(policy: Policy, params: Params, batch: RolloutBatch, prompt_len: int,
+               temperature: float = 1.0, prompt_group: int = 1):
+    """(logp, entropy) [B, N] of a batch's completions: `sequence_logp` on its padded rows,
+    or the same from its packed blocks when it has them (`rl.packing`)."""
+    if batch.packed is None:
+        return sequence_logp(policy, params, batch.tokens, batch.attention_mask, prompt_len,
+                             temperature, return_entropy=True, prompt_group=prompt_group)
+    out = packed_completion_logprobs(policy.bind(params), batch.packed, temperature=temperature,
+                                     return_entropy=True, chunk_size=policy.logprob_chunk_size)
+    return out["logp"], out["entropy"]
 
 
 def sequence_score_grads(policy: Policy, params: Params, tokens, attention_mask,
@@ -118,9 +131,8 @@ def policy_loss(params: Params, batch: RolloutBatch, *, policy: Policy,
     the objective is `settings.objective`'s (`rl.algorithms.Objective.loss`).
     """
     mask = batch.loss_mask
-    logp, entropy = sequence_logp(policy, params, batch.tokens, batch.attention_mask,
-                                  prompt_len, settings.temperature, return_entropy=True,
-                                  prompt_group=prompt_group)
+    logp, entropy = batch_logp(policy, params, batch, prompt_len, settings.temperature,
+                               prompt_group=prompt_group)
     old_logp = jax.lax.stop_gradient(logp) if settings.on_policy else batch.old_logp
     per_token, clipped = Objective(settings.objective).loss(
         logp, old_logp, batch.advantages, epsilon=settings.epsilon,
@@ -162,19 +174,21 @@ def make_train_step(policy: Policy, optimizer: optax.GradientTransformation,
     one prompt (`sampling.check_prompt_groups`); each micro-batch and row group then runs
     each prompt once, when it holds whole groups (`prompt_group_for`). A non-finite loss,
     gradient or update is not applied (`training.apply_if_finite`; the metrics' "skipped"
-    flag says so)."""
+    flag says so). A batch with `packed` rows (`rl.packing`) runs its blocks in one
+    micro-batch and one stream (the blocks already hold only the rows' tokens)."""
 
     def train_step(params, opt_state, batch: RolloutBatch):
         mask = batch.loss_mask
         num_tokens = jnp.maximum(jnp.sum(mask.astype(jnp.float32)), 1.0)
         num_sequences = jnp.asarray(mask.shape[0], jnp.float32)
-        group = prompt_group_for(mask.shape[0], group_size, micro_batches)
+        packed = batch.packed is not None  # blocks, not rows: one micro-batch, one stream
+        group = 1 if packed else prompt_group_for(mask.shape[0], group_size, micro_batches)
         loss_fn = functools.partial(policy_loss, policy=policy, settings=settings,
                                     prompt_len=prompt_len, num_tokens=num_tokens,
                                     num_sequences=num_sequences, prompt_group=group)
         return optimizer_step(loss_fn, optimizer, params, opt_state, batch,
-                              micro_batches=micro_batches, streams=policy.batch_streams,
-                              row_unit=group)
+                              micro_batches=1 if packed else micro_batches,
+                              streams=1 if packed else policy.batch_streams, row_unit=group)
 
     return jit_update(train_step)
 

@@ -9,7 +9,7 @@ import jax
 import numpy as np
 from flax import struct
 
-from grpo_jax.text.rows import encode_pair_rows
+from grpo_jax.text.rows import encode_pair_rows, first_fit
 
 
 @struct.dataclass
@@ -78,30 +78,9 @@ def _epoch_order(num_rows: int, seed: int, epoch: int) -> np.ndarray:
     return order
 
 
-def _first_fit(lengths: np.ndarray, length: int) -> list[list[int]]:
-    """First-fit decreasing: indices of `lengths` grouped into bins of `length` tokens."""
-    if len(lengths) and lengths.max() > length:
-        raise ValueError(f"an example of {lengths.max()} tokens does not fit a packed row of "
-                         f"{length}")
-    order = np.argsort(-lengths, kind="stable")
-    bins: list[list[int]] = []
-    free = np.zeros(len(lengths), np.int64)  # at most one bin per item
-    for i in order:
-        fits = np.flatnonzero(free[: len(bins)] >= lengths[i])
-        if fits.size:
-            b = int(fits[0])
-        else:
-            b = len(bins)
-            bins.append([])
-            free[b] = length
-        bins[b].append(int(i))
-        free[b] -= lengths[i]
-    return bins
-
-
 def packed_rows_needed(lengths: np.ndarray, length: int) -> int:
     """Rows of `length` tokens that first-fit decreasing packs examples of `lengths` into."""
-    return len(_first_fit(np.asarray(lengths), length))
+    return len(first_fit(np.asarray(lengths), length))
 
 
 def packed_rows_for(lengths: np.ndarray, batches, length: int, *, multiple: int = 1) -> int:
@@ -127,7 +106,7 @@ def pack_rows(batch: TokenBatch, num_rows: int) -> TokenBatch:
     loss_mask = np.asarray(batch.loss_mask)
     n, length = tokens.shape
     lengths = attention_mask.sum(axis=1)
-    bins = _first_fit(lengths, length)
+    bins = first_fit(lengths, length)
     if len(bins) > num_rows:
         raise ValueError(f"{n} examples need {len(bins)} packed rows of {length} tokens, "
                          f"more than the {num_rows} allowed")

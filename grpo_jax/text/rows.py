@@ -66,3 +66,25 @@ def encode_pair_rows(
         start = 1 if loss_on_prompt else len(prompt_ids)
         loss_mask[row, start : len(ids)] = True
     return tokens, attention_mask, loss_mask
+
+
+def first_fit(lengths: np.ndarray, length: int) -> list[list[int]]:
+    """First-fit decreasing: indices of `lengths` grouped into bins of `length` tokens (packed
+    SFT rows, packed RL updates); ValueError when one item is longer than a bin."""
+    if len(lengths) and lengths.max() > length:
+        raise ValueError(f"an example of {lengths.max()} tokens does not fit a packed row of "
+                         f"{length}")
+    order = np.argsort(-lengths, kind="stable")
+    bins: list[list[int]] = []
+    free = np.zeros(len(lengths), np.int64)  # at most one bin per item
+    for i in order:
+        fits = np.flatnonzero(free[: len(bins)] >= lengths[i])
+        if fits.size:
+            b = int(fits[0])
+        else:
+            b = len(bins)
+            bins.append([])
+            free[b] = length
+        bins[b].append(int(i))
+        free[b] -= lengths[i]
+    return bins

@@ -156,12 +156,25 @@ def _add_training(s) -> None:
     s.num_minibatches = 1  # optimizer steps per pass
     s.micro_batches = 1  # gradient accumulation inside one optimizer step
     s.lr = 2e-4  # peak learning rate of the policy
+    # > 0: the update runs on the batch's rows packed into this many blocks of P + N tokens
+    # (`rl.packing`: the same gradient on fewer positions when completions are uneven); a
+    # batch that does not fit runs padded. Host loop, one minibatch, one micro-batch.
+    s.pack_blocks = 0
 
 
 def _check_training(check) -> None:
     for field in ("num_iterations", "num_minibatches", "micro_batches"):
         check.integer(field)
     check.positive("lr")
+    if check.integer("pack_blocks", low=0):
+        section = check.section
+        for field in ("num_minibatches", "micro_batches"):
+            if section[field] != 1:
+                check.fail("pack_blocks", f"packed updates run one minibatch of one "
+                                          f"micro-batch; set {field} = 1 or pack_blocks = 0")
+        if section.get("fused_steps", 0):
+            check.fail("pack_blocks", "packed updates run in the host loop (rows are packed "
+                                      "on the host); set fused_steps = 0 or pack_blocks = 0")
     # How the batch divides (check.minibatches) is the kind's check: it depends on the
     # group size, which the kind checks first.
 

@@ -63,6 +63,7 @@ class LoopSettings:
     dynamic_sampling: bool = False  # DAPO's: resample groups without signal (rl kind)
     max_sampling_rounds: int = 1
     fused_steps: int = 0  # > 0: the device source, this many iterations per program
+    pack_blocks: int = 0  # > 0: the host source packs each batch's rows (`rl.packing`)
 
     @classmethod
     def of(cls, section, groups, **kind) -> LoopSettings:

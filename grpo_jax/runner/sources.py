@@ -28,6 +28,7 @@ from grpo_jax.rewards.accuracy import undecided_comparisons
 from grpo_jax.rewards.python import is_python_reward, reward_errors
 from grpo_jax.rewards.device import device_reward_names, integer_answers, make_device_reward
 from grpo_jax.rl.batch import rollout_record
+from grpo_jax.rl.packing import pack_rows
 from grpo_jax.rl.fused import make_fused_iterations
 from grpo_jax.rl.rollout import Rollout, encode_prompts, tool_record
 from grpo_jax.runner.checks import ConfigError
@@ -249,6 +250,20 @@ class HostSource(Source):
 
         return finished
 
+    def _packed(self, batch):
+        """(batch, whether it is packed): with pack_blocks, the batch's rows packed into
+        that many blocks (rounded up to a multiple of the data devices) of P + N tokens, or
+        the batch as it is when they do not fit (that step runs padded)."""
+        blocks = self.settings.pack_blocks
+        if not blocks:
+            return batch, False
+        devices = self.run.data_sharding.mesh.devices.size
+        blocks = -(-blocks // devices) * devices
+        packed = pack_rows(np.asarray(batch.tokens), np.asarray(batch.attention_mask),
+                           batch.prompt_len, num_blocks=blocks,
+                           block_len=batch.tokens.shape[1], pad_id=self.run.tokenizer.pad_id)
+        return (batch, False) if packed is None else (batch.replace(packed=packed), True)
+
     def steps(self, step: int, iterator, learner) -> list[dict]:
         run, settings, pending = self.run, self.settings, self.pending
         timer = StepTimer()
@@ -269,9 +284,12 @@ class HostSource(Source):
         ro, info = entry.rollout, entry.info
         check_versions(ro.version, step, settings.max_staleness)
         check_prompt_groups(ro.prompt_tokens, ro.prompt_mask, settings.group_size)
-        batch = device_batch(run, ro.to_batch())
+        batch, packed = self._packed(ro.to_batch())
+        batch = device_batch(run, batch)
         timer.lap("sample")
         metrics = learner.iterate(batch, step)
+        if settings.pack_blocks:
+            metrics["packed"] = float(packed)
         run.params = learner.state["params"]
         for _, finish in launched:  # sampled with the parameters before the update
             pending.entries.append(finish())

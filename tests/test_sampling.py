@@ -109,6 +109,32 @@ def test_fixed_key_is_deterministic(setup):
     assert not np.array_equal(a.tokens, c.tokens)
 
 
+def test_a_rows_completion_depends_on_its_id_not_its_place(setup):
+    """Row r samples column t with fold_in(fold_in(key, r), t): the rows decoded in the
+    reverse order, each keeping its id, write the same tokens and log-probs (what a slot of
+    continuous batching needs: a row's sample does not depend on where it runs); with the
+    ids of their new places they do not."""
+    from grpo_jax.sampling import decode
+
+    graphdef, state, prompts, mask, _ = setup
+    config = SamplingConfig(max_new_tokens=N, temperature=1.3)
+    spec = decode.DecodeSpec(sampling=config, slots=N)
+
+    @jax.jit
+    def sample(prompts, mask, row_ids):
+        model = nnx.merge(graphdef, decode.rollout_state(graphdef, state))
+        s = decode.prefill(model, prompts, mask, jax.random.key(3), spec, row_ids=row_ids)
+        return decode.run(model, s, jax.random.key(3), spec, N)
+
+    ids = jnp.arange(3)
+    forward = sample(prompts, mask, ids)
+    backward = sample(prompts[::-1], mask[::-1], ids[::-1])
+    np.testing.assert_array_equal(backward.tokens[::-1], forward.tokens)
+    np.testing.assert_allclose(backward.logp[::-1], forward.logp, rtol=1e-5, atol=1e-6)
+    moved = sample(prompts[::-1], mask[::-1], ids)  # ids of their places: other samples
+    assert not np.array_equal(moved.tokens[::-1], forward.tokens)
+
+
 def test_eos_rows_stop_and_are_masked(setup):
     greedy = run(setup, greedy=True)
     eos = int(greedy.tokens[0, 2])

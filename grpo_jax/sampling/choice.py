@@ -32,17 +32,22 @@ def argmax(x: jax.Array) -> jax.Array:
 def categorical(key: jax.Array, logits: jax.Array) -> jax.Array:
     """A sample of softmax(logits) per row by Gumbel-max: argmax(logits + G), G ~ Gumbel(0, 1).
 
-    The noise is what jax.random.categorical draws for the same key, so the samples are the
-    same as its.
+    With one key the noise is what jax.random.categorical draws for that key (the same
+    samples); with a key per row ([B] keys) each row's noise comes from its own key, so a
+    row's sample does not depend on the other rows of the batch.
 
     Args:
-      key: PRNG key.
+      key: a PRNG key, or [B] keys (one per row).
       logits: [B, V] float32 unnormalised log-probabilities.
 
     Returns:
       [B] int32.
     """
-    return argmax(logits + jax.random.gumbel(key, logits.shape, logits.dtype))
+    if key.ndim == 0:
+        noise = jax.random.gumbel(key, logits.shape, logits.dtype)
+    else:
+        noise = jax.vmap(lambda k: jax.random.gumbel(k, logits.shape[1:], logits.dtype))(key)
+    return argmax(logits + noise)
 
 
 def logp_at(logits: jax.Array, token: jax.Array) -> jax.Array:
@@ -65,7 +70,7 @@ def filter_and_sample(logits: jax.Array, key: jax.Array, *, top_k: int = 0,
 
     Args:
       logits: [B, V] float32, already temperature-scaled, forbidden tokens at -inf.
-      key: PRNG key.
+      key: a PRNG key, or [B] keys (one per row: `categorical`).
       top_k: keep the k most likely tokens; 0 keeps all (static).
       top_p: keep the smallest set of most likely tokens with mass >= top_p; 1.0 keeps all
         (static).

@@ -90,6 +90,9 @@ class DecodeState:
 
     Attributes:
       step: [] int32, the next slot.
+      row_ids: [B] int32, each row's index in the batch: its slot t is sampled with the key
+        fold_in(fold_in(key, row id), t), so a row's tokens depend on its key and index, not
+        on the batch's other rows.
       last_token: [B] int32, the token to decode next.
       position: [B] int32, its rotary position.
       done: [B] bool, the row ended (EOS; or the host ended it).
@@ -111,6 +114,7 @@ class DecodeState:
     """
 
     step: jax.Array
+    row_ids: jax.Array
     last_token: jax.Array
     position: jax.Array
     done: jax.Array
@@ -148,7 +152,8 @@ def initial_state(spec: DecodeSpec, cache: KVCache, position: jax.Array) -> Deco
     slots = lambda dtype, fill=0: jnp.full((batch, n), fill, dtype)
     has_queue = spec.forcing or spec.pauses
     return DecodeState(
-        step=jnp.zeros((), jnp.int32), last_token=rows(jnp.int32), position=position,
+        step=jnp.zeros((), jnp.int32), row_ids=jnp.arange(batch, dtype=jnp.int32),
+        last_token=rows(jnp.int32), position=position,
         done=rows(bool), cache=cache, tokens=slots(jnp.int32, spec.sampling.pad_id),
         logp=slots(jnp.float32), generated=slots(bool), forced=slots(bool),
         observation=slots(bool) if spec.pauses else None,
@@ -176,7 +181,7 @@ def _write(s: DecodeState, logits, key, spec: DecodeSpec) -> DecodeState:
     Args:
       s: the state before the slot.
       logits: [B, V] float32, the model's next-token logits of each row.
-      key: the slot's PRNG key.
+      key: the run's PRNG key (row r samples slot t with fold_in(fold_in(key, r), t)).
       spec: the DecodeSpec.
 
     Returns:
@@ -210,7 +215,9 @@ def _write(s: DecodeState, logits, key, spec: DecodeSpec) -> DecodeState:
         token = argmax(scaled)
         logp = logp_at(unmasked, token)
     else:
-        token, logp = filter_and_sample(scaled, key, top_k=sampling.top_k,
+        keys = jax.vmap(lambda row: jax.random.fold_in(jax.random.fold_in(key, row),
+                                                       s.step))(s.row_ids)
+        token, logp = filter_and_sample(scaled, keys, top_k=sampling.top_k,
                                         top_p=sampling.top_p)
     forced = jnp.zeros(token.shape, bool)
 
@@ -336,7 +343,8 @@ def rollout_state(graphdef, state):
     return state
 
 
-def prefill(model, prompts, prompt_mask, key, spec: DecodeSpec) -> DecodeState:
+def prefill(model, prompts, prompt_mask, key, spec: DecodeSpec,
+            row_ids=None) -> DecodeState:
     """Runs the prompts through the model once per prompt group and writes slot 0.
 
     Args:
@@ -344,8 +352,10 @@ def prefill(model, prompts, prompt_mask, key, spec: DecodeSpec) -> DecodeState:
       prompts: [B, P] int32, left-padded; rows in contiguous groups of
         spec.sampling.prompt_group share one prompt.
       prompt_mask: [B, P] bool.
-      key: PRNG key; slot t is chosen with fold_in(key, t).
+      key: PRNG key; row r chooses slot t with fold_in(fold_in(key, r), t).
       spec: the DecodeSpec.
+      row_ids: [B] int32, each row's identity r (default: its index): a row sampled with
+        the same id, key and parameters writes the same tokens wherever it sits.
 
     Returns:
       The DecodeState after slot 0, its cache sized for the first phase.
@@ -366,9 +376,11 @@ def prefill(model, prompts, prompt_mask, key, spec: DecodeSpec) -> DecodeState:
         logits = spread_to_groups(logits, g)
     s = initial_state(spec, _cache_rows(model, cache),
                       prompt_mask.sum(-1).astype(jnp.int32))
+    if row_ids is not None:
+        s = s.replace(row_ids=jnp.asarray(row_ids, jnp.int32))
     s = s.replace(**_rows(model, {name: getattr(s, name) for name in s.__dataclass_fields__
                                   if name not in _SCALARS and getattr(s, name) is not None}))
-    return _write(s, _rows(model, logits), jax.random.fold_in(key, 0), spec)
+    return _write(s, _rows(model, logits), key, spec)
 
 
 def step(model, s: DecodeState, key, spec: DecodeSpec) -> DecodeState:
@@ -380,7 +392,7 @@ def step(model, s: DecodeState, key, spec: DecodeSpec) -> DecodeState:
     advance = s.pending.astype(jnp.int32) if spec.pauses else 1
     s = s.replace(cache=cache, position=s.position + advance)
     logits = _rows(model, model.logits(hidden[:, 0]))
-    return _write(s, logits, jax.random.fold_in(key, s.step), spec)
+    return _write(s, logits, key, spec)
 
 
 def _going(s: DecodeState):
@@ -406,7 +418,7 @@ def run(model, s: DecodeState, key, spec: DecodeSpec, end: int) -> DecodeState:
     Args:
       model: the Transformer (weights from `rollout_state`).
       s: the state; its cache holds P + end slots.
-      key: PRNG key (slot t is chosen with fold_in(key, t)).
+      key: PRNG key (row r chooses slot t with fold_in(fold_in(key, r), t)).
       spec: the DecodeSpec.
       end: the phase's last slot + 1 (static).
 

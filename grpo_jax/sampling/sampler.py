@@ -61,8 +61,9 @@ def generate(graphdef, state, prompts, prompt_mask, key, *, config: SamplingConf
 
     One device call of the decode core (`sampling.decode`) without pauses: the prefill (once
     per prompt group), then `config.cache_phases` runs of its loop over a growing KV cache,
-    each until its phase's last column or every row done; column t is chosen with the key
-    fold_in(key, t).
+    each until its phase's last column or every row done; row r chooses column t with the
+    key fold_in(fold_in(key, r), t), so a row's completion depends on its key and index and
+    the parameters, not on the batch's other rows.
 
     Args:
       graphdef: from `nnx.split(model)` (static).

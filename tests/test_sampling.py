@@ -135,6 +135,32 @@ def test_a_rows_completion_depends_on_its_id_not_its_place(setup):
     assert not np.array_equal(moved.tokens[::-1], forward.tokens)
 
 
+@pytest.mark.parametrize("kwargs", [dict(temperature=1.3, eos_ids=(26, 9)),
+                                    dict(greedy=True, eos_ids=(26, 9)),
+                                    dict(temperature=0.8, top_k=5, top_p=0.9, eos_ids=(7, 18))])
+def test_continuous_batching_samples_what_every_row_at_once_does(setup, kwargs):
+    """Rows sampled 1, 3 or all at a time (`slots`: a slot takes the next row when its row
+    ends) write the same tokens, log-probs and masks: a row's sample depends on its key,
+    index and the parameters only."""
+    graphdef, state, _, _, _ = setup
+    rows = [[1, 2, 3], [4, 5, 6, 7, 8], [9], [3, 3], [7, 1, 2, 5], [6], [8, 8, 8], [5, 9]]
+    prompts, mask = map(jnp.asarray, pad_prompts(rows, 5))
+    outputs = {}
+    for slots in (0, 1, 3):
+        config = SamplingConfig(max_new_tokens=12, slots=slots, cache_phases=1, **kwargs)
+        outputs[slots] = generate(graphdef, state, prompts, mask, jax.random.key(5),
+                                  config=config)
+    reference = outputs[0]
+    lengths = np.asarray(reference.lengths)
+    assert len(set(lengths.tolist())) >= 2  # rows end at different steps
+    for slots in (1, 3):
+        out = outputs[slots]
+        np.testing.assert_array_equal(out.tokens, reference.tokens, err_msg=str(slots))
+        np.testing.assert_array_equal(out.mask, reference.mask, err_msg=str(slots))
+        np.testing.assert_array_equal(out.lengths, reference.lengths, err_msg=str(slots))
+        np.testing.assert_allclose(out.logp, reference.logp, rtol=1e-5, atol=1e-5)
+
+
 def test_eos_rows_stop_and_are_masked(setup):
     greedy = run(setup, greedy=True)
     eos = int(greedy.tokens[0, 2])

@@ -107,7 +107,8 @@ class KVCache:
       keys: tuple over layers of [B*K, H, S].
       values: tuple over layers of [B*K, S, H].
       key_valid: [B, S] bool, True for slots holding a real (non-pad) token.
-      index: [] int32, the next slot to write.
+      index: [] int32, the next slot to write; or [B] int32, each row's own next slot
+        (continuous batching: rows at different columns; one token per `decode` call).
       rope: (cos, sin) [S, H] float32 `rope_table` for positions 0..S-1 (a position never
         exceeds its slot), computed outside the decode loop (see `gather_rope`).
       inv_freq: [H/2] float32, to extend the table when the cache grows.
@@ -215,7 +216,8 @@ def attend_cached(q, cache_k, cache_v, query_slots, key_valid):
     Args:
       q: [B, T, N, H] queries.
       cache_k: [B*K, H, S] keys; cache_v: [B*K, S, H] values (row b*K + k).
-      query_slots: [T] int, the key slot each query sits at (causal: key slot <= query slot).
+      query_slots: [T] int, the key slot each query sits at (causal: key slot <= query
+        slot), or [B, T] (each row's own slots).
       key_valid: [B, S] bool.
 
     Returns:
@@ -223,12 +225,16 @@ def attend_cached(q, cache_k, cache_v, query_slots, key_valid):
     """
     b, t, n, h = q.shape
     s = cache_k.shape[2]
+    if query_slots.ndim == 1:
+        causal = (jnp.arange(s)[None, :] <= query_slots[:, None])[None]  # [1, T, S]
+    else:
+        causal = jnp.arange(s)[None, None, :] <= query_slots[:, :, None]  # [B, T, S]
     kv_heads = cache_k.shape[0] // b
     groups = n // kv_heads
     q = q.reshape(b, t, kv_heads, groups, h).transpose(0, 2, 1, 3, 4).reshape(-1, t * groups, h)
     scores = jnp.einsum("ZQH,ZHS->ZQS", q, cache_k, preferred_element_type=jnp.float32)
     scores = scores * (h**-0.5)
-    mask = (jnp.arange(s)[None, :] <= query_slots[:, None])[None] & key_valid[:, None, :]
+    mask = causal & key_valid[:, None, :]
     mask = jnp.repeat(jnp.repeat(mask, groups, axis=1), kv_heads, axis=0)  # [B*K, T*G, S]
     scores = jnp.where(mask, scores, _MASKED)
     probs = jax.nn.softmax(scores, axis=-1).astype(cache_v.dtype)
@@ -351,13 +357,19 @@ class Attention(nnx.Module):
         q, k, v = self.fused_qkv(x, rope)
         b, t, kv_heads, h = k.shape
         rows = lambda new: new.transpose(0, 2, 1, 3).reshape(b * kv_heads, t, h)
-        cache_k = jax.lax.dynamic_update_slice(
-            cache_k, rows(k).transpose(0, 2, 1).astype(cache_k.dtype), (0, 0, index)
-        )
-        cache_v = jax.lax.dynamic_update_slice(
-            cache_v, rows(v).astype(cache_v.dtype), (0, index, 0)
-        )
-        query_slots = index + jnp.arange(t)
+        if index.ndim == 1:  # each row at its own slot (one token): a scatter per row
+            r, at = jnp.arange(b * kv_heads), jnp.repeat(index, kv_heads)
+            cache_k = cache_k.at[r, :, at].set(rows(k)[:, 0].astype(cache_k.dtype))
+            cache_v = cache_v.at[r, at, :].set(rows(v)[:, 0].astype(cache_v.dtype))
+            query_slots = index[:, None] + jnp.arange(t)[None]
+        else:
+            cache_k = jax.lax.dynamic_update_slice(
+                cache_k, rows(k).transpose(0, 2, 1).astype(cache_k.dtype), (0, 0, index)
+            )
+            cache_v = jax.lax.dynamic_update_slice(
+                cache_v, rows(v).astype(cache_v.dtype), (0, index, 0)
+            )
+            query_slots = index + jnp.arange(t)
         attended = attend_cached(q, cache_k, cache_v, query_slots, key_valid)
         return self.output(attended), cache_k, cache_v
 
@@ -630,9 +642,16 @@ class Transformer(nnx.Module):
           (hidden [B, T, D] final-normed, updated KVCache with index advanced by T).
         """
         index = cache.index
-        key_valid = jax.lax.dynamic_update_slice(
-            cache.key_valid, token_mask.astype(bool), (0, index)
-        )
+        if index.ndim == 1:  # each row's own next slot: one token per call
+            if tokens.shape[1] != 1:
+                raise ValueError(f"decode: a cache with a slot per row takes one token per "
+                                 f"call, got {tokens.shape[1]}")
+            at = jnp.arange(cache.size)[None, :] == index[:, None]
+            key_valid = jnp.where(at, token_mask.astype(bool), cache.key_valid)
+        else:
+            key_valid = jax.lax.dynamic_update_slice(
+                cache.key_valid, token_mask.astype(bool), (0, index)
+            )
         x = self.embed(tokens)
         rope = gather_rope(cache.rope, positions)
         keys, values = [], []

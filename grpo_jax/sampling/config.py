@@ -43,6 +43,10 @@ class SamplingConfig:
       prompt_group: rows come in contiguous groups of this many sharing one prompt (the G
         completions per prompt of an RL batch): the prefill runs once per group and its
         KV cache is broadcast to the group's rows. 1 prefills every row.
+      slots: continuous batching (`sampling.continuous`): the rows are sampled this many at
+        a time, a slot taking the next row when its row ends; 0 (or >= the rows): every
+        row at once. The samples are the same either way (to float rounding); budget
+        forcing needs 0.
     """
 
     max_new_tokens: int
@@ -58,6 +62,7 @@ class SamplingConfig:
     continuation_ids: tuple[int, ...] = ()
     cache_phases: int = 4
     prompt_group: int = 1
+    slots: int = 0
 
     def __post_init__(self):
         for name in ("eos_ids", "end_thinking_ids", "continuation_ids"):
@@ -79,6 +84,11 @@ class SamplingConfig:
             raise ValueError(
                 f"SamplingConfig.prompt_group must be an int >= 1, got {self.prompt_group!r}"
             )
+        if not isinstance(self.slots, int) or self.slots < 0:
+            raise ValueError(f"SamplingConfig.slots must be an int >= 0, got {self.slots!r}")
+        if self.slots and (self.min_thinking_tokens or self.max_thinking_tokens):
+            raise ValueError("SamplingConfig.slots: continuous batching does not do budget "
+                             "forcing yet; set slots = 0")
         if self.top_k < 0:
             raise ValueError(f"SamplingConfig.top_k must be >= 0, got {self.top_k!r}")
         if not 0 < self.top_p <= 1:

@@ -1,22 +1,28 @@
-"""Rollouts and updates on a long-tailed length workload: packed against padded updates (and,
-when the sampler has them, continuous against static batching), alternated in one process.
+"""Rollouts that do not wait for the longest row: continuous against static batching in the
+sampler, packed against padded updates, and the whole RL step (sampling + update), on one
+long-tailed workload, the arms alternated in one process.
 
-The workload: B = 64 rows (8 prompts x 8 completions) of prompts of 8-16 tokens and
-completions whose lengths are long-tailed (lognormal, median 24 tokens, sigma 0.9, clipped
-to [4, 192]: most rows short, a few at the budget, the shape of reasoning RL's completions),
-printed as percentiles. The model is bench_grpo.py's (hidden 128 or 256, 4 layers, vocab
-512).
+The workload: bench_grpo.py's model (hidden 128 or 256, 4 layers, vocab 512, random
+weights) samples 8 prompts x 8 completions at temperature 1 with 16 of its 512 ids as EOS,
+so a row ends with probability about 1/32 per token: completion lengths are geometric
+(mean about 32, long-tailed) up to the 192-token budget; the lengths are printed.
 
-- `padded_update`: the GRPO update step (`rl.update.make_train_step`: the clipped surrogate
-  with beta 0.04 and the entropy term, AdamW) on the [B, P + N] padded batch.
-- `packed_update`: the same step on the batch's rows packed into K blocks of P + N tokens
-  (`rl.packing`, K = the blocks first-fit needs), which has the padded step's gradient.
+- `static`: `sampling.generate` with every row at once (each prompt prefilled once per
+  group of 8, as the RL loop does); the batch runs until its longest row ends.
+- `continuous`: the same rows in `--slots` slots (`SamplingConfig.slots`), a slot taking the
+  next row when its row ends. Both write the same tokens (checked here).
+- `padded_update`: the GRPO update step (`rl.update.make_train_step`: the clipped surrogate,
+  beta 0.04, the entropy term, AdamW) on the sampled batch padded to the budget.
+- `packed_update`: the same step on the rows packed into fixed blocks (`rl.packing`), which
+  has the padded step's gradient.
 
-tokens_per_s counts the rows' real tokens (prompt and completion) per second of the step;
-`fraction` is the step's FLOPs on those tokens (3x a forward) per second over the matmul
-chain's fwd+bwd throughput measured in the same run (benchmarks/flops.py).
+tokens_per_s counts the sampled completion tokens per second of sampling, and the rows' real
+tokens (prompt and completion) per second of an update. step_speedup is (static sampling +
+padded update) / (continuous sampling + packed update), medians. The matmul chain (fwd+bwd)
+measured in the same run gives the update's fraction of the machine's throughput.
 
-    JAX_PLATFORMS=cpu python benchmarks/bench_rollouts.py [--hidden 128] [--rounds 7]
+    JAX_PLATFORMS=cpu python benchmarks/bench_rollouts.py [--hidden 128] [--slots 16]
+        [--rounds 5]
 """
 
 from __future__ import annotations
@@ -41,86 +47,105 @@ from grpo_jax.rl.algorithms import ALGORITHMS  # noqa: E402
 from grpo_jax.rl.batch import RolloutBatch  # noqa: E402
 from grpo_jax.rl.packing import blocks_needed, pack_rows  # noqa: E402
 from grpo_jax.rl.update import LossSettings, make_train_step  # noqa: E402
+from grpo_jax.sampling import SamplingConfig, generate, pad_prompts  # noqa: E402
 from grpo_jax.training import Policy, init_opt_state, make_optimizer  # noqa: E402
 
-ROWS, PROMPT_LEN, MAX_NEW = 64, 16, 192
+PROMPTS, GROUP, PROMPT_LEN, MAX_NEW = 8, 8, 16, 192
+EOS_IDS = tuple(range(grpo.VOCAB - 4 - 16, grpo.VOCAB - 4))  # 16 of the word ids
 
 
-def long_tailed_batch(seed: int = 0) -> tuple[RolloutBatch, np.ndarray]:
-    """A rollout's layout with long-tailed completion lengths; (batch, lengths)."""
-    rng = np.random.default_rng(seed)
-    lengths = np.clip(np.round(rng.lognormal(np.log(24), 0.9, ROWS)), 4, MAX_NEW).astype(int)
-    prompts = np.repeat(rng.integers(8, PROMPT_LEN + 1, ROWS // 8), 8)
-    width = PROMPT_LEN + MAX_NEW
-    tokens = np.full((ROWS, width), grpo.PAD_ID, np.int32)
-    mask = np.zeros((ROWS, width), bool)
-    loss = np.zeros((ROWS, MAX_NEW), bool)
-    for b in range(ROWS):
-        p, n = prompts[b], lengths[b]
-        tokens[b, PROMPT_LEN - p:PROMPT_LEN + n] = rng.integers(0, grpo.VOCAB - 4, p + n)
-        mask[b, PROMPT_LEN - p:PROMPT_LEN + n] = True
-        loss[b, :n] = True
-    noise = rng.normal(size=(ROWS, MAX_NEW)).astype(np.float32)
-    batch = RolloutBatch(
-        tokens=tokens, attention_mask=mask, loss_mask=loss, behaviour_logp=noise * 0.1 - 4,
-        rewards=rng.normal(size=ROWS).astype(np.float32), version=np.zeros(ROWS, np.int32),
-        advantages=np.repeat(rng.normal(size=(ROWS, 1)), MAX_NEW, 1).astype(np.float32),
-        old_logp=noise * 0.1 - 4, ref_logp=noise * 0.1 - 4)
-    return batch, lengths
+def timed(fn, *args):
+    start = time.perf_counter()
+    jax.block_until_ready(fn(*args))
+    return time.perf_counter() - start
 
 
 def main(argv=None) -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--hidden", type=int, default=128)
-    parser.add_argument("--rounds", type=int, default=7)
+    parser.add_argument("--slots", type=int, default=16)
+    parser.add_argument("--rounds", type=int, default=5)
     args = parser.parse_args(argv)
     host_memory.reuse_freed_memory()
     config = grpo.model_config(args.hidden).replace(max_seq_len=PROMPT_LEN + MAX_NEW)
-    policy, params = Policy.from_model(Transformer(config, rngs=nnx.Rngs(0)))
-    batch, lengths = long_tailed_batch()
-    real = int(batch.attention_mask.sum())
-    width = batch.tokens.shape[1]
-    blocks = blocks_needed(batch.attention_mask, width)
-    packed = pack_rows(batch.tokens, batch.attention_mask, PROMPT_LEN, num_blocks=blocks,
-                       block_len=width, pad_id=grpo.PAD_ID)
-    print(f"workload: {ROWS} rows, prompts {PROMPT_LEN} / completions {MAX_NEW} columns; "
-          f"completion lengths p10/p50/p90/p99/max = "
-          + "/".join(str(int(np.percentile(lengths, q))) for q in (10, 50, 90, 99, 100))
-          + f", mean {lengths.mean():.1f}; real tokens {real} of {ROWS * width} padded "
-          f"positions ({real / (ROWS * width):.0%}); packed into {blocks} blocks of {width}")
+    model = Transformer(config, rngs=nnx.Rngs(0))
+    graphdef, state = nnx.split(model)
+    policy, params = Policy.from_model(model)
+    rng = np.random.default_rng(0)
+    prompt_ids = [list(rng.integers(0, grpo.VOCAB - 20, rng.integers(8, PROMPT_LEN + 1)))
+                  for _ in range(PROMPTS)]
+    prompts, prompt_mask = map(jnp.asarray, pad_prompts(
+        [ids for ids in prompt_ids for _ in range(GROUP)], PROMPT_LEN, pad_id=grpo.PAD_ID))
+    key = jax.random.key(0)
+    common = dict(max_new_tokens=MAX_NEW, eos_ids=EOS_IDS, pad_id=grpo.PAD_ID)
+    samplers = {
+        "static": SamplingConfig(**common, prompt_group=GROUP),
+        "continuous": SamplingConfig(**common, slots=args.slots),
+    }
+    sample = {name: (lambda c=c: generate(graphdef, state, prompts, prompt_mask, key, config=c))
+              for name, c in samplers.items()}
+    outs = {name: jax.block_until_ready(fn()) for name, fn in sample.items()}  # compile
+    same = bool(np.array_equal(outs["static"].tokens, outs["continuous"].tokens))
+    lengths = np.asarray(outs["static"].lengths)
+    generated = int(lengths.sum())
+
+    # the sampled rows as the RL batch: prompt then completion, padded to the budget
+    out = outs["static"]
+    tokens = np.concatenate([np.asarray(prompts), np.asarray(out.tokens)], 1)
+    mask = np.concatenate([np.asarray(prompt_mask), np.asarray(out.mask)], 1)
+    rows = tokens.shape[0]
+    batch = RolloutBatch(
+        tokens=tokens, attention_mask=mask, loss_mask=np.asarray(out.mask),
+        behaviour_logp=np.asarray(out.logp), rewards=rng.normal(size=rows).astype(np.float32),
+        version=np.zeros(rows, np.int32),
+        advantages=np.repeat(rng.normal(size=(rows, 1)), MAX_NEW, 1).astype(np.float32),
+        old_logp=np.asarray(out.logp), ref_logp=np.asarray(out.logp))
+    width = tokens.shape[1]
+    blocks = blocks_needed(mask, width)
+    packed = pack_rows(tokens, mask, PROMPT_LEN, num_blocks=blocks, block_len=width,
+                       pad_id=grpo.PAD_ID)
+    real = int(mask.sum())
     settings = LossSettings(beta=0.04, entropy_coef=0.001, on_policy=False,
                             objective=ALGORITHMS["grpo"].objective)
     optimizer, _ = make_optimizer(lr=1e-5, steps=1000, warmup_frac=0.0)
     step = make_train_step(policy, optimizer, settings, prompt_len=PROMPT_LEN, micro_batches=1)
-    arms = {"padded_update": jax.device_put(batch),
-            "packed_update": jax.device_put(batch.replace(packed=packed))}
-    state = {}
-    for name, arm in arms.items():  # compile both, and keep each arm's own state
-        opt_state = init_opt_state(optimizer, params)
-        p = jax.tree.map(jnp.copy, params)
-        p, opt_state, _ = step(p, opt_state, arm)
-        jax.block_until_ready(p)
-        state[name] = (p, opt_state)
+    updates = {"padded_update": jax.device_put(batch),
+               "packed_update": jax.device_put(batch.replace(packed=packed))}
+    opt_state = init_opt_state(optimizer, params)
+    update = {name: (lambda b=b: step(jax.tree.map(jnp.copy, params),
+                                      jax.tree.map(jnp.copy, opt_state), b)[2])
+              for name, b in updates.items()}
+    for fn in update.values():  # compile
+        jax.block_until_ready(fn())
+
+    print(f"workload: {rows} rows ({PROMPTS} prompts x {GROUP}), budget {MAX_NEW} tokens; "
+          f"completion lengths p10/p50/p90/max = "
+          + "/".join(str(int(np.percentile(lengths, q))) for q in (10, 50, 90, 100))
+          + f", mean {lengths.mean():.1f}; {generated} sampled tokens; the update's real "
+          f"tokens {real} of {rows * width} padded positions ({real / (rows * width):.0%}), "
+          f"packed into {blocks} blocks of {width}; continuous ({args.slots} slots) and static "
+          f"tokens {'identical' if same else 'DIFFER'}")
+    arms = {**sample, **update}
     times = {name: [] for name in arms}
+    names = list(arms)
     for round_ in range(args.rounds):
-        for name in (list(arms) if round_ % 2 == 0 else list(arms)[::-1]):
-            p, opt_state = state[name]
-            start = time.perf_counter()
-            p, opt_state, _ = step(p, opt_state, arms[name])
-            jax.block_until_ready(p)
-            times[name].append(time.perf_counter() - start)
-            state[name] = (p, opt_state)
+        for name in (names if round_ % 2 == 0 else names[::-1]):
+            times[name].append(timed(arms[name]))
+    median = {name: statistics.median(t) for name, t in times.items()}
     chain = flops.matmul_flops_per_s(config, 256, backward=True)
     useful = 3 * sum(2 * flops.weights_per_token(config) * int(m.sum())
-                     + flops.attention_flops(config, int(m.sum()))
-                     for m in batch.attention_mask)
-    median = {name: statistics.median(t) for name, t in times.items()}
+                     + flops.attention_flops(config, int(m.sum())) for m in mask)
     for name in arms:
-        print(f"mode={name} tokens_per_s={real / median[name]:.0f} step_s={median[name]:.4f} "
-              f"fraction={useful / median[name] / chain:.2f} (rounds {min(times[name]):.4f}-"
-              f"{max(times[name]):.4f} s)")
+        count = generated if name in sample else real
+        extra = (f" fraction={useful / median[name] / chain:.2f}" if name in update else "")
+        print(f"mode={name} tokens_per_s={count / median[name]:.0f} s={median[name]:.4f}"
+              f"{extra} (rounds {min(times[name]):.4f}-{max(times[name]):.4f})")
     print(f"matmul chain fwd+bwd: {chain / 1e9:.1f} GFLOP/s")
-    print(f"packed/padded={median['padded_update'] / median['packed_update']:.2f}")
+    step_speedup = ((median["static"] + median["padded_update"])
+                    / (median["continuous"] + median["packed_update"]))
+    print(f"continuous/static={median['static'] / median['continuous']:.2f} "
+          f"packed/padded={median['padded_update'] / median['packed_update']:.2f} "
+          f"step_speedup={step_speedup:.2f}")
 
 
 if __name__ == "__main__":

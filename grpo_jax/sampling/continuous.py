@@ -116,7 +116,10 @@ def _refill(model, s: SlotState, prompts, prompt_mask, key, sampling: SamplingCo
         free = ~s.active[slot] & (s.next_row < total)
         return jax.lax.cond(free, lambda s: fill(slot, s), lambda s: s, s)
 
-    return jax.lax.fori_loop(0, s.row.shape[0], maybe_fill, s)
+    # most steps free no slot: then the slots are not visited at all
+    return jax.lax.cond(jnp.any(~s.active) & (s.next_row < total),
+                        lambda s: jax.lax.fori_loop(0, s.row.shape[0], maybe_fill, s),
+                        lambda s: s, s)
 
 
 def _decode(model, s: SlotState, key, sampling: SamplingConfig) -> SlotState:

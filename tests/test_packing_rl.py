@@ -175,28 +175,32 @@ def test_ppo_update_with_its_critic_packed_equals_padded(model):
 def test_rl_stage_with_packed_updates_follows_the_padded_run(tmp_path):
     """rl.pack_blocks: the host loop packs each batch (16 rows into 16 blocks always fit;
     into 2 they never do, and those steps run padded): the runs' losses, gradient norms and
-    final parameters agree with the padded run's to float tolerance."""
+    final parameters agree with the padded run's to float tolerance; so does a run whose
+    rollouts are sampled in 5 slots (rl.slots, continuous batching)."""
     from grpo_jax.checkpoint import Checkpointer
     from grpo_jax.config_presets import main_job
     from grpo_jax.metrics import read_metrics
     from grpo_jax.pipeline import train_and_evaluate
 
-    def run(blocks):
+    def run(blocks, slots=0):
         config = main_job("smoke")
         config.stages = "rl"
         config.mesh.num_devices = 1
         config.model.num_layers = 1
-        config.rl.update(steps=3, pack_blocks=blocks, beta=0.04)
-        workdir = tmp_path / str(blocks)
+        config.rl.update(steps=3, pack_blocks=blocks, beta=0.04, slots=slots)
+        workdir = tmp_path / f"{blocks},{slots}"
         train_and_evaluate(config, str(workdir))
         with Checkpointer(workdir / "checkpoints") as checkpointer:
             params = checkpointer.restore()[0]["params"]
         return [r for r in read_metrics(workdir) if r["stage"] == "rl"], params
 
     padded, padded_params = run(0)
-    for blocks, packed_steps in ((16, 1.0), (2, 0.0)):
-        rows, params = run(blocks)
-        assert [r["packed"] for r in rows] == [packed_steps] * 3
+    for blocks, slots, packed_steps in ((16, 0, 1.0), (2, 0, 0.0), (0, 5, None)):
+        rows, params = run(blocks, slots)
+        assert [r.get("packed") for r in rows] == [packed_steps] * 3
+        if slots:  # the same rollouts, token for token
+            assert [r["completion_length"] for r in rows] == \
+                [r["completion_length"] for r in padded]
         for name in ("loss", "grad_norm", "kl_ref", "reward_mean", "entropy"):
             np.testing.assert_allclose([r[name] for r in rows], [r[name] for r in padded],
                                        rtol=2e-4, atol=1e-6, err_msg=name)
@@ -209,6 +213,7 @@ def test_rl_stage_with_packed_updates_follows_the_padded_run(tmp_path):
     ("micro_batches", 2, r"^rl\.pack_blocks: packed updates run one minibatch of one "
                          r"micro-batch; set micro_batches = 1"),
     ("fused_steps", 10, r"^rl\.pack_blocks: packed updates run in the host loop"),
+    ("slots", -1, r"^rl\.slots: expected >= 0"),
 ])
 def test_packed_update_settings_are_checked(field, value, needle):
     from grpo_jax.config_presets import main_job
@@ -219,4 +224,16 @@ def test_packed_update_settings_are_checked(field, value, needle):
     config.rl.pack_blocks = 8
     config.rl[field] = value
     with pytest.raises(ConfigError, match=needle):
+        validate(config, KINDS)
+
+
+def test_continuous_batching_is_refused_with_tools():
+    from grpo_jax.config_presets import tool_job
+    from grpo_jax.runner import ConfigError, validate
+    from grpo_jax.stages import KINDS
+
+    config = tool_job("smoke")
+    config.rl.slots = 4
+    with pytest.raises(ConfigError, match=r"^rl\.slots: continuous batching samples "
+                                          r"single-turn rollouts; with tools set slots = 0$"):
         validate(config, KINDS)

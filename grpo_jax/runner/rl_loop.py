@@ -64,6 +64,7 @@ class LoopSettings:
     max_sampling_rounds: int = 1
     fused_steps: int = 0  # > 0: the device source, this many iterations per program
     pack_blocks: int = 0  # > 0: the host source packs each batch's rows (`rl.packing`)
+    slots: int = 0  # > 0: continuous batching in the sampler (`sampling.continuous`)
 
     @classmethod
     def of(cls, section, groups, **kind) -> LoopSettings:
@@ -86,7 +87,7 @@ class LoopSettings:
         config = sampling_config(run, max_new_tokens=self.max_new_tokens,
                                  temperature=self.temperature, top_k=self.top_k,
                                  top_p=self.top_p)
-        return dataclasses.replace(config, prompt_group=self.group_size)
+        return dataclasses.replace(config, prompt_group=self.group_size, slots=self.slots)
 
 
 class Learner:

@@ -137,7 +137,9 @@ class Learner:
         `host_batch(batch, step)`; float metrics."""
         if self._jitted is None:
             self._jitted = jit_update(self.step, num_state_args=1)
-        self.state, metrics = self._jitted(_on_mesh(self.state), self.host_batch(batch, step))
+        batch = self.host_batch(batch, step)  # first: it may change the state (a reference
+        # reset), which the step must then receive
+        self.state, metrics = self._jitted(_on_mesh(self.state), batch)
         return {k: float(v) for k, v in jax.device_get(metrics).items()}
 
     def learning_rate(self, step: int) -> float | None:

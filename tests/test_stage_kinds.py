@@ -115,7 +115,15 @@ def _sharded_vs_single(tmp_path, config, name, monkeypatch, learner_cls):
     for a, b in zip(rows8, rows1):
         assert a["reward_mean"] == b["reward_mean"]  # the same samples
         np.testing.assert_allclose(a["loss"], b["loss"], rtol=1e-4, atol=1e-6)
-    jax.tree.map(lambda x, y: np.testing.assert_allclose(x, y, rtol=1e-4, atol=1e-6), p8, p1)
+    # One AdamW step moves a parameter by up to its learning rate whatever its gradient's
+    # size, so a gradient near Adam's eps turns the two layouts' float rounding into a
+    # visible difference: a tenth of the stage's first step (lr / 2 in the warm-up) is the
+    # tolerance there, and everything else agrees to 1e-6 as before.
+    atol = max(config[name].get("lr", 0.0) / 20, 1e-6)  # TRPO: no Adam, no lr
+    jax.tree.map(lambda x, y: np.testing.assert_allclose(x, y, rtol=1e-4, atol=atol), p8, p1)
+    loose = sum(int(np.sum(~np.isclose(x, y, rtol=1e-4, atol=1e-6)))
+                for x, y in zip(jax.tree.leaves(p8), jax.tree.leaves(p1)))
+    assert loose <= 1e-4 * sum(x.size for x in jax.tree.leaves(p8)), loose
 
 
 def test_ppo_batches_are_sharded_and_give_the_single_device_update(tmp_path, monkeypatch,

@@ -1,7 +1,8 @@
 """metrics.jsonl and samples.jsonl hold every step and stage exactly once, whatever the kill
 point: a short pipeline is killed at each of its checkpoint saves (during the save, so the
-checkpoint is never written; or after it, with the checkpoint then damaged so that the
-resume falls back past it) and resumed; its logs equal an uninterrupted run's."""
+checkpoint is never written), and after each eval stage's save with that checkpoint then
+damaged (so that the resume falls back past it), and resumed; its logs equal an
+uninterrupted run's."""
 
 from __future__ import annotations
 
@@ -63,8 +64,12 @@ def test_every_kill_point_leaves_each_line_logged_once(tmp_path, monkeypatch):
     stages_saved = {stage for stage, _, _ in saves}
     assert stages_saved == {"pretrain", "eval_base", "rl", "eval_final"}, saves
 
-    for when in ("during", "after, then damaged"):
-        for kill_at in range(len(saves)):
+    # during every save; after an eval stage's save with that checkpoint damaged (the
+    # checksum fallback that duplicated an eval's rows)
+    evals = [i for i, (stage, _, _) in enumerate(saves) if stage.startswith("eval")]
+    assert len(evals) == 2, saves
+    for when, points in (("during", range(len(saves))), ("after, then damaged", evals)):
+        for kill_at in points:
             workdir = tmp_path / f"{when[:5]}{kill_at}"
             calls = []
 

@@ -37,7 +37,7 @@ from typing import Any
 
 from grpo_jax import storage
 
-__all__ = ["TRACKERS", "parse_loggers", "missing_package", "open_trackers"]
+__all__ = ["TRACKERS", "TrackerError", "parse_loggers", "missing_package", "open_trackers"]
 
 TRACKERS = ("tensorboard", "wandb", "mlflow")
 TENSORBOARD_DIRNAME = "tensorboard"  # the event files, under the workdir
@@ -292,14 +292,26 @@ class MLflow:
 _CLASSES = {"tensorboard": TensorBoard, "wandb": WandB, "mlflow": MLflow}
 
 
+class TrackerError(RuntimeError):
+    """A tracker could not start (the message is one line naming it)."""
+
+
 def open_trackers(workdir: str, names: Sequence[str]) -> list:
     """The trackers `names` for `workdir`. A tracker whose package is missing is skipped
-    with one line (validation refuses such a config before a run starts)."""
+    with one line (validation refuses such a config before a run starts); one that cannot
+    start raises TrackerError, after closing those already started."""
     trackers = []
     for name in names:
         why_not = missing_package(name)
         if why_not is not None:
             print(f"[grpo_jax] loggers: {why_not}; metrics.jsonl has every metric", flush=True)
             continue
-        trackers.append(_CLASSES[name](workdir))
+        try:
+            trackers.append(_CLASSES[name](workdir))
+        except Exception as err:  # noqa: BLE001  (the tracker's own failure, in one line)
+            for tracker in trackers:
+                tracker.close()
+            first = (str(err).strip().splitlines() or [""])[0]
+            raise TrackerError(f"loggers: {name} could not start: {type(err).__name__}: "
+                               f"{first}") from None
     return trackers

@@ -172,3 +172,22 @@ def test_a_run_with_loggers_writes_every_stage_to_each_tracker(tmp_path, monkeyp
     final = client.get_metric_history(run.info.run_id, "eval_final/pass_at_1")
     assert [m.value for m in final] == [result.evals["eval_final"]["pass@1"]]
     assert os.listdir(workdir / "tensorboard")
+
+
+def test_a_tracker_that_cannot_start_is_one_line_and_leaves_no_workdir(tmp_path):
+    """MLflow pointed at a store it cannot use: exit 2 with one line naming the tracker, and
+    the workdir the run would have created is not left behind (TensorBoard, started first,
+    is closed)."""
+    pytest.importorskip("mlflow")
+    import subprocess
+
+    env = {**os.environ, "MLFLOW_TRACKING_URI": "nosuchscheme://x"}
+    done = subprocess.run([sys.executable, "-m", "grpo_jax.main",
+                           "--config=configs/default.py:smoke",
+                           "--config.loggers=tensorboard,mlflow", f"--workdir={tmp_path / 'w'}"],
+                          cwd=os.path.dirname(os.path.dirname(os.path.abspath(__file__))),
+                          env=env, capture_output=True, text=True, timeout=300, check=False)
+    lines = [line for line in done.stderr.splitlines() if line.strip()]
+    assert done.returncode == 2 and len(lines) == 1, done.stderr[-2000:]
+    assert lines[0].startswith("config error: loggers: mlflow could not start: ")
+    assert not (tmp_path / "w").exists()

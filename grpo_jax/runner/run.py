@@ -26,7 +26,7 @@ from flax import nnx
 from grpo_jax import compilation, parallel, storage
 from grpo_jax.checkpoint import Checkpointer
 from grpo_jax.metrics import MetricWriter
-from grpo_jax.trackers import parse_loggers
+from grpo_jax.trackers import TrackerError, parse_loggers
 from grpo_jax.models import Transformer, lora
 from grpo_jax.runner import resume
 from grpo_jax.runner.inputs import RunInputs, with_tokenizer
@@ -155,8 +155,12 @@ class Run:
         # Replicated on the mesh: a multi-controller checkpoint holds only global arrays.
         self.key = jax.jit(lambda: jax.random.key(config.seed),
                            out_shardings=parallel.replicated_sharding(self.mesh))()
-        self.writer = MetricWriter(self.workdir, active=primary,
-                                   loggers=parse_loggers(config.get("loggers", "tensorboard")))
+        try:
+            self.writer = MetricWriter(self.workdir, active=primary,
+                                       loggers=parse_loggers(config.get("loggers",
+                                                                        "tensorboard")))
+        except TrackerError as err:  # e.g. mlflow with a gs:// workdir: one line, exit 2
+            raise ConfigError(str(err)) from None
         self.checkpointer = Checkpointer(
             storage.join(self.workdir, "checkpoints"), max_to_keep=keep_count(config))
         self.global_step = 0  # checkpoint numbering: +1 per training step and per stage end

@@ -73,7 +73,8 @@ def test_every_kill_point_leaves_each_line_logged_once(tmp_path, monkeypatch):
             workdir = tmp_path / f"{when[:5]}{kill_at}"
             calls = []
 
-            def killing(self, stage, state, **kwargs):
+            def killing(self, stage, state, *, calls=calls, kill_at=kill_at, when=when,
+                        **kwargs):  # (this iteration's values, bound)
                 calls.append(self.global_step)
                 if len(calls) - 1 == kill_at and when == "during":
                     raise Killed(f"killed while saving checkpoint {self.global_step}")

@@ -50,6 +50,20 @@ def categorical(key: jax.Array, logits: jax.Array) -> jax.Array:
     return argmax(logits + noise)
 
 
+def row_keys(key: jax.Array, rows: jax.Array, columns: jax.Array) -> jax.Array:
+    """[B] keys fold_in(fold_in(key, row), column): the key of each row's column, so that a
+    row's sample depends on its id and column, not on where in a batch it runs.
+
+    Args:
+      key: the run's PRNG key.
+      rows: [B] int, each row's id.
+      columns: [B] int, or [] (one column for every row).
+    """
+    columns = jnp.broadcast_to(jnp.asarray(columns, jnp.int32), rows.shape)
+    return jax.vmap(lambda r, c: jax.random.fold_in(jax.random.fold_in(key, r), c))(rows,
+                                                                                  columns)
+
+
 def logp_at(logits: jax.Array, token: jax.Array) -> jax.Array:
     """log softmax(logits)[token] = logits[token] - logsumexp(logits).
 

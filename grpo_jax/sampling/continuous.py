@@ -22,7 +22,7 @@ import jax
 import jax.numpy as jnp
 
 from grpo_jax.models.transformer import KVCache, default_positions
-from grpo_jax.sampling.choice import argmax, filter_and_sample, logp_at
+from grpo_jax.sampling.choice import argmax, filter_and_sample, logp_at, row_keys
 from grpo_jax.sampling.config import SamplingConfig
 
 
@@ -61,8 +61,8 @@ def _choose(logits, key, rows, t, sampling: SamplingConfig):
     if sampling.greedy:
         token = argmax(scaled)
         return token, logp_at(scaled, token)
-    keys = jax.vmap(lambda r, c: jax.random.fold_in(jax.random.fold_in(key, r), c))(rows, t)
-    return filter_and_sample(scaled, keys, top_k=sampling.top_k, top_p=sampling.top_p)
+    return filter_and_sample(scaled, row_keys(key, rows, t), top_k=sampling.top_k,
+                             top_p=sampling.top_p)
 
 
 def _record(s: SlotState, token, logp, writing, sampling: SamplingConfig) -> SlotState:

@@ -34,7 +34,7 @@ from flax import nnx
 
 from grpo_jax.models.transformer import (KVCache, default_positions, first_of_groups,
                                          spread_to_groups)
-from grpo_jax.sampling.choice import argmax, filter_and_sample, logp_at
+from grpo_jax.sampling.choice import argmax, filter_and_sample, logp_at, row_keys
 from grpo_jax.sampling.config import SamplingConfig, phase_ends
 
 
@@ -215,10 +215,8 @@ def _write(s: DecodeState, logits, key, spec: DecodeSpec) -> DecodeState:
         token = argmax(scaled)
         logp = logp_at(unmasked, token)
     else:
-        keys = jax.vmap(lambda row: jax.random.fold_in(jax.random.fold_in(key, row),
-                                                       s.step))(s.row_ids)
-        token, logp = filter_and_sample(scaled, keys, top_k=sampling.top_k,
-                                        top_p=sampling.top_p)
+        token, logp = filter_and_sample(scaled, row_keys(key, s.row_ids, s.step),
+                                        top_k=sampling.top_k, top_p=sampling.top_p)
     forced = jnp.zeros(token.shape, bool)
 
     if s.queue is not None:

@@ -26,7 +26,8 @@ from grpo_jax import losses
 from grpo_jax.models import logprobs
 from grpo_jax.rl.batch import RolloutBatch
 from grpo_jax.rl.packing import packed_completion_logprobs
-from grpo_jax.rl.update import batch_logp, logp_mismatch, off_policy_weights, sequence_logp
+from grpo_jax.rl.update import (batch_logp, batch_split, logp_mismatch, off_policy_weights,
+                                 sequence_logp)
 from grpo_jax.training import (FINITE_FLAGS, Params, Policy, jit_update, keep_if,
                                optimizer_step)
 
@@ -184,16 +185,15 @@ def make_ppo_update(policy: Policy, critic: Policy, policy_optimizer, critic_opt
 
     def update(params, opt_state, critic_params, critic_opt_state, batch):
         num_tokens = jnp.maximum(jnp.sum(batch.loss_mask.astype(jnp.float32)), 1.0)
-        packed = batch.packed is not None  # blocks, not rows: one micro-batch, one stream
-        micro = 1 if packed else micro_batches
+        micro, policy_streams = batch_split(batch, micro_batches, policy.batch_streams)
+        _, critic_streams = batch_split(batch, micro_batches, critic.batch_streams)
         new_params, new_opt_state, metrics = optimizer_step(
             functools.partial(policy_loss, num_tokens=num_tokens), policy_optimizer, params,
-            opt_state, batch, micro_batches=micro,
-            streams=1 if packed else policy.batch_streams)
+            opt_state, batch, micro_batches=micro, streams=policy_streams)
         new_critic, new_critic_opt, critic_metrics = optimizer_step(
             functools.partial(critic_loss, num_tokens=num_tokens), critic_optimizer,
             critic_params, critic_opt_state, batch, micro_batches=micro,
-            streams=1 if packed else critic.batch_streams, grad_norm_name="critic_grad_norm")
+            streams=critic_streams, grad_norm_name="critic_grad_norm")
         # Policy and critic move together or not at all (a non-finite value of either).
         ok = (metrics["skipped"] + critic_metrics["skipped"]) == 0
         params, opt_state = keep_if(ok, (new_params, new_opt_state), (params, opt_state))

@@ -79,6 +79,13 @@ def batch_logp(policy: Policy, params: Params, batch: RolloutBatch, prompt_len: 
     return out["logp"], out["entropy"]
 
 
+def batch_split(batch: RolloutBatch, micro_batches: int, streams: int) -> tuple[int, int]:
+    """(micro-batches, streams) an update splits `batch` into: as configured for padded rows,
+    (1, 1) for packed blocks (a block holds several rows, so splitting the blocks would not
+    split the rows)."""
+    return (1, 1) if batch.packed is not None else (micro_batches, streams)
+
+
 def sequence_score_grads(policy: Policy, params: Params, tokens, attention_mask,
                          prompt_len: int, loss_mask=None, temperature: float = 1.0):
     """Per-sequence score functions grad_theta log pi(y_i | x_i), one per row: a pytree like
@@ -181,14 +188,14 @@ def make_train_step(policy: Policy, optimizer: optax.GradientTransformation,
         mask = batch.loss_mask
         num_tokens = jnp.maximum(jnp.sum(mask.astype(jnp.float32)), 1.0)
         num_sequences = jnp.asarray(mask.shape[0], jnp.float32)
-        packed = batch.packed is not None  # blocks, not rows: one micro-batch, one stream
-        group = 1 if packed else prompt_group_for(mask.shape[0], group_size, micro_batches)
+        micro, streams = batch_split(batch, micro_batches, policy.batch_streams)
+        group = (1 if batch.packed is not None
+                 else prompt_group_for(mask.shape[0], group_size, micro))
         loss_fn = functools.partial(policy_loss, policy=policy, settings=settings,
                                     prompt_len=prompt_len, num_tokens=num_tokens,
                                     num_sequences=num_sequences, prompt_group=group)
         return optimizer_step(loss_fn, optimizer, params, opt_state, batch,
-                              micro_batches=1 if packed else micro_batches,
-                              streams=1 if packed else policy.batch_streams, row_unit=group)
+                              micro_batches=micro, streams=streams, row_unit=group)
 
     return jit_update(train_step)
 

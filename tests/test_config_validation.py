@@ -91,6 +91,14 @@ HOSTILE = [
     (DEFAULT, "--config.rl.max_staleness=-1", "rl.max_staleness"),
     (DEFAULT, "--config.rl.off_policy_correction=vtrace", "rl.off_policy_correction"),
     (DEFAULT, "--config.rl.mis_high=0.9", "rl.mis_high"),
+    (DEFAULT, "--config.rl.partial_tokens=4", "rl.partial_tokens: a carried row's tokens are "
+                                              "at least one update old: set max_staleness"),
+    (DEFAULT, "--config.rl.partial_tokens=24 --config.rl.max_staleness=1",
+     "rl.partial_tokens: expected <= 23"),
+    (DEFAULT, "--config.rl.partial_tokens=4 --config.rl.max_staleness=1 --config.rl.tools=calc",
+     "rl.partial_tokens: multi-turn episodes are not continued"),
+    (DEFAULT, "--config.rl.partial_tokens=4 --config.rl.max_staleness=1 "
+              "--config.rl.algorithm=dapo", "rl.partial_tokens: dynamic sampling (dapo)"),
     (DEFAULT, "--config.mesh.rollout_devices=64", "mesh.rollout_devices"),
     (DEFAULT.replace(":smoke", ""), "--config.mesh.num_devices=2 "
      "--config.mesh.rollout_devices=1", "rl.fused_steps: samples and trains in one program"),

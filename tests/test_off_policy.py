@@ -177,3 +177,8 @@ def test_the_learner_reads_staleness_from_the_batch_versions():
     learner.logs_staleness = True
     _, metrics = learner.step(state, batch)
     assert float(metrics["staleness"]) == 0.75  # (0 + 2 + 1 + 0) / 4
+    # per-token versions (partial rollouts): the mean over the trained tokens only
+    batch = types.SimpleNamespace(version=jnp.array([[5, 4, 0], [3, 3, 5]], jnp.int32),
+                                  loss_mask=jnp.array([[True, True, False], [True, True, True]]))
+    _, metrics = learner.step(state, batch)
+    assert float(metrics["staleness"]) == pytest.approx((0 + 1 + 2 + 2 + 0) / 5)

@@ -35,8 +35,9 @@ class RolloutBatch:
       behaviour_logp: [B, N] float32, log-probs of the sampled tokens under the sampling
         distribution (the sampler's own, recorded in the decode loop).
       rewards: [B] float32, the weighted total reward of each completion.
-      version: [B] int32, the version of the parameters that sampled each row: the
-        policy after `version` iterations of its stage.
+      version: [B] int32, the version of the parameters that sampled each row (the
+        policy after `version` iterations of its stage), or [B, N] per completion token
+        when a row's tokens were sampled by several versions (partial rollouts).
       advantages: [B, N] float32 per-token advantages (per-sequence estimators are
         broadcast over the completion), or None before the learner sets them.
       old_logp: [B, N] log-probs under the parameters that sampled the batch, recomputed by

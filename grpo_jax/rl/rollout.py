@@ -66,7 +66,8 @@ class Rollout:
       lengths: [B] int32 generated tokens.
       truncated: [B] bool, hit max_new_tokens without an end token.
       version: [B] int32 parameter version that sampled each row (the policy after
-        `version` updates of its stage), stamped by the loop's source; None until then.
+        `version` updates of its stage), or [B, N] per token (partial rollouts: a row
+        continued across updates), stamped by the loop's source; None until then.
       turns, tool_errors: [B] int32 answered calls and failed ones (multi-turn), or None.
       texts: the decoded completions (host only, not part of the pytree).
     """
@@ -125,7 +126,8 @@ class Rollout:
             loss_mask=loss_mask,
             behaviour_logp=xp.asarray(self.behaviour_logp, xp.float32),
             rewards=xp.asarray(self.rewards, xp.float32),
-            version=xp.broadcast_to(xp.asarray(self.version, xp.int32), (b,)),
+            version=(xp.asarray(self.version, xp.int32) if np.ndim(self.version) == 2
+                     else xp.broadcast_to(xp.asarray(self.version, xp.int32), (b,))),
             correct=xp.asarray(self.correct, bool),
             truncated=None if self.truncated is None else xp.asarray(self.truncated, bool),
         )

@@ -110,6 +110,14 @@ def _add_off_policy(s) -> None:
     s.is_cap = 2.0
     s.mis_low = 0.5
     s.mis_high = 2.0
+    # Partial rollouts (Kimi k1.5; `runner.partial`): > 0 decodes each unfinished row at
+    # most this many tokens per update; a row not finished is carried into the next update
+    # and continued with the newer parameters, every token keeping its log-prob and
+    # version (the correction above applies per token). A group trains when its rows are
+    # all done (the batch's other groups are masked fillers), and a row is decoded to its
+    # end in the update its group's first token would otherwise pass max_staleness
+    # (>= 1). 0 = off: every row is sampled whole by the update it trains.
+    s.partial_tokens = 0
 
 
 def _check_off_policy(check) -> None:
@@ -123,6 +131,23 @@ def _check_off_policy(check) -> None:
     if not low < 1.0 < high:
         check.fail("mis_high", f"MIS keeps weights in [mis_low, mis_high] around 1: "
                                f"expected mis_low < 1 < mis_high, got [{low}, {high}]")
+    section = check.section
+    budget = section.get("max_new_tokens")
+    if check.integer("partial_tokens", low=0,
+                     high=budget - 1 if isinstance(budget, int) and budget > 1 else None):
+        if section.max_staleness < 1:
+            check.fail("partial_tokens", "a carried row's tokens are at least one update "
+                                         "old: set max_staleness >= 1 (the bound on any "
+                                         "token's age) or partial_tokens = 0")
+        for field, off, why in (
+                ("tools", "", "multi-turn episodes are not continued across updates"),
+                ("fused_steps", 0, "rows are carried on the host")):
+            if section.get(field, off) != off:
+                check.fail("partial_tokens", f"{why}: set {field} = {off!r} or "
+                                             "partial_tokens = 0")
+        if check.config.mesh.get("rollout_devices", 0):
+            check.fail("partial_tokens", "rows are continued on the trainer's devices: set "
+                                         "mesh.rollout_devices = 0 or partial_tokens = 0")
 
 
 # Stale rollouts (the host source's queue) and their correction in the learner.

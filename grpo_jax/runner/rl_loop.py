@@ -56,6 +56,7 @@ class LoopSettings:
     temperature: float = 1.0
     overlong_cache: int = 0
     max_staleness: int = 0
+    partial_tokens: int = 0  # > 0: partial rollouts (`runner.partial`)
     tools: str = ""
     max_turns: int = 0
     max_observation_tokens: int = 0
@@ -116,11 +117,15 @@ class Learner:
 
     def step(self, state: dict, batch: RolloutBatch) -> tuple[dict, dict]:
         """`iteration` with the versions: the rows' staleness is the learner's version minus
-        the version that sampled them (`batch.version`), logged as "staleness" (the mean)
-        when `logs_staleness`; the version counts the iteration. Pure: the host source jits
+        the version that sampled them (`batch.version`), logged as "staleness" (the mean
+        over rows, or over the trained tokens when the versions are per token) when
+        `logs_staleness`; the version counts the iteration. Pure: the host source jits
         it, the device source scans it."""
         version = state["version"]
         staleness = (version - batch.version).astype(jnp.float32)
+        if staleness.ndim == 2:
+            mask = batch.loss_mask.astype(jnp.float32)
+            staleness = jnp.sum(staleness * mask) / jnp.maximum(jnp.sum(mask), 1.0)
         state, metrics = self.iteration(state, batch)
         if self.logs_staleness:
             metrics = {**metrics, "staleness": jnp.mean(staleness)}

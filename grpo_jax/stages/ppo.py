@@ -19,7 +19,7 @@ from grpo_jax.rl.reward_model import add_scalar_head, scalar_head_policy
 from grpo_jax.runner import Learner, StageKind, rl_loop
 from grpo_jax.runner.fields import LOOP, OFF_POLICY, SAMPLING, TOOLS, TRAINING, declare
 from grpo_jax.runner.rl_loop import LoopSettings
-from grpo_jax.runner.sources import HostSource
+from grpo_jax.runner.partial import host_source
 from grpo_jax.runner.toolkit import stage_optimizer
 from grpo_jax.training import init_opt_state
 
@@ -158,7 +158,7 @@ class PPOLearner(Learner):
 
 def run_ppo(run, stage) -> None:
     rl_loop(run, stage, PPOLearner(run, stage),
-            HostSource(run, stage, LoopSettings.of(stage.section, GROUPS)))
+            host_source(run, stage, LoopSettings.of(stage.section, GROUPS)))
 
 
 KIND = StageKind("ppo", run_ppo, default_section, validate, rl_curves=True,

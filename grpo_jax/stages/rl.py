@@ -19,7 +19,8 @@ from grpo_jax.rl.update import LossSettings, make_prepare_fn, make_train_step
 from grpo_jax.runner import Learner, StageKind, rl_loop
 from grpo_jax.runner.fields import LOOP, OFF_POLICY, SAMPLING, TOOLS, TRAINING, declare
 from grpo_jax.runner.rl_loop import LoopSettings
-from grpo_jax.runner.sources import DeviceSource, HostSource
+from grpo_jax.runner.partial import host_source
+from grpo_jax.runner.sources import DeviceSource
 from grpo_jax.runner.toolkit import stage_optimizer
 from grpo_jax.training import init_opt_state
 
@@ -115,6 +116,10 @@ def validate(check) -> None:
                                   f"clipped ratio; leave {field} on its default")
     if check.integer("fused_steps", low=0):
         DeviceSource.check(check, loop_settings(section))
+    if section.partial_tokens and resolved.dynamic_sampling:
+        check.fail("partial_tokens", f"dynamic sampling ({section.algorithm}) resamples "
+                                     "whole groups within an update: set dynamic_sampling "
+                                     "= off or partial_tokens = 0")
 
 
 def loop_settings(section) -> LoopSettings:
@@ -240,7 +245,7 @@ def run_rl(run, stage) -> None:
     loop = loop_settings(stage.section)
     learner = GRPOLearner(run, stage)
     source = DeviceSource(run, stage, loop, learner) if loop.fused_steps \
-        else HostSource(run, stage, loop)
+        else host_source(run, stage, loop)
     rl_loop(run, stage, learner, source)
 
 

@@ -137,13 +137,17 @@ def test_a_rows_completion_depends_on_its_id_not_its_place(setup):
 
 @pytest.mark.parametrize("kwargs", [dict(temperature=1.3, eos_ids=(26, 9)),
                                     dict(greedy=True, eos_ids=(26, 9)),
-                                    dict(temperature=0.8, top_k=5, top_p=0.9, eos_ids=(7, 18))])
+                                    dict(temperature=0.8, top_k=5, top_p=0.9, eos_ids=(7, 18)),
+                                    dict(temperature=1.3, eos_ids=(26, 9), prompt_group=2)])
 def test_continuous_batching_samples_what_every_row_at_once_does(setup, kwargs):
     """Rows sampled 1, 3 or all at a time (`slots`: a slot takes the next row when its row
     ends) write the same tokens, log-probs and masks: a row's sample depends on its key,
-    index and the parameters only."""
+    index and the parameters only; with prompt groups too (each group's prompt prefilled
+    once, its keys and values copied into the slot a row of the group takes)."""
     graphdef, state, _, _, _ = setup
     rows = [[1, 2, 3], [4, 5, 6, 7, 8], [9], [3, 3], [7, 1, 2, 5], [6], [8, 8, 8], [5, 9]]
+    if kwargs.get("prompt_group", 1) > 1:
+        rows = [row for row in rows[:4] for _ in range(kwargs["prompt_group"])]
     prompts, mask = map(jnp.asarray, pad_prompts(rows, 5))
     outputs = {}
     for slots in (0, 1, 3):

@@ -1,9 +1,12 @@
 """Continuous batching: R rows sampled in S < R slots, a slot taking the next row as soon as
 its row ends, so a batch does not wait for its longest row.
 
-One `lax.while_loop` (`run_slots`) over steps; each step first refills every free slot with
-the next pending row (the row's prompt prefilled into that slot's KV cache rows, its first
-token chosen from the prefill), then decodes one token for every slot that holds a row. Each
+Before the loop, the prompts are prefilled once per prompt group (`SamplingConfig.
+prompt_group`: the G completions of one prompt share its keys and values), all groups in one
+batched call. One `lax.while_loop` (`run_slots`) over steps; each step first refills every
+free slot with the next pending row (its group's prompt keys and values copied into the
+slot's KV cache rows, its first token chosen from the group's last prefill logits: a refill
+computes nothing), then decodes one token for every slot that holds a row. Each
 slot writes at its own cache column (`models.KVCache` with a per-row index) and each row's
 outputs go to its own row of the [R, N] buffers. Row r chooses its column t with the key
 fold_in(fold_in(key, r), t), as the static decode core does (`sampling.decode`), so a row's
@@ -11,8 +14,8 @@ tokens depend on its key, its index and the parameters, not on which slot or whe
 with 1, 3 or R slots the samples are the same (to the float rounding of different batch
 shapes; tests/test_sampling.py).
 
-Not here (yet): budget forcing, pauses (episodes), prompt groups (each row prefills its own
-prompt) and cache phases (each slot holds P + N columns); the static core does those.
+Not here (yet): budget forcing, pauses (episodes) and cache phases (each slot holds P + N
+columns); the static core does those.
 """
 
 from __future__ import annotations
@@ -80,33 +83,63 @@ def _record(s: SlotState, token, logp, writing, sampling: SamplingConfig) -> Slo
         active=jnp.where(writing, ~ended, s.active))
 
 
-def _refill(model, s: SlotState, prompts, prompt_mask, key, sampling: SamplingConfig):
-    """Every free slot, in order, takes the next pending row: the row's prompt prefilled into
-    the slot's cache rows (the slot's earlier keys cleared), its first token chosen."""
-    total, prompt_len = prompts.shape
+@flax.struct.dataclass
+class Prefilled:
+    """The prompts prefilled once per prompt group: what a refill copies into a slot.
+
+    Attributes:
+      cache: KVCache of the R / G group prompts, P columns each.
+      logits: [R / G, V] float32, the next-token logits after each group's prompt.
+      positions: [R / G] int32, the rotary position of each group's first new token.
+    """
+
+    cache: KVCache
+    logits: jax.Array
+    positions: jax.Array
+
+
+def _prefill_groups(model, prompts, prompt_mask, group: int) -> Prefilled:
+    """One batched prefill of each group's prompt (rows group*G .. group*G + G - 1 share
+    it)."""
+    prompts, prompt_mask = prompts[::group], prompt_mask[::group]
+    cache = model.init_cache(prompts.shape[0], prompts.shape[1])
+    hidden, cache = model.decode(prompts, default_positions(prompt_mask), prompt_mask, cache)
+    return Prefilled(cache=cache, logits=model.logits(hidden[:, -1]),
+                     positions=prompt_mask.sum(-1).astype(jnp.int32))
+
+
+def _refill(model, s: SlotState, prefilled: Prefilled, total: int, group: int, key,
+            sampling: SamplingConfig):
+    """Every free slot, in order, takes the next pending row: its group's prompt keys and
+    values copied into the slot's cache rows (the slot's later columns marked invalid), its
+    first token chosen from the group's prefill logits."""
     kv_heads = model.config.num_kv_heads
+    prompt_len = prefilled.cache.key_valid.shape[1]
+    width = s.cache.key_valid.shape[1]
 
     def fill(slot, s: SlotState) -> SlotState:
         row = s.next_row
-        tokens = jax.lax.dynamic_slice_in_dim(prompts, row, 1)
-        mask = jax.lax.dynamic_slice_in_dim(prompt_mask, row, 1)
-        small = model.init_cache(1, s.cache.size)
-        hidden, small = model.decode(tokens, default_positions(mask), mask, small)
-        logits = model.logits(hidden[:, -1])
+        g = row // group
+        copy = lambda big, small, shape: jax.lax.dynamic_update_slice(
+            big, jax.lax.dynamic_slice(small, (g * kv_heads, 0, 0), shape).astype(big.dtype),
+            (slot * kv_heads, 0, 0))
+        head_dim = model.config.head_dim
+        valid = jax.lax.dynamic_slice(prefilled.cache.key_valid, (g, 0), (1, prompt_len))
         cache = s.cache
         cache = cache.replace(
-            keys=tuple(jax.lax.dynamic_update_slice(big, one.astype(big.dtype),
-                                                    (slot * kv_heads, 0, 0))
-                       for big, one in zip(cache.keys, small.keys)),
-            values=tuple(jax.lax.dynamic_update_slice(big, one.astype(big.dtype),
-                                                      (slot * kv_heads, 0, 0))
-                         for big, one in zip(cache.values, small.values)),
-            key_valid=jax.lax.dynamic_update_slice(cache.key_valid, small.key_valid,
-                                                   (slot, 0)),
+            keys=tuple(copy(big, small, (kv_heads, head_dim, prompt_len))
+                       for big, small in zip(cache.keys, prefilled.cache.keys)),
+            values=tuple(copy(big, small, (kv_heads, prompt_len, head_dim))
+                         for big, small in zip(cache.values, prefilled.cache.values)),
+            key_valid=jax.lax.dynamic_update_slice(
+                cache.key_valid,
+                jnp.concatenate([valid, jnp.zeros((1, width - prompt_len), bool)], 1),
+                (slot, 0)),
             index=cache.index.at[slot].set(prompt_len))
         s = s.replace(cache=cache, row=s.row.at[slot].set(row), t=s.t.at[slot].set(0),
-                      position=s.position.at[slot].set(mask.sum().astype(jnp.int32)),
+                      position=s.position.at[slot].set(prefilled.positions[g]),
                       next_row=row + 1)
+        logits = jax.lax.dynamic_slice_in_dim(prefilled.logits, g, 1)
         token, logp = _choose(logits, key, row[None], jnp.zeros((1,), jnp.int32), sampling)
         one = jnp.arange(s.row.shape[0]) == slot
         return _record(s, jnp.where(one, token[0], 0), jnp.where(one, logp[0], 0.0), one,
@@ -138,7 +171,8 @@ def run_slots(model, prompts, prompt_mask, key, sampling: SamplingConfig, slots:
 
     Args:
       model: the Transformer (weights from `decode.rollout_state`).
-      prompts: [R, P] int32, left-padded; prompt_mask: [R, P] bool.
+      prompts: [R, P] int32, left-padded; prompt_mask: [R, P] bool (rows in contiguous
+        groups of sampling.prompt_group sharing one prompt).
       key: PRNG key (row r chooses column t with fold_in(fold_in(key, r), t)).
       sampling: SamplingConfig (no budget forcing).
       slots: S, 1 <= S <= R.
@@ -155,8 +189,11 @@ def run_slots(model, prompts, prompt_mask, key, sampling: SamplingConfig, slots:
         tokens=jnp.full((total, n), sampling.pad_id, jnp.int32),
         logp=jnp.zeros((total, n), jnp.float32), generated=jnp.zeros((total, n), bool))
 
+    group = sampling.prompt_group
+    prefilled = _prefill_groups(model, prompts, prompt_mask, group)
+
     def body(s):
-        s = _refill(model, s, prompts, prompt_mask, key, sampling)
+        s = _refill(model, s, prefilled, total, group, key, sampling)
         return _decode(model, s, key, sampling)
 
     done = jax.lax.while_loop(lambda s: jnp.any(s.active) | (s.next_row < total), body, state)

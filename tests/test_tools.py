@@ -77,7 +77,7 @@ def test_calls_in_text_and_their_observations():
     assert call_tool(call.name, call.argument) == "408"
     assert render_observation("408") == "<result>408</result>"
     assert find_call("no call <calc>1+1") is None  # not closed yet
-    assert find_call("<python>1</python>") is None  # not a known tool
+    assert find_call("<shell>1</shell>") is None  # not a known tool
 
 
 def test_a_tool_never_crashes_or_stalls_the_caller():

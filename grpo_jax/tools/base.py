@@ -15,9 +15,11 @@ import re
 from collections.abc import Callable
 
 from grpo_jax.tools.calculator import calculate
+from grpo_jax.tools.sandbox import python_tool
 
-# name -> tool (text -> observation). Tools are pure functions of their argument.
-TOOLS: dict[str, Callable[[str], str]] = {"calc": calculate}
+# name -> tool (text -> observation). Tools are functions of their argument alone: the
+# calculator is pure, python runs the code in a fresh sandbox process each call.
+TOOLS: dict[str, Callable[[str], str]] = {"calc": calculate, "python": python_tool}
 DEADLINE_SECONDS = 2.0
 MAX_OBSERVATION_CHARS = 200
 

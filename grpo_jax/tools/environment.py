@@ -19,6 +19,7 @@ from collections.abc import Callable
 
 from grpo_jax.tools.base import (DEADLINE_SECONDS, MAX_OBSERVATION_CHARS, TOOLS, answer,
                                  render_observation)
+from grpo_jax.tools.sandbox import STOP_PREFIXES
 
 
 @dataclasses.dataclass(frozen=True)
@@ -53,5 +54,7 @@ class ToolEnvironment:
                       render=self.render)
 
     def is_error(self, observation_text: str) -> bool:
-        """Whether an observation (as rendered) reports a failed call."""
-        return "error:" in observation_text
+        """Whether an observation (as rendered) reports a failed call: the tool's error, or
+        (python) a line saying what stopped the program."""
+        prefixes = STOP_PREFIXES if self.tool == "python" else ("error:",)
+        return any(prefix in observation_text for prefix in prefixes)

@@ -215,6 +215,57 @@ def main_job(preset: str | None = None) -> ml_collections.ConfigDict:
 EVALS = ("eval_base", "eval_base_no_tool", "eval_final", "eval_final_no_tool")
 
 
+def agents_job(preset: str | None = None) -> ml_collections.ConfigDict:
+    """The agents job (configs/agents.py): the main job on guess_number, played in
+    multi-turn episodes against the stateful guessing environment; presets "smoke" and
+    "cpu"."""
+    if preset not in (None, "", "cpu", "smoke"):
+        raise ValueError(f"unknown preset {preset!r} for configs/agents.py; expected smoke or "
+                         f"cpu")
+    config = main_job(preset)
+    config.stages = "pretrain,eval_base,rl,eval_final"
+    config.task.name = "guess_number"
+    # Ranges of 8 and 16 numbers; half the noisy worked solutions bisect, half guess at
+    # random; a bisection step misses the middle by one with probability 0.2.
+    config.task.kwargs = ml_collections.ConfigDict({"difficulty": (1, 2), "search_rate": 0.5})
+    config.task.solution_error_rate = 0.2
+    config.task.format_error_rate = 0.0
+    config.task.prompt_len = 16
+    config.model.max_seq_len = 80  # prompt bucket + the whole episode
+    config.pretrain.steps = 1500
+    config.pretrain.pack_len = 80
+
+    config.rl.tools = "guess"
+    config.rl.max_turns = 5  # feedback answers; bisection of 16 needs at most 4
+    config.rl.max_observation_tokens = 8  # <result>, "higher" / "lower", </result>
+    config.rl.max_new_tokens = 64  # 6 guesses of 4 tokens and 5 answers of 8
+    config.rl.fused_steps = 0  # the turns need the host (the environment runs there)
+    config.rl.steps = 60
+    config.rl.num_prompts = 16
+    config.rl.group_size = 8
+    # environment: 1 when a guess finds the number (the environment's own reward); turns:
+    # minus the guesses beyond bisection's, over the range; accuracy (weight 0: pass@1)
+    # reads the same success from the text.
+    config.rl.rewards = ml_collections.ConfigDict({"environment": 1.0, "turns": 0.5,
+                                                   "format": 0.1, "accuracy": 0.0})
+    for name in ("eval_base", "eval_final"):
+        config[name].tools = "guess"
+        config[name].max_turns = config.rl.max_turns
+        config[name].max_observation_tokens = config.rl.max_observation_tokens
+        config[name].max_new_tokens = config.rl.max_new_tokens
+
+    if preset == "smoke":
+        config.pretrain.steps = 60
+        config.pretrain.batch_size = 16
+        config.pretrain.pack_len = 80
+        config.rl.steps = 2
+        config.rl.num_prompts = 4
+        config.rl.group_size = 4
+        for name in ("eval_base", "eval_final"):
+            config[name].update(num_samples=2, batch_size=16)
+    return config
+
+
 def tool_job(preset: str | None = None) -> ml_collections.ConfigDict:
     """The tool-use job (configs/tools.py): the main job on tool_arithmetic with multi-turn
     calculator episodes; presets "smoke" and "cpu"."""

@@ -168,6 +168,9 @@ def test_the_corpus_is_large():
     (lambda c: setattr(c.pretrain, "pack_len", 65), "pretrain.pack_len: 65 exceeds "
                                                     "model.max_seq_len 64"),
     (lambda c: setattr(c.pretrain, "pack_len", -1), "pretrain.pack_len: expected >= 0"),
+    (lambda c: setattr(c.rl, "rewards", {"environment": 1.0}),
+     "rl.rewards.environment: the reward 'environment' is a stateful environment's own; "
+     "tools '' gives none"),
 ])
 def test_python_level_config_errors(mutate, needle):
     config = default_config.get_config("smoke")

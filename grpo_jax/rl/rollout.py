@@ -268,6 +268,10 @@ def _finish_rollout(sampled, multi, tokenizer, examples, prompt_tokens, prompt_m
                    truncated=truncated, texts=texts)
 
 
+# The reward component of a stateful environment's own rewards (summed over the turns).
+ENVIRONMENT_REWARD = "environment"
+
+
 def episode_rollout(policy: Policy, params: Params, tokenizer, examples: Sequence[Any],
                     prompts: Sequence[str], key: jax.Array, *, config: EpisodeConfig,
                     environment, prompt_len: int,
@@ -279,15 +283,31 @@ def episode_rollout(policy: Policy, params: Params, tokenizer, examples: Sequenc
     The completion slots keep their layout (generated tokens, observations, holes), so the
     learner's teacher-forced pass over `[prompt | tokens]` under `[prompt_mask | mask]`
     reproduces the sampler's log-probs; `loss_mask` is the generated tokens.
+
+    An `Environment` starts each episode with `reset(example)` (its observation appended
+    to the prompt); with the reward name "environment" in `weights`, the sum of its turns'
+    rewards is that component (weighted like the others).
     """
+    weights = dict(weights)
+    environment_weight = weights.pop(ENVIRONMENT_REWARD, None)
+    states = None
+    if hasattr(environment, "reset"):
+        started = [environment.reset(example) for example in examples]
+        prompts = [prompt + observation for prompt, (observation, _) in zip(prompts, started)]
+        states = [state for _, state in started]
     ids = [getattr(e, "id", None) for e in examples]
     prompt_tokens, prompt_mask = encode_prompts(tokenizer, prompts, prompt_len=prompt_len,
                                                 ids=ids)
     out = jax.device_get(generate_episodes(policy.graphdef, policy.state(params),
                                            prompt_tokens, prompt_mask, key, config=config,
-                                           tokenizer=tokenizer, observe=environment))
+                                           tokenizer=tokenizer, observe=environment,
+                                           states=states))
     texts = episode_texts(out, tokenizer)
     rewards, components = score_completions(texts, examples, reward_fns, weights)
+    if environment_weight is not None:
+        returns = np.asarray(out.turn_rewards, np.float32).sum(1)
+        components[ENVIRONMENT_REWARD] = returns
+        rewards = rewards + np.float32(environment_weight) * returns
     generated = np.asarray(out.generated, bool)
     observation = np.asarray(out.observation, bool)
     tokens, sample_logp = np.asarray(out.tokens), np.asarray(out.logp, np.float32)

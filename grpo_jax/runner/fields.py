@@ -16,7 +16,7 @@ from typing import Callable
 import ml_collections
 
 from grpo_jax.rl.update import CORRECTIONS
-from grpo_jax.tools import TOOLS as TOOL_NAMES
+from grpo_jax.tools import ENVIRONMENTS, environment_names
 
 
 @dataclasses.dataclass(frozen=True)
@@ -155,11 +155,13 @@ OFF_POLICY = FieldGroup("off_policy", _add_off_policy, _check_off_policy)
 
 
 def _add_tools(s) -> None:
-    # A tool name (grpo_jax.tools.TOOLS: calc) turns on multi-turn episodes: a turn ends
-    # when the policy closes a call (<calc>12*34</calc>), the tool's answer
-    # (<result>408</result>) is appended to the context, attended to but never trained
-    # on, and the policy goes on from its KV cache. max_new_tokens bounds the whole
-    # episode (generated and observation tokens). "" = single-turn sampling.
+    # A tool or environment name turns on multi-turn episodes (grpo_jax.tools: the tools
+    # calc and python, the stateful environments guess and guess_blind): a turn ends when
+    # the policy closes its action (<calc>12*34</calc>), the answer (<result>408</result>)
+    # is appended to the context, attended to but never trained on, and the policy goes on
+    # from its KV cache. A stateful environment may end the episode and gives rewards (the
+    # reward name "environment"). max_new_tokens bounds the whole episode (generated and
+    # observation tokens). "" = single-turn sampling.
     s.tools = ""
     s.max_turns = 4  # the most tool answers an episode gets
     s.max_observation_tokens = 24  # an answer's width in tokens (a longer one is cut)
@@ -169,7 +171,12 @@ def _add_tools(s) -> None:
 
 
 def _check_tools(check) -> None:
-    name = check.choice("tools", ("", *sorted(TOOL_NAMES)))
+    name = check.choice("tools", ("", *environment_names()))
+    rewards = check.section.get("rewards") or {}
+    if "environment" in rewards and name not in ENVIRONMENTS:
+        check.fail("rewards.environment", f"the reward 'environment' is a stateful "
+                                          f"environment's own; tools {name!r} gives none "
+                                          f"(environments: {sorted(ENVIRONMENTS)})")
     check.integer("max_turns", low=1 if name else 0)  # with a tool, at least one answer
     check.integer("max_wait_tokens", low=0)
     width = check.integer("max_observation_tokens")

@@ -19,6 +19,9 @@ RewardFn = Callable[[str, Any], float]
 # Sources registered in code: name -> factory(run, section) -> reward fn.
 REWARD_SOURCES: dict[str, Callable[[Any, Any], RewardFn]] = {}
 LENGTH_REWARDS = ("overlong",)
+# The sum of a stateful environment's turn rewards (`rl.rollout.episode_rollout`), not a
+# function of the text.
+ENVIRONMENT_REWARDS = ("environment",)
 BUILTIN_REWARDS = ("accuracy", "format", "format_soft", "language", "countdown",
                    "countdown_tinyzero")
 
@@ -40,7 +43,7 @@ def _sources(kinds) -> dict[str, Callable[[Any, Any], RewardFn]]:
 def available_rewards(task, kinds) -> list[str]:
     """Every reward name a section may use with this task and these stage kinds."""
     names = set(task.reward_fns()) | set(_sources(kinds)) | set(BUILTIN_REWARDS)
-    return sorted(names | set(LENGTH_REWARDS))
+    return sorted(names | set(LENGTH_REWARDS) | set(ENVIRONMENT_REWARDS))
 
 
 def resolve_reward_fns(run, names: Iterable[str], *, section=None) -> dict[str, RewardFn]:
@@ -54,7 +57,7 @@ def resolve_reward_fns(run, names: Iterable[str], *, section=None) -> dict[str, 
     sources = _sources(getattr(run, "kinds", None))
     fns = {}
     for name in names:
-        if name in LENGTH_REWARDS:
+        if name in LENGTH_REWARDS or name in ENVIRONMENT_REWARDS:
             continue
         if is_python_reward(name):
             fns[name] = load_python_reward(name)

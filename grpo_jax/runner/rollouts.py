@@ -13,7 +13,7 @@ from grpo_jax.runner.rewards import resolve_reward_fns
 from grpo_jax.runner.toolkit import prompt_text
 from grpo_jax.sampling import SamplingConfig
 from grpo_jax.sampling.episodes import EpisodeConfig
-from grpo_jax.tools import ToolEnvironment, render_observation
+from grpo_jax.tools import Environment, make_environment, render_observation
 
 
 def _sampler_errors(finish, where: str):
@@ -38,7 +38,7 @@ def _sampler_errors(finish, where: str):
 
 
 def tool_episodes(run, section, sampling: SamplingConfig
-                  ) -> tuple[EpisodeConfig, ToolEnvironment] | None:
+                  ) -> tuple[EpisodeConfig, Environment] | None:
     """The multi-turn settings of `section`'s tools group (a section with the group, or the
     loop's `LoopSettings`): the static EpisodeConfig and the environment that answers the
     calls, or None for single-turn sampling (tools "").
@@ -52,7 +52,7 @@ def tool_episodes(run, section, sampling: SamplingConfig
     renderer = None
     if run.config.task.template == "chat" and hasattr(run.tokenizer, "tool_response_renderer"):
         renderer = run.tokenizer.tool_response_renderer()
-    environment = ToolEnvironment(tool=name, render=renderer or render_observation)
+    environment = make_environment(name, render=renderer or render_observation)
     config = EpisodeConfig(max_tokens=sampling.max_new_tokens,
                            stop_ids=tuple(run.tokenizer.encode(environment.stop_text)),
                            max_turns=section.max_turns,

@@ -29,7 +29,7 @@ attention mask `prompt_mask | generated | observation` are the sampler's
 from __future__ import annotations
 
 import dataclasses
-from collections.abc import Callable, Sequence
+from collections.abc import Sequence
 
 import flax.struct
 import jax
@@ -90,6 +90,9 @@ class EpisodeOutput:
       tool_errors: [B] int32, the observations the environment called errors (its
         `is_error`; zeros for an environment without one).
       forced: [B, N] bool, the generated tokens budget forcing wrote.
+      turn_rewards: [B, N] float32, each turn's reward (a stateful environment's `step`)
+        on the turn's last generated token; zeros elsewhere.
+      ended_by_environment: [B] bool, the environment ended the episode (its `done`).
     """
 
     tokens: jax.Array
@@ -100,6 +103,8 @@ class EpisodeOutput:
     length: jax.Array
     tool_errors: jax.Array
     forced: jax.Array
+    turn_rewards: jax.Array
+    ended_by_environment: jax.Array
 
     @property
     def attention_mask(self) -> jax.Array:
@@ -134,7 +139,7 @@ _paused_jit = jax.jit(decode.paused, static_argnames=("spec",))
 
 
 def generate_episodes(graphdef, state, prompts, prompt_mask, key, *, config: EpisodeConfig,
-                      tokenizer, observe: Callable[[str], str]) -> EpisodeOutput:
+                      tokenizer, observe, states: Sequence | None = None) -> EpisodeOutput:
     """Samples multi-turn episodes (module docstring).
 
     Args:
@@ -144,10 +149,13 @@ def generate_episodes(graphdef, state, prompts, prompt_mask, key, *, config: Epi
       key: PRNG key.
       config: EpisodeConfig (static).
       tokenizer: encodes the answers (and decodes each turn's text for `observe`).
-      observe: the environment: the text a row generated since its last observation (its
-        call included) -> the text appended to its context (e.g. "<result>27</result>").
-        With an `is_error(observation) -> bool` attribute (`tools.ToolEnvironment`), the
-        answers it calls errors are counted in `tool_errors`.
+      observe: the environment: a `tools.Environment` (`step(state, turn_text) ->
+        (observation, reward, done, state)`), or a function of the text a row generated
+        since its last observation (its call included) -> the text appended to its context
+        (e.g. "<result>27</result>"; no reward, never done). With an `is_error(observation)
+        -> bool` attribute, the answers it calls errors are counted in `tool_errors`.
+      states: each row's episode state (`Environment.reset`), for an Environment; None:
+        None for every row.
 
     Returns:
       EpisodeOutput. A row that closes a call with no turns left, or with too few slots
@@ -162,8 +170,16 @@ def generate_episodes(graphdef, state, prompts, prompt_mask, key, *, config: Epi
     batch, prompt_len = prompts.shape
     n, ends = config.max_tokens, spec.phase_ends
     is_error = getattr(observe, "is_error", None)
+    step = getattr(observe, "step", None)
+    if step is None:  # a function of the turn's text: no state, no reward, never done
+        step = lambda state, text: (observe(text), 0.0, False, state)  # noqa: E731
+    states = [None] * batch if states is None else list(states)
+    if len(states) != batch:
+        raise ValueError(f"generate_episodes: {len(states)} states for {batch} rows")
     turns = np.zeros(batch, np.int32)
     tool_errors = np.zeros(batch, np.int32)
+    turn_rewards = np.zeros((batch, n), np.float32)
+    env_done = np.zeros(batch, bool)
     weights = _weights_jit(graphdef, state)
     s = _start_jit(graphdef, weights, prompts, prompt_mask, key, spec=spec)
     run_key, phase = jax.random.fold_in(key, 1), 0
@@ -171,10 +187,13 @@ def generate_episodes(graphdef, state, prompts, prompt_mask, key, *, config: Epi
         s = _run_jit(graphdef, weights, s, run_key, spec=spec, end=ends[phase])
         if bool(_paused_jit(s, spec=spec)):
             waiting = np.asarray(s.waiting & ~s.done)
-            answers, lengths, errors = _answers(s, waiting, tokenizer, observe, is_error,
-                                                spec.queue_width, config.max_observation_tokens)
+            answers, lengths, errors, done = _answers(
+                s, waiting, tokenizer, step, states, turn_rewards, is_error, spec.queue_width,
+                config.max_observation_tokens)
+            env_done |= done
             room = n - int(s.step)
-            answered = waiting & (turns < config.max_turns) & (lengths > 0) & (lengths < room)
+            answered = waiting & ~done & (turns < config.max_turns) & (lengths > 0) \
+                & (lengths < room)
             turns += answered
             tool_errors += answered & errors
             s = _hand_off_jit(s, jnp.asarray(answers), jnp.asarray(lengths),
@@ -187,7 +206,8 @@ def generate_episodes(graphdef, state, prompts, prompt_mask, key, *, config: Epi
     return EpisodeOutput(tokens=s.tokens, logp=s.logp, generated=s.generated,
                          observation=s.observation, turns=jnp.asarray(turns),
                          length=jnp.minimum(s.step, n), tool_errors=jnp.asarray(tool_errors),
-                         forced=s.forced)
+                         forced=s.forced, turn_rewards=jnp.asarray(turn_rewards),
+                         ended_by_environment=jnp.asarray(env_done))
 
 
 def turn_texts(tokens, generated, observation, tokenizer) -> list[str]:
@@ -201,13 +221,16 @@ def turn_texts(tokens, generated, observation, tokenizer) -> list[str]:
     return out
 
 
-def _answers(s: DecodeState, waiting, tokenizer, observe, is_error, queue_width: int,
-             width: int):
-    """The answers of the waiting rows, asked of `observe`.
+def _answers(s: DecodeState, waiting, tokenizer, step, states: list, turn_rewards, is_error,
+             queue_width: int, width: int):
+    """The environment's answers to the waiting rows (`step(state, turn text)`); each
+    row's state advanced in `states`, its turn's reward added to `turn_rewards` on its last
+    generated token.
 
     Returns:
       (answers [B, Q] int32 left-aligned, cut to `width` tokens; lengths [B] int32, 0 for
-      the other rows; errors [B] bool, `is_error` of each answer's text).
+      the other rows; errors [B] bool, `is_error` of each answer's text; done [B] bool,
+      the environment ended the row's episode).
     """
     tokens, generated, observation = (np.asarray(x) for x in
                                       (s.tokens, s.generated, s.observation))
@@ -215,13 +238,19 @@ def _answers(s: DecodeState, waiting, tokenizer, observe, is_error, queue_width:
     answers = np.zeros((len(texts), queue_width), np.int32)
     lengths = np.zeros(len(texts), np.int32)
     errors = np.zeros(len(texts), bool)
+    done = np.zeros(len(texts), bool)
     for row in np.flatnonzero(waiting):
-        text = observe(texts[row])
+        text, reward, done[row], states[row] = step(states[row], texts[row])
+        last = np.flatnonzero(generated[row])
+        if len(last):
+            turn_rewards[row, last[-1]] += np.float32(reward)
+        if done[row]:
+            continue
         ids = list(tokenizer.encode(text))[:width]
         answers[row, :len(ids)] = ids
         lengths[row] = len(ids)
         errors[row] = bool(is_error(text)) if is_error is not None else False
-    return answers, lengths, errors
+    return answers, lengths, errors, done
 
 
 def episode_texts(out: EpisodeOutput, tokenizer) -> list[str]:

@@ -1,30 +1,63 @@
-"""The environment of a multi-turn rollout: the policy's tool calls change its state.
+"""The environment of a multi-turn rollout.
 
     environment = ToolEnvironment(tool="calc")
-    out = sampling.generate_episodes(..., observe=environment, ...)
+    states = [environment.reset(example)[1] for example in examples]
+    out = sampling.generate_episodes(..., observe=environment, states=states, ...)
 
-An episode starts from the problem's prompt (the environment's reset is the prompt itself).
-A turn ends when the policy closes a call (`environment.stop_text`, e.g. "</calc>"); the
-environment runs the turn's last call under `tools.call_tool`'s deadline and output cap and
-answers with an observation, which the sampler appends to the context (attended to, never
-trained on). The episode ends when the policy ends its answer (EOS), runs out of turns or
-out of tokens. Tools are pure and bounded, so the same turn text always gets the same
-observation.
+An `Environment` has state: `reset(problem) -> (observation, state)` starts an episode
+(the observation is appended to the problem's prompt; "" for none), and
+`step(state, action_text) -> (observation, reward, done, state)` answers one turn. A turn
+ends when the policy closes its action (`stop_text`, e.g. "</calc>"); the observation is
+appended to the context (attended to, never trained on), the reward is the turn's (summed
+into the episode's return as the reward component "environment", and placed on the turn's
+last token for per-token credit), and `done` ends the episode there. An episode also ends
+when the policy ends its answer (EOS) or runs out of turns or tokens.
+
+`ToolEnvironment` is the stateless kind: each turn's last call is run under
+`tools.call_tool`'s deadline and output cap, with no reward and never done; tools are
+bounded, so the same turn text always gets the same observation. `tools.games` has a
+stateful one.
 """
 
 from __future__ import annotations
 
 import dataclasses
 from collections.abc import Callable
+from typing import Any
 
 from grpo_jax.tools.base import (DEADLINE_SECONDS, MAX_OBSERVATION_CHARS, TOOLS, answer,
                                  render_observation)
 from grpo_jax.tools.sandbox import STOP_PREFIXES
 
 
+class Environment:
+    """A multi-turn environment (module docstring). Subclasses define `stop_text` and
+    `step`; `reset` defaults to no observation and no state."""
+
+    stop_text: str = ""
+    # whether the episode's return has rewards of the environment's own (`step`'s)
+    gives_rewards = False
+
+    def reset(self, problem) -> tuple[str, Any]:
+        """(the observation appended to the problem's prompt, the episode's first state)."""
+        del problem
+        return "", None
+
+    def step(self, state, action_text: str) -> tuple[str, float, bool, Any]:
+        """(observation, reward, done, next state) for the turn `action_text` (the text the
+        policy generated since its last observation, its closing `stop_text` included)."""
+        raise NotImplementedError
+
+    def is_error(self, observation_text: str) -> bool:
+        """Whether an observation reports a failed action (counted as tool_errors)."""
+        del observation_text
+        return False
+
+
 @dataclasses.dataclass(frozen=True)
-class ToolEnvironment:
-    """One tool's environment: `environment(turn_text) -> observation text`.
+class ToolEnvironment(Environment):
+    """One tool's environment: `environment(turn_text) -> observation text`, and as an
+    `Environment` that answer with no reward, never done.
 
     Attributes:
       tool: the tool's name in `tools.TOOLS` (its call is `<tool>argument</tool>`).
@@ -47,6 +80,9 @@ class ToolEnvironment:
     def stop_text(self) -> str:
         """The text that ends a turn: the call's closing tag."""
         return f"</{self.tool}>"
+
+    def step(self, state, action_text: str) -> tuple[str, float, bool, Any]:
+        return self(action_text), 0.0, False, state
 
     def __call__(self, turn_text: str) -> str:
         return answer(turn_text, tools={self.tool: TOOLS[self.tool]},

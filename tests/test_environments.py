@@ -1,0 +1,130 @@
+"""Stateful environments (`tools.Environment`): the guessing game by hand, the task's worked
+solutions and rewards, episodes that the environment ends with per-turn rewards on the
+turn's last token, and the agents job's smoke run with real gradients."""
+
+from __future__ import annotations
+
+import dataclasses
+
+import jax
+import numpy as np
+import pytest
+from flax import nnx
+
+from grpo_jax import models
+from grpo_jax.sampling import SamplingConfig
+from grpo_jax.sampling.episodes import EpisodeConfig, generate_episodes, turn_texts
+from grpo_jax.tasks import Example, get_task
+from grpo_jax.tasks.guess_number import bisection, trace
+from grpo_jax.text import CharTokenizer
+from grpo_jax.tools import Environment, GuessEnvironment, make_environment
+
+
+def test_the_guessing_game_by_hand():
+    environment = make_environment("guess")
+    example = Example(id="g", prompt="20-27", answer="22", meta={"low": 20, "high": 27})
+    observation, state = environment.reset(example)
+    assert observation == "" and state.number == 22 and environment.stop_text == "</guess>"
+    said, reward, done, state = environment.step(state, "<guess>24</guess>")
+    assert (said, reward, done, state.guesses) == ("<result>lower</result>", 0.0, False, (24,))
+    said, reward, done, state = environment.step(state, "hm <guess>20</guess>")
+    assert (said, reward, done) == ("<result>higher</result>", 0.0, False)
+    said, reward, done, _ = environment.step(state, "nothing")
+    assert said == "<result>error: no guess</result>" and environment.is_error(said)
+    assert environment.step(state, "<guess>22</guess>")[1:3] == (1.0, True)
+    blind = make_environment("guess_blind")
+    assert blind.step(blind.reset(example)[1], "<guess>24</guess>")[0] == "<result>no</result>"
+    with pytest.raises(ValueError, match="unknown tool or environment 'dice'"):
+        make_environment("dice")
+    with pytest.raises(ValueError, match="the hidden number"):
+        environment.reset(Example(id="x", prompt="?", answer="seven"))
+
+
+def test_the_task_bisects_and_scores_turns():
+    assert bisection(20, 27, 22) == [(24, "lower"), (22, "")]
+    assert bisection(0, 15, 15) == [(8, "higher"), (12, "higher"), (14, "higher"), (15, "")]
+    task = get_task("guess_number", search_rate=0.5, max_guesses=3)
+    example = task.examples("train", 1, seed=3)[0]
+    low, high = example.meta["low"], example.meta["high"]
+    assert example.solution == trace(bisection(low, high, int(example.answer)))
+    rewards = task.reward_fns()
+    number = int(example.answer)
+    best = trace([(number, "")])
+    assert rewards["accuracy"](best, example) == 1.0 and rewards["turns"](best, example) == 0.0
+    slow = trace([(g, "x") for g in range(low, high + 1) if g != number] + [(number, "")])
+    extra = (high - low) - (len(bisection(low, high, number)) - 1)
+    assert rewards["turns"](slow, example) == pytest.approx(-extra / (high - low + 1))
+    assert rewards["turns"]("<guess>999</guess>", example) == -1.0
+    for seed in range(20):  # worked solutions stop at the budget, the last guess unanswered
+        text, correct = task.solution(example, rng=seed, error_rate=0.3)
+        assert text.count("<guess>") <= 3 and text.endswith("</guess>")
+        assert correct == (f"<guess>{number}</guess>" in text)
+
+
+class _Countdown(Environment):
+    """A state of k turns left: answers "<k>" with reward 0.5 to each turn but the last,
+    which ends the episode with reward 1."""
+
+    stop_text = "?"
+    gives_rewards = True
+
+    def reset(self, problem):
+        return "", problem
+
+    def step(self, state, action_text):
+        if state == 1:
+            return "", 1.0, True, 0
+        return f"<{state}>", 0.5, False, state - 1
+
+
+def test_an_environment_ends_episodes_and_its_rewards_sit_on_each_turns_last_token():
+    tokenizer = CharTokenizer()
+    config = models.named_config("tiny-1m", num_layers=1, vocab_size=tokenizer.vocab_size)
+    model = models.Transformer(config, rngs=nnx.Rngs(1))
+    prompts = [tokenizer.encode("ab")] * 4  # one greedy path: every row calls at once
+    tokens = np.array(prompts, np.int32)
+    mask = np.ones_like(tokens, bool)
+    first = np.asarray(model(tokens, attention_mask=mask)[:, -1].argmax(-1))
+    stop = (int(np.bincount(first).argmax()),)  # a stop token the model emits at once
+    episode = EpisodeConfig(max_tokens=40, stop_ids=stop, max_turns=3,
+                            max_observation_tokens=4,
+                            sampling=SamplingConfig(max_new_tokens=1, greedy=True,
+                                                    eos_ids=tokenizer.eos_ids))
+    environment = _Countdown()
+    turns_left = [1, 2, 1, 2]
+    out = generate_episodes(*nnx.split(model), tokens, mask, jax.random.key(0), config=episode,
+                            tokenizer=tokenizer, observe=environment,
+                            states=[environment.reset(k)[1] for k in turns_left])
+    ended = np.asarray(out.ended_by_environment)
+    generated, rewards = np.asarray(out.generated), np.asarray(out.turn_rewards)
+    answered = np.asarray(out.turns)
+    assert ended[[0, 2]].all()  # their first turn is their last: 1.0, nothing after it
+    for row in np.flatnonzero(ended):
+        nonzero = np.flatnonzero(rewards[row])
+        assert rewards[row, nonzero].tolist() == [0.5] * (turns_left[row] - 1) + [1.0]
+        assert nonzero[-1] == np.flatnonzero(generated[row])[-1]  # on the turn's last token
+        assert answered[row] == turns_left[row] - 1
+    for row in np.flatnonzero(~ended):  # answered once (0.5), then never closed a turn
+        assert answered[row] == 1 and rewards[row].sum() == 0.5
+    assert not np.any(rewards[~generated])  # rewards only on generated tokens
+    assert turn_texts(np.asarray(out.tokens), generated, np.asarray(out.observation), tokenizer)
+    with pytest.raises(ValueError, match="3 states for 4 rows"):
+        generate_episodes(*nnx.split(model), tokens, mask, jax.random.key(0),
+                          config=dataclasses.replace(episode, max_turns=1),
+                          tokenizer=tokenizer, observe=environment, states=[0, 0, 0])
+
+
+def test_the_agents_smoke_job_plays_with_real_gradients(tmp_path):
+    from configs import agents
+    from grpo_jax.metrics import read_metrics
+    from grpo_jax.pipeline import train_and_evaluate
+
+    config = agents.get_config("smoke")
+    config.mesh.num_devices = 1
+    train_and_evaluate(config, str(tmp_path))
+    rows = [r for r in read_metrics(tmp_path / "metrics.jsonl") if r["stage"] == "rl"]
+    assert rows and all(r["tool_calls"] > 0 for r in rows)
+    assert any(r["reward_std"] > 0 for r in rows) and any(r["grad_norm"] > 0 for r in rows)
+    assert all("reward/environment" in r and "reward/turns" in r for r in rows)
+    evals = [r for r in read_metrics(tmp_path / "metrics.jsonl") if r["stage"] == "eval_base"]
+    assert evals and evals[0]["tool_calls"] > 0

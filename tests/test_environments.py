@@ -17,7 +17,7 @@ from grpo_jax.sampling.episodes import EpisodeConfig, generate_episodes, turn_te
 from grpo_jax.tasks import Example, get_task
 from grpo_jax.tasks.guess_number import bisection, trace
 from grpo_jax.text import CharTokenizer
-from grpo_jax.tools import Environment, GuessEnvironment, make_environment
+from grpo_jax.tools import Environment, make_environment
 
 
 def test_the_guessing_game_by_hand():

@@ -128,3 +128,26 @@ def test_the_agents_smoke_job_plays_with_real_gradients(tmp_path):
     assert all("reward/environment" in r and "reward/turns" in r for r in rows)
     evals = [r for r in read_metrics(tmp_path / "metrics.jsonl") if r["stage"] == "eval_base"]
     assert evals and evals[0]["tool_calls"] > 0
+
+
+@pytest.mark.parametrize("loss_on_prompt", [False, True])
+def test_supervised_rows_keep_the_environments_answers_out_of_the_loss(loss_on_prompt):
+    """A worked solution's observation spans (`Task.observations`) are encoded on their
+    own, attended to, and out of the loss; the policy's tokens and EOS are in it."""
+    from grpo_jax.text.rows import encode_pair_rows
+
+    task = get_task("guess_number")
+    tokenizer = CharTokenizer.for_task(task)
+    completion = "<guess>4</guess><result>lower</result><guess>2</guess>"
+    tokens, attention, loss = encode_pair_rows(
+        tokenizer, ["Q: 1-8\nA: "], [completion], observations=task.observations,
+        loss_on_prompt=loss_on_prompt)
+    ids, trained = tokens[0][attention[0]], loss[0][attention[0]]
+    prompt = len(tokenizer.encode("Q: 1-8\nA: ")) + 1  # with BOS
+    assert tokenizer.decode(ids[prompt:].tolist()) == completion
+    assert tokenizer.decode(ids[prompt:][~trained[prompt:]].tolist()) == "<result>lower</result>"
+    assert trained[-1] and ids[-1] == tokenizer.eos_id
+    assert trained[1:prompt].all() == loss_on_prompt and not trained[0]
+    plain = encode_pair_rows(tokenizer, ["Q: 1-8\nA: "], [completion], loss_on_prompt=True)
+    np.testing.assert_array_equal(plain[0], tokens)  # the same tokens, more of them trained
+    assert plain[2].sum() > loss.sum() or not loss_on_prompt

@@ -22,12 +22,15 @@ from grpo_jax.training import init_opt_state
 
 def train_supervised(run, stage, prompts, completions, *, loss_on_prompt: bool) -> None:
     """Trains `run.params` on the (prompt, completion) rows for section.steps steps (lr,
-    batch_size, micro_batches and checkpoint_every from the section) and ends the stage."""
+    batch_size, micro_batches and checkpoint_every from the section) and ends the stage.
+    The spans of a completion the task's environment writes (`Task.observations`, e.g. a
+    tool's answer) are attended to and out of the loss, as in RL."""
     section = stage.section
     try:
         data = encode_pairs(run.tokenizer, prompts, completions,
                             seq_len=section.pack_len or None,
-                            max_len=run.config.model.max_seq_len, loss_on_prompt=loss_on_prompt)
+                            max_len=run.config.model.max_seq_len, loss_on_prompt=loss_on_prompt,
+                            observations=run.task.observations)
     except ValueError as e:
         if not section.pack_len:
             raise

@@ -48,12 +48,14 @@ def encode_pairs(
     seq_len: int | None = None,
     max_len: int | None = None,
     loss_on_prompt: bool = False,
+    observations: str | None = None,
 ) -> TokenBatch:
     """`text.rows.encode_pair_rows` as a TokenBatch of numpy arrays: right-padded [BOS]
-    prompt completion [EOS] rows (the layout of a rollout) with their loss masks."""
+    prompt completion [EOS] rows (the layout of a rollout) with their loss masks (the
+    spans matching `observations` out of the loss)."""
     tokens, attention_mask, loss_mask = encode_pair_rows(
         tokenizer, prompts, completions, seq_len=seq_len, max_len=max_len,
-        loss_on_prompt=loss_on_prompt)
+        loss_on_prompt=loss_on_prompt, observations=observations)
     return TokenBatch(tokens=tokens, attention_mask=attention_mask, loss_mask=loss_mask)
 
 

@@ -115,6 +115,9 @@ class Task(abc.ABC):
     # Multi-character tokens (e.g. a tool's call tags) a CharTokenizer or SentencePiece model
     # keeps as one id each, beside the think / answer tags.
     tags: tuple[str, ...] = ()
+    # A regular expression of the spans of a worked solution that an environment writes in
+    # an episode (a tool's answer): supervised stages keep them out of the loss. None: none.
+    observations: str | None = None
 
     def __init__(self, difficulty: int | Sequence[int] = 1):
         self.difficulties = _difficulties(difficulty)

@@ -62,6 +62,7 @@ class GuessNumberTask(Task):
 
     name = "guess_number"
     tags = TAGS
+    observations = r"<result>.*?</result>"  # the environment's answers
     characters = "-"
 
     def __init__(self, difficulty=(1, 2), *, search_rate: float = 0.5, max_guesses: int = 6):

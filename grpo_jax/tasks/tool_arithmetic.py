@@ -50,6 +50,7 @@ class ToolArithmeticTask(Task):
 
     name = "tool_arithmetic"
     tags = TOOL_TAGS
+    observations = r"<result>.*?</result>"  # the calculator's answers
 
     def __init__(self, difficulty=(1, 2, 3), *, tool_rate: float = 0.5):
         """Args: difficulty (int or list); tool_rate: the probability that a noisy worked

@@ -7,6 +7,8 @@ training and in RL agree.
 
 from __future__ import annotations
 
+import re
+
 from typing import Sequence
 
 import numpy as np
@@ -22,6 +24,7 @@ def encode_pair_rows(
     seq_len: int | None = None,
     max_len: int | None = None,
     loss_on_prompt: bool = False,
+    observations: str | None = None,
 ) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
     """Right-padded [BOS] prompt completion [EOS] rows with their loss masks.
 
@@ -34,6 +37,9 @@ def encode_pair_rows(
       max_len: with seq_len None, the longest row allowed (the model's context).
       loss_on_prompt: next-token pretraining (loss on every token after BOS) instead of
         SFT's completion-only loss.
+      observations: a regular expression of the spans of a completion an environment
+        writes (a tool's answer, `Task.observations`): each is encoded on its own, as an
+        episode writes it, attended to and out of the loss, as in RL. None: no spans.
     Returns:
       (tokens int32 [n, L], attention_mask bool [n, L], loss_mask bool [n, L]) numpy
       arrays; loss_mask[t] marks the tokens whose prediction is trained.
@@ -41,11 +47,24 @@ def encode_pair_rows(
     if len(prompts) != len(completions):
         raise ValueError(f"{len(prompts)} prompts but {len(completions)} completions")
     n = len(prompts)
-    encoded = []
+    encoded, observed = [], []
+    pattern = re.compile(observations, re.S) if observations else None
     for prompt, completion in zip(prompts, completions):
         prompt_ids = prompt_ids_of(tokenizer, prompt)
-        completion_ids = [*tokenizer.encode(completion), tokenizer.eos_id]
+        completion_ids, outside = [], []
+        start = 0
+        for match in (pattern.finditer(completion) if pattern else ()):
+            for text, policy in ((completion[start:match.start()], True),
+                                 (match.group(0), False)):
+                ids = tokenizer.encode(text) if text else []
+                completion_ids += ids
+                outside += [not policy] * len(ids)
+            start = match.end()
+        ids = [*tokenizer.encode(completion[start:]), tokenizer.eos_id]
+        completion_ids += ids
+        outside += [False] * len(ids)
         encoded.append((prompt_ids, completion_ids))
+        observed.append(outside)
     if seq_len is None:
         longest = max((len(p) + len(c) for p, c in encoded), default=1)
         seq_len = -(-longest // 8) * 8
@@ -65,6 +84,7 @@ def encode_pair_rows(
         attention_mask[row, : len(ids)] = True
         start = 1 if loss_on_prompt else len(prompt_ids)
         loss_mask[row, start : len(ids)] = True
+        loss_mask[row, len(prompt_ids): len(ids)] &= ~np.asarray(observed[row], bool)
     return tokens, attention_mask, loss_mask
 
 

@@ -76,6 +76,9 @@ class _Countdown(Environment):
             return "", 1.0, True, 0
         return f"<{state}>", 0.5, False, state - 1
 
+    def is_parse_failure(self, observation_text):
+        return observation_text == "<2>"  # counted as a call that did not parse
+
 
 def test_an_environment_ends_episodes_and_its_rewards_sit_on_each_turns_last_token():
     tokenizer = CharTokenizer()
@@ -106,6 +109,7 @@ def test_an_environment_ends_episodes_and_its_rewards_sit_on_each_turns_last_tok
         assert answered[row] == turns_left[row] - 1
     for row in np.flatnonzero(~ended):  # answered once (0.5), then never closed a turn
         assert answered[row] == 1 and rewards[row].sum() == 0.5
+    np.testing.assert_array_equal(out.parse_failures, [0, 1, 0, 1])
     assert not np.any(rewards[~generated])  # rewards only on generated tokens
     assert turn_texts(np.asarray(out.tokens), generated, np.asarray(out.observation), tokenizer)
     with pytest.raises(ValueError, match="3 states for 4 rows"):

@@ -166,7 +166,9 @@ def test_a_checkpoint_tokenizer_writes_tool_answers_in_its_chat_format(tmp_path)
 @pytest.mark.parametrize("overrides,message", [
     ({"rl.fused_steps": 1}, "rl.fused_steps: multi-turn episodes (tools 'calc') need the host"),
     ({"rl.max_observation_tokens": 48}, "rl.max_observation_tokens: 48 leaves no room"),
-    ({"rl.tools": "shell"}, "rl.tools: expected one of ['', 'calc', 'python'], got 'shell'"),
+    ({"rl.tools": "shell"}, "rl.tools: expected one of ['', 'calc', 'python', 'guess', "
+                            "'guess_blind'] or 'json:' and tools of ['calc', 'python'], "
+                            "got 'shell'"),
     ({"eval_base.min_thinking_tokens": 4}, "eval_base.tools: budget forcing and multi-turn"),
 ])
 def test_bad_tool_settings_fail_in_one_line(overrides, message):

@@ -69,6 +69,7 @@ class Rollout:
         `version` updates of its stage), or [B, N] per token (partial rollouts: a row
         continued across updates), stamped by the loop's source; None until then.
       turns, tool_errors: [B] int32 answered calls and failed ones (multi-turn), or None.
+      tool_parse_failures: [B] int32 calls that did not parse (multi-turn), or None.
       texts: the decoded completions (host only, not part of the pytree).
     """
 
@@ -85,6 +86,7 @@ class Rollout:
     version: Any = None
     turns: Any = None
     tool_errors: Any = None
+    tool_parse_failures: Any = None
     texts: list | None = struct.field(pytree_node=False, default=None)
 
     @property
@@ -324,7 +326,8 @@ def episode_rollout(policy: Policy, params: Params, tokenizer, examples: Sequenc
         components=components, lengths=generated.sum(1).astype(np.int32),
         truncated=~eos.any(axis=1), texts=texts,
         turns=np.asarray(out.turns, np.int32),
-        tool_errors=np.asarray(out.tool_errors, np.int32))
+        tool_errors=np.asarray(out.tool_errors, np.int32),
+        tool_parse_failures=np.asarray(out.parse_failures, np.int32))
 
 
 def observation_texts(tokens, observation, tokenizer) -> list[list[str]]:
@@ -340,12 +343,15 @@ def observation_texts(tokens, observation, tokenizer) -> list[list[str]]:
 
 def tool_record(ro: Rollout) -> dict[str, float]:
     """The multi-turn half of a metrics line: tool_calls (answered calls per episode),
-    tool_call_rate (episodes with one or more), tool_errors (failed calls per episode), turns
-    (generation turns per episode: calls + 1) and observation_frac (the share of the
-    completion's tokens the environment wrote)."""
+    tool_call_rate (episodes with one or more), tool_errors (failed calls per episode),
+    tool_parse_failures (calls that did not parse, per episode), turns (generation turns per
+    episode: calls + 1) and observation_frac (the share of the completion's tokens the
+    environment wrote)."""
     turns = np.asarray(ro.turns, np.float64)
     observed = (np.asarray(ro.attention_mask, bool) & ~np.asarray(ro.loss_mask, bool)).sum()
     return {"tool_calls": float(turns.mean()), "tool_call_rate": float((turns > 0).mean()),
             "tool_errors": float(np.mean(ro.tool_errors)), "turns": float(turns.mean() + 1),
+            "tool_parse_failures": float(np.mean(ro.tool_parse_failures))
+            if ro.tool_parse_failures is not None else 0.0,
             "observation_frac": float(observed / max(np.asarray(ro.attention_mask, bool).sum(),
                                                      1))}

@@ -16,7 +16,7 @@ from typing import Callable
 import ml_collections
 
 from grpo_jax.rl.update import CORRECTIONS
-from grpo_jax.tools import ENVIRONMENTS, environment_names
+from grpo_jax.tools import ENVIRONMENTS, environment_name_error
 
 
 @dataclasses.dataclass(frozen=True)
@@ -171,7 +171,10 @@ def _add_tools(s) -> None:
 
 
 def _check_tools(check) -> None:
-    name = check.choice("tools", ("", *environment_names()))
+    name = check.string("tools") if "tools" in check.section else ""
+    problem = environment_name_error(name) if name else None
+    if problem:
+        check.fail("tools", problem)
     rewards = check.section.get("rewards") or {}
     if "environment" in rewards and name not in ENVIRONMENTS:
         check.fail("rewards.environment", f"the reward 'environment' is a stateful "

@@ -67,7 +67,9 @@ def sample_batch(run, policy, params, examples, key, *, sampling, reward_fns, we
     multi-turn `episode_rollout`) of one batch: finish() -> Rollout, the sampler's errors
     named after `where`. An episode's turns need the host between them, so it runs in
     finish()."""
-    prompts = [prompt_text(run, ex) for ex in examples]
+    # JSON tool calls describe their tools to the model through a chat template (`tools=`)
+    schemas = getattr(episodes[1], "schemas", None) if episodes is not None else None
+    prompts = [prompt_text(run, ex, tools=schemas) for ex in examples]
     if episodes is None:
         return _sampler_errors(launch_rollout(
             policy, params, run.tokenizer, examples, prompts, key, sampling=sampling,
@@ -118,7 +120,8 @@ def sample_and_score(run, examples, *, num_samples: int, batch_size: int, sampli
                 "length": int(ro.lengths[i]),
                 "components": {k: float(v[i]) for k, v in ro.components.items()},
                 "reward": float(ro.rewards[i]),
-                **({"turns": int(ro.turns[i]), "tool_errors": int(ro.tool_errors[i])}
+                **({"turns": int(ro.turns[i]), "tool_errors": int(ro.tool_errors[i]),
+                    "tool_parse_failures": int(ro.tool_parse_failures[i])}
                    if ro.turns is not None else {}),
             })
     return records

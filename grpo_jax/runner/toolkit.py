@@ -68,11 +68,11 @@ def progress(stage, total: int, initial: int, *, interval: float = PLAIN_PROGRES
     return PlainProgress(stage.name, total, initial, interval)
 
 
-def prompt_text(run, example) -> str:
+def prompt_text(run, example, tools=None) -> str:
     """The example's prompt in the run's template (rendered with the run's tokenizer for
-    "chat")."""
+    "chat", with `tools` described to the model when given)."""
     return tasks_lib.apply_template(example, template=run.config.task.template,
-                                    tokenizer=run.tokenizer)
+                                    tokenizer=run.tokenizer, tools=tools)
 
 
 def sampling_config(run, *, max_new_tokens: int, temperature: float, top_k: int = 0,

@@ -92,6 +92,8 @@ class EpisodeOutput:
       forced: [B, N] bool, the generated tokens budget forcing wrote.
       turn_rewards: [B, N] float32, each turn's reward (a stateful environment's `step`)
         on the turn's last generated token; zeros elsewhere.
+      parse_failures: [B] int32, the turns whose call did not parse (the environment's
+        `is_parse_failure`; answered with an error observation, never dropped).
       ended_by_environment: [B] bool, the environment ended the episode (its `done`).
     """
 
@@ -105,6 +107,7 @@ class EpisodeOutput:
     forced: jax.Array
     turn_rewards: jax.Array
     ended_by_environment: jax.Array
+    parse_failures: jax.Array
 
     @property
     def attention_mask(self) -> jax.Array:
@@ -170,6 +173,8 @@ def generate_episodes(graphdef, state, prompts, prompt_mask, key, *, config: Epi
     batch, prompt_len = prompts.shape
     n, ends = config.max_tokens, spec.phase_ends
     is_error = getattr(observe, "is_error", None)
+    is_parse_failure = getattr(observe, "is_parse_failure", None)
+    render = getattr(observe, "render", None)
     step = getattr(observe, "step", None)
     if step is None:  # a function of the turn's text: no state, no reward, never done
         step = lambda state, text: (observe(text), 0.0, False, state)  # noqa: E731
@@ -178,6 +183,7 @@ def generate_episodes(graphdef, state, prompts, prompt_mask, key, *, config: Epi
         raise ValueError(f"generate_episodes: {len(states)} states for {batch} rows")
     turns = np.zeros(batch, np.int32)
     tool_errors = np.zeros(batch, np.int32)
+    parse_failures = np.zeros(batch, np.int32)
     turn_rewards = np.zeros((batch, n), np.float32)
     env_done = np.zeros(batch, bool)
     weights = _weights_jit(graphdef, state)
@@ -187,9 +193,10 @@ def generate_episodes(graphdef, state, prompts, prompt_mask, key, *, config: Epi
         s = _run_jit(graphdef, weights, s, run_key, spec=spec, end=ends[phase])
         if bool(_paused_jit(s, spec=spec)):
             waiting = np.asarray(s.waiting & ~s.done)
-            answers, lengths, errors, done = _answers(
-                s, waiting, tokenizer, step, states, turn_rewards, is_error, spec.queue_width,
-                config.max_observation_tokens)
+            answers, lengths, errors, failed, done = _answers(
+                s, waiting, tokenizer, step, states, turn_rewards, (is_error, is_parse_failure),
+                render, spec.queue_width, config.max_observation_tokens)
+            parse_failures += waiting & failed
             env_done |= done
             room = n - int(s.step)
             answered = waiting & ~done & (turns < config.max_turns) & (lengths > 0) \
@@ -207,7 +214,8 @@ def generate_episodes(graphdef, state, prompts, prompt_mask, key, *, config: Epi
                          observation=s.observation, turns=jnp.asarray(turns),
                          length=jnp.minimum(s.step, n), tool_errors=jnp.asarray(tool_errors),
                          forced=s.forced, turn_rewards=jnp.asarray(turn_rewards),
-                         ended_by_environment=jnp.asarray(env_done))
+                         ended_by_environment=jnp.asarray(env_done),
+                         parse_failures=jnp.asarray(parse_failures))
 
 
 def turn_texts(tokens, generated, observation, tokenizer) -> list[str]:
@@ -221,36 +229,59 @@ def turn_texts(tokens, generated, observation, tokenizer) -> list[str]:
     return out
 
 
-def _answers(s: DecodeState, waiting, tokenizer, step, states: list, turn_rewards, is_error,
-             queue_width: int, width: int):
+def answer_ids(text: str, tokenizer, width: int, render=None) -> list[int]:
+    """An answer's token ids, at most `width`. A longer one rendered by `render` (the
+    environment's wrapper, e.g. "<result>" ... "</result>") is cut inside, on a token
+    boundary, and keeps its closing text; otherwise its first `width` tokens."""
+    ids = list(tokenizer.encode(text))
+    if len(ids) <= width or render is None:
+        return ids[:width]
+    before, after = render("\x00").split("\x00", 1)
+    if not (text.startswith(before) and text.endswith(after)) or \
+            len(text) < len(before) + len(after):
+        return ids[:width]
+    head, tail = list(tokenizer.encode(before)), list(tokenizer.encode(after))
+    room = width - len(head) - len(tail)
+    if room < 1:
+        return ids[:width]
+    inner = text[len(before):len(text) - len(after)]
+    return head + list(tokenizer.encode(inner))[:room] + tail
+
+
+def _answers(s: DecodeState, waiting, tokenizer, step, states: list, turn_rewards, judges,
+             render, queue_width: int, width: int):
     """The environment's answers to the waiting rows (`step(state, turn text)`); each
     row's state advanced in `states`, its turn's reward added to `turn_rewards` on its last
     generated token.
 
     Returns:
-      (answers [B, Q] int32 left-aligned, cut to `width` tokens; lengths [B] int32, 0 for
-      the other rows; errors [B] bool, `is_error` of each answer's text; done [B] bool,
-      the environment ended the row's episode).
+      (answers [B, Q] int32 left-aligned, cut to `width` tokens (`answer_ids`); lengths [B]
+      int32, 0 for the other rows; errors [B] bool, `is_error` of each answer's text;
+      failed [B] bool, `is_parse_failure` of it; done [B] bool, the environment ended the
+      row's episode).
     """
+    is_error, is_parse_failure = judges
     tokens, generated, observation = (np.asarray(x) for x in
                                       (s.tokens, s.generated, s.observation))
     texts = turn_texts(tokens, generated, observation, tokenizer)
     answers = np.zeros((len(texts), queue_width), np.int32)
     lengths = np.zeros(len(texts), np.int32)
     errors = np.zeros(len(texts), bool)
+    failed = np.zeros(len(texts), bool)
     done = np.zeros(len(texts), bool)
     for row in np.flatnonzero(waiting):
         text, reward, done[row], states[row] = step(states[row], texts[row])
         last = np.flatnonzero(generated[row])
         if len(last):
             turn_rewards[row, last[-1]] += np.float32(reward)
+        failed[row] = bool(is_parse_failure(text)) if is_parse_failure is not None else False
         if done[row]:
             continue
-        ids = list(tokenizer.encode(text))[:width]
+        ids = answer_ids(text, tokenizer, width, render)
         answers[row, :len(ids)] = ids
         lengths[row] = len(ids)
         errors[row] = bool(is_error(text)) if is_error is not None else False
-    return answers, lengths, errors, done
+    return answers, lengths, errors, failed, done
 
 
 def episode_texts(out: EpisodeOutput, tokenizer) -> list[str]:

@@ -181,7 +181,9 @@ def run_eval(run, stage) -> None:
     if "turns" in records[0]:  # multi-turn: how the tool was used
         turns = np.asarray([r["turns"] for r in records])
         figures.update(tool_calls=float(turns.mean()), tool_call_rate=float((turns > 0).mean()),
-                       tool_errors=float(np.mean([r["tool_errors"] for r in records])))
+                       tool_errors=float(np.mean([r["tool_errors"] for r in records])),
+                       tool_parse_failures=float(np.mean([r["tool_parse_failures"]
+                                                          for r in records])))
     if "correct_call" in records[0]["components"]:
         figures["correct_call_rate"] = float(np.mean([r["components"]["correct_call"]
                                                       for r in records]))

@@ -44,13 +44,15 @@ def get_template(template: str) -> str:
                      "string containing '{question}'")
 
 
-def apply_template(example_or_question, template: str = "r1_zero", tokenizer=None) -> str:
+def apply_template(example_or_question, template: str = "r1_zero", tokenizer=None,
+                   tools=None) -> str:
     """The prompt string for a question under a template.
 
     Args:
       example_or_question: an Example (its `prompt` field is the question) or the question text.
       template: "r1_zero", "plain", "chat", or a custom string with "{question}".
       tokenizer: for "chat": a tokenizer with `apply_chat_template` (text.HFTokenizer).
+      tools: for "chat": the tools described to the model (the template's `tools=`).
 
     Returns:
       the prompt (the question substituted verbatim; braces in it are left alone).
@@ -65,7 +67,8 @@ def apply_template(example_or_question, template: str = "r1_zero", tokenizer=Non
         raise ValueError("template: 'chat' renders the checkpoint's chat template and needs "
                          "its tokenizer (tokenizer=checkpoint)")
     return tokenizer.apply_chat_template([{"role": "user", "content": text}],
-                                         add_generation_prompt=True)
+                                         add_generation_prompt=True,
+                                         **({"tools": tools} if tools else {}))
 
 
 def format_completion(thinking: str, answer: str, template: str = "r1_zero") -> str:

@@ -94,7 +94,8 @@ def _compile(source: str):
 
 
 def render_chat(template: str, messages: Sequence[Mapping[str, str]], *,
-                add_generation_prompt: bool = True, **special_tokens: str | None) -> str:
+                add_generation_prompt: bool = True, tools: Sequence[Mapping] | None = None,
+                **special_tokens: str | None) -> str:
     """Renders `messages` ([{"role": "user", "content": ...}, ...]) with a chat template.
 
     Args:
@@ -102,6 +103,8 @@ def render_chat(template: str, messages: Sequence[Mapping[str, str]], *,
       messages: the conversation so far.
       add_generation_prompt: end with the header of the assistant's turn, so that the
         model's continuation is its answer.
+      tools: the tools described to the model (JSON-schema function specs,
+        `tools.calls.schema`), as the template's `tools` variable; None: none.
       **special_tokens: bos_token, eos_token, ... as strings (the templates use them).
 
     Returns:
@@ -117,6 +120,7 @@ def render_chat(template: str, messages: Sequence[Mapping[str, str]], *,
     try:
         return compiled.render(messages=list(messages),
                                add_generation_prompt=add_generation_prompt,
+                               **({"tools": list(tools)} if tools else {}),
                                **{k: v for k, v in special_tokens.items() if v is not None})
     except jinja2.TemplateError as error:
         raise ChatTemplateError(f"chat template: {type(error).__name__}: {error}") from None

@@ -117,8 +117,10 @@ class HFTokenizer:
     def id_to_token(self, token_id: int) -> str | None:
         return self._tokenizer.id_to_token(int(token_id))
 
-    def apply_chat_template(self, messages, *, add_generation_prompt: bool = True) -> str:
-        """The checkpoint's chat template rendered for `messages` (text, not ids).
+    def apply_chat_template(self, messages, *, add_generation_prompt: bool = True,
+                            tools=None) -> str:
+        """The checkpoint's chat template rendered for `messages` (text, not ids), with
+        `tools` (JSON-schema function specs) described where the template puts them.
 
         Raises:
           ChatTemplateError: the checkpoint has no chat template.
@@ -128,7 +130,7 @@ class HFTokenizer:
                 f"{self.path.parent}: no chat template (neither tokenizer_config.json's "
                 f"chat_template nor {CHAT_TEMPLATE_FILE}); use task.template=r1_zero or plain")
         return render_chat(self.chat_template, messages,
-                           add_generation_prompt=add_generation_prompt,
+                           add_generation_prompt=add_generation_prompt, tools=tools,
                            **self._special_tokens())
 
     def tool_response_renderer(self):

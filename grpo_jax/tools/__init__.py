@@ -3,9 +3,10 @@
 A tool is a function text -> observation text. `call_tool` runs one under a deadline and an
 output cap, so a tool never crashes or stalls a run: errors, timeouts and oversized outputs
 come back as observations. An environment (`Environment`: reset / step) keeps state across
-turns, gives rewards and may end the episode; each tool is one (`ToolEnvironment`), and
-`ENVIRONMENTS` has the stateful ones. `make_environment(name)` builds either by name (the
-config's `tools` field).
+turns, gives rewards and may end the episode; each tool is one (`ToolEnvironment`, called
+as `<calc>...</calc>`), "json:python,calc" calls tools as JSON function calls in the
+checkpoint's format (`JsonToolEnvironment`), and `ENVIRONMENTS` has the stateful ones.
+`make_environment(name)` builds any of them by name (the config's `tools` field).
 """
 
 from collections.abc import Callable
@@ -13,6 +14,8 @@ from collections.abc import Callable
 from grpo_jax.tools.base import (TOOLS, ToolCall, answer, call_tool, find_call,
                                  render_observation)
 from grpo_jax.tools.calculator import calculate, evaluate
+from grpo_jax.tools.calls import PARAMETERS as JSON_TOOLS
+from grpo_jax.tools.calls import JsonToolEnvironment
 from grpo_jax.tools.environment import Environment, ToolEnvironment
 from grpo_jax.tools.games import GuessEnvironment
 
@@ -23,9 +26,27 @@ ENVIRONMENTS: dict[str, Callable[..., Environment]] = {
 }
 
 
+JSON_PREFIX = "json:"
+
+
 def environment_names() -> tuple[str, ...]:
-    """Every name `make_environment` takes."""
+    """The names `make_environment` takes (besides "json:" with tools of JSON_TOOLS)."""
     return tuple(sorted(TOOLS)) + tuple(sorted(ENVIRONMENTS))
+
+
+def environment_name_error(name: str) -> str | None:
+    """Why `name` is no environment's name, or None when it is one."""
+    if name in environment_names():
+        return None
+    if name.startswith(JSON_PREFIX):
+        tools = [t.strip() for t in name[len(JSON_PREFIX):].split(",")]
+        unknown = [t for t in tools if t not in JSON_TOOLS]
+        if tools and not unknown:
+            return None
+        return (f"JSON calls take tools of {sorted(JSON_TOOLS)} ('json:python,calc'), got "
+                f"{unknown or tools}")
+    return (f"expected one of {['', *environment_names()]} or 'json:' and tools of "
+            f"{sorted(JSON_TOOLS)}, got {name!r}")
 
 
 def make_environment(name: str, *, render: Callable[[str], str] = render_observation
@@ -36,10 +57,15 @@ def make_environment(name: str, *, render: Callable[[str], str] = render_observa
         return ToolEnvironment(tool=name, render=render)
     if name in ENVIRONMENTS:
         return ENVIRONMENTS[name](render)
+    if environment_name_error(name) is None:
+        tools = tuple(t.strip() for t in name[len(JSON_PREFIX):].split(","))
+        return JsonToolEnvironment(tools=tools, render=render)
     raise ValueError(f"tools: unknown tool or environment {name!r}; available: "
-                     f"{list(environment_names())}")
+                     f"{list(environment_names())} or 'json:' and tools of "
+                     f"{sorted(JSON_TOOLS)}")
 
 
-__all__ = ["ENVIRONMENTS", "Environment", "GuessEnvironment", "TOOLS", "ToolCall",
-           "ToolEnvironment", "answer", "calculate", "call_tool", "environment_names",
-           "evaluate", "find_call", "make_environment", "render_observation"]
+__all__ = ["ENVIRONMENTS", "Environment", "GuessEnvironment", "JSON_TOOLS",
+           "JsonToolEnvironment", "TOOLS", "ToolCall", "ToolEnvironment", "answer", "calculate",
+           "call_tool", "environment_name_error", "environment_names", "evaluate", "find_call",
+           "make_environment", "render_observation"]

@@ -1,0 +1,137 @@
+"""Tool calls in the checkpoint's own format: JSON function calls between `<tool_call>` tags
+(the Hermes / Qwen2.5 convention), answered in the chat template's tool role.
+
+    environment = JsonToolEnvironment(tools=("python", "calc"), render=tokenizer_renderer)
+    environment.schemas        # the tools described to the model (the template's tools=)
+    # the policy writes: <tool_call>{"name": "calc", "arguments": {"expression": "3*9"}}</tool_call>
+    environment(turn_text)     # the answer, e.g. "<tool_response>\\n27\\n</tool_response>..."
+
+A turn ends at the closing tag `</tool_call>`. The turn's last call is parsed as JSON: an
+object with a string "name" naming one of the environment's tools and an object "arguments"
+(a JSON string holding one is accepted, as some templates write it) with the tool's one
+required parameter. A call that does not parse is never dropped silently: it is answered
+with an error observation ("error: tool call not parsed: ...") and counted
+(`is_parse_failure`; `tool_parse_failures` in the training and evaluation metrics).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+import re
+from collections.abc import Callable
+from typing import Any
+
+from grpo_jax.tools.base import (DEADLINE_SECONDS, MAX_OBSERVATION_CHARS, TOOLS, call_tool,
+                                 render_observation)
+from grpo_jax.tools.environment import Environment
+from grpo_jax.tools.sandbox import STOP_PREFIXES
+
+OPEN, CLOSE = "<tool_call>", "</tool_call>"
+PARSE_FAILURE = "error: tool call not parsed"
+# tool -> (its one parameter, the function's description for the model)
+PARAMETERS = {
+    "calc": ("expression", "Evaluates an arithmetic expression (integers and fractions, "
+                           "+ - * / // % ** and parentheses) exactly."),
+    "python": ("code", "Runs a short Python program in a sandbox and returns what it "
+                       "prints (1 s, standard library only, no files outside its "
+                       "directory, no network)."),
+}
+_CALL = re.compile(re.escape(OPEN) + r"(.*?)" + re.escape(CLOSE), re.S)
+
+
+def schema(name: str) -> dict:
+    """The tool's description in the JSON-schema form chat templates take (`tools=`)."""
+    parameter, description = PARAMETERS[name]
+    return {"type": "function",
+            "function": {"name": name, "description": description,
+                         "parameters": {"type": "object",
+                                        "properties": {parameter: {"type": "string"}},
+                                        "required": [parameter]}}}
+
+
+def call_text(name: str, arguments: dict) -> str:
+    """A call as the policy writes it."""
+    return f"{OPEN}{json.dumps({'name': name, 'arguments': arguments})}{CLOSE}"
+
+
+class ToolCallError(ValueError):
+    """A tool call that does not parse (its message says why, in a few words)."""
+
+
+def parse_call(text: str, tools) -> tuple[str, str]:
+    """(tool name, its argument) of the last complete call in `text`; ToolCallError when
+    there is none or it is not a JSON object with a known "name" and its "arguments"."""
+    calls = _CALL.findall(text)
+    if not calls:
+        raise ToolCallError(f"no {OPEN}...{CLOSE}")
+    try:
+        call = json.loads(calls[-1])
+    except json.JSONDecodeError as err:
+        raise ToolCallError(f"not JSON ({err.msg} at character {err.pos})") from None
+    if not isinstance(call, dict):
+        raise ToolCallError("not a JSON object")
+    name = call.get("name")
+    if not isinstance(name, str) or name not in tools:
+        raise ToolCallError(f"unknown tool {name!r:.40}; tools: {', '.join(tools)}")
+    arguments = call.get("arguments", call.get("parameters"))
+    if isinstance(arguments, str):
+        try:
+            arguments = json.loads(arguments)
+        except json.JSONDecodeError:
+            raise ToolCallError("arguments is a string that is not a JSON object") from None
+    parameter = PARAMETERS[name][0]
+    if not isinstance(arguments, dict) or not isinstance(arguments.get(parameter), str):
+        raise ToolCallError(f"{name} needs arguments {{\"{parameter}\": string}}")
+    return name, arguments[parameter]
+
+
+@dataclasses.dataclass(frozen=True)
+class JsonToolEnvironment(Environment):
+    """Tools called as JSON function calls (module docstring); stateless: reward 0, never
+    done.
+
+    Attributes:
+      tools: the tools' names (of `PARAMETERS`).
+      render: the answer's text as the context sees it (a checkpoint's tool turn:
+        `text.chat.tool_response_renderer`; default "<result>...</result>").
+      deadline_seconds, max_chars: each call's, as `tools.call_tool` takes them.
+    """
+
+    tools: tuple[str, ...] = ("calc",)
+    render: Callable[[str], str] = render_observation
+    deadline_seconds: float = DEADLINE_SECONDS
+    max_chars: int = MAX_OBSERVATION_CHARS
+
+    def __post_init__(self):
+        unknown = [name for name in self.tools if name not in PARAMETERS]
+        if not self.tools or unknown:
+            raise ValueError(f"tools: JSON calls take tools of {sorted(PARAMETERS)}, got "
+                             f"{list(self.tools)}")
+
+    @property
+    def stop_text(self) -> str:
+        return CLOSE
+
+    @property
+    def schemas(self) -> list[dict]:
+        """The tools as the chat template's `tools=` describes them."""
+        return [schema(name) for name in self.tools]
+
+    def __call__(self, turn_text: str) -> str:
+        try:
+            name, argument = parse_call(turn_text, self.tools)
+        except ToolCallError as err:
+            return self.render(f"{PARSE_FAILURE}: {err}")
+        return self.render(call_tool(name, argument, tools={name: TOOLS[name]},
+                                     deadline_seconds=self.deadline_seconds,
+                                     max_chars=self.max_chars))
+
+    def step(self, state, action_text: str) -> tuple[str, float, bool, Any]:
+        return self(action_text), 0.0, False, state
+
+    def is_error(self, observation_text: str) -> bool:
+        return any(prefix in observation_text for prefix in STOP_PREFIXES)
+
+    def is_parse_failure(self, observation_text: str) -> bool:
+        return PARSE_FAILURE in observation_text

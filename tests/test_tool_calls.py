@@ -1,0 +1,144 @@
+"""Tool calls in the checkpoint's format (`tools.calls`): JSON calls parsed by hand, parse
+failures answered and counted, answers cut on a token boundary with their closing tag kept,
+and a round trip through a real tokenizer directory's chat template (tools described in the
+prompt, the call's closing tag found on token ids wherever BPE merges, parsed, answered in
+the tool role)."""
+
+from __future__ import annotations
+
+import json
+import os
+
+import numpy as np
+import pytest
+
+from grpo_jax.sampling.episodes import answer_ids
+from grpo_jax.text import CharTokenizer
+from grpo_jax.tools import make_environment
+from grpo_jax.tools.calls import (CLOSE, OPEN, JsonToolEnvironment, ToolCallError, call_text,
+                                  parse_call, schema)
+from grpo_jax.tools.base import render_observation
+
+TOOLS = ("calc", "python")
+
+
+@pytest.mark.parametrize("text,expected", [
+    (call_text("calc", {"expression": "3*9"}), ("calc", "3*9")),
+    ('so <tool_call>{"name": "python", "arguments": "{\\"code\\": \\"print(1)\\"}"}'
+     '</tool_call>', ("python", "print(1)")),  # arguments as a JSON string
+    (call_text("calc", {"expression": "1"}) + call_text("calc", {"expression": "2"}),
+     ("calc", "2")),  # the last call of the turn
+])
+def test_calls_parse(text, expected):
+    assert parse_call(text, TOOLS) == expected
+
+
+@pytest.mark.parametrize("text,reason", [
+    ("no call here", "no <tool_call>"),
+    (f"{OPEN}{{'name': 'calc'}}{CLOSE}", "not JSON"),
+    (f"{OPEN}[1, 2]{CLOSE}", "not a JSON object"),
+    (call_text("shell", {"cmd": "ls"}), "unknown tool 'shell'"),
+    (call_text("calc", {"expr": "1+1"}), 'calc needs arguments {"expression": string}'),
+    (f'{OPEN}{{"name": "calc", "arguments": "1+1"}}{CLOSE}', "not a JSON object"),
+])
+def test_malformed_calls_say_why(text, reason):
+    with pytest.raises(ToolCallError, match=reason.replace("{", r"\{").replace("[", r"\[")):
+        parse_call(text, TOOLS)
+
+
+def test_the_environment_answers_and_counts_parse_failures():
+    environment = make_environment("json:calc,python")
+    assert isinstance(environment, JsonToolEnvironment) and environment.tools == TOOLS
+    assert environment.stop_text == CLOSE
+    assert [s["function"]["name"] for s in environment.schemas] == ["calc", "python"]
+    assert environment(call_text("calc", {"expression": "3*9"})) == "<result>27</result>"
+    ran = environment(call_text("python", {"code": "print(sum(range(5)))"}))
+    assert ran == "<result>10\n</result>" and not environment.is_error(ran)
+    broken = environment(f"{OPEN}{{not json}}{CLOSE}")
+    assert broken.startswith("<result>error: tool call not parsed: not JSON")
+    assert environment.is_parse_failure(broken) and environment.is_error(broken)
+    blocked = environment(call_text("python", {"code": "import socket"}))
+    assert environment.is_error(blocked) and not environment.is_parse_failure(blocked)
+    with pytest.raises(ValueError, match="JSON calls take tools of"):
+        JsonToolEnvironment(tools=("shell",))
+    with pytest.raises(ValueError, match="unknown tool or environment 'json:shell'"):
+        make_environment("json:shell")
+
+
+def test_a_long_answer_is_cut_inside_and_keeps_its_closing_tag():
+    tokenizer = CharTokenizer(tags=("<result>", "</result>"))
+    text = render_observation("1234567890" * 3)
+    ids = answer_ids(text, tokenizer, 8, render_observation)
+    assert len(ids) == 8 and tokenizer.decode(ids) == "<result>123456</result>"
+    assert answer_ids(render_observation("12"), tokenizer, 8, render_observation) == \
+        list(tokenizer.encode("<result>12</result>"))
+    assert tokenizer.decode(answer_ids("no wrapper here", tokenizer, 4)) == "no w"
+
+
+# A Qwen2.5-style template: tools described in the system turn, calls in <tool_call> tags,
+# answers in a user turn's <tool_response>.
+TOOL_TEMPLATE = (
+    "{% if tools %}<|im_start|>system\nYou may call functions. Signatures:\n<tools>"
+    "{% for tool in tools %}\n{{ tool | tojson }}{% endfor %}\n</tools>\nReturn a call as "
+    "<tool_call>{\"name\": ..., \"arguments\": ...}</tool_call><|im_end|>\n{% endif %}"
+    "{% for m in messages %}{% if m['role'] == 'tool' %}{{ '<|im_start|>user\n"
+    "<tool_response>\n' + m['content'] + '\n</tool_response><|im_end|>\n' }}{% else %}"
+    "{{ '<|im_start|>' + m['role'] + '\n' + m['content'] + '<|im_end|>\n' }}{% endif %}"
+    "{% endfor %}{% if add_generation_prompt %}{{ '<|im_start|>assistant\n' }}{% endif %}")
+
+
+def _tool_tokenizer(directory):
+    """A byte-level BPE tokenizer.json whose <tool_call> tags are added tokens (as in
+    Qwen2.5's), with the template above."""
+    tokenizers = pytest.importorskip("tokenizers")
+    from tokenizers import decoders, models, pre_tokenizers, trainers
+
+    tok = tokenizers.Tokenizer(models.BPE(unk_token=None))
+    tok.pre_tokenizer = pre_tokenizers.ByteLevel(add_prefix_space=False)
+    tok.decoder = decoders.ByteLevel()
+    corpus = ['{"name": "calc", "arguments": {"expression": "3*9"}}', "tool_call response",
+              "system user assistant functions"] * 20
+    trainer = trainers.BpeTrainer(vocab_size=400, special_tokens=["<|endoftext|>",
+                                                                  "<|im_start|>",
+                                                                  "<|im_end|>"],
+                                  initial_alphabet=pre_tokenizers.ByteLevel.alphabet())
+    tok.train_from_iterator(corpus, trainer=trainer)
+    tok.add_tokens(["<tool_call>", "</tool_call>", "<tool_response>", "</tool_response>"])
+    tok.save(os.path.join(directory, "tokenizer.json"))
+    with open(os.path.join(directory, "tokenizer_config.json"), "w") as f:
+        json.dump({"tokenizer_class": "PreTrainedTokenizerFast", "bos_token": None,
+                   "eos_token": "<|im_end|>", "pad_token": "<|endoftext|>",
+                   "chat_template": TOOL_TEMPLATE}, f)
+
+
+def test_a_json_call_round_trips_through_a_checkpoint_chat_template(tmp_path):
+    from grpo_jax.text import HFTokenizer
+
+    _tool_tokenizer(tmp_path)
+    tokenizer = HFTokenizer(tmp_path)
+    environment = make_environment("json:calc", render=tokenizer.tool_response_renderer())
+    # render: the tools are described in the prompt
+    prompt = tokenizer.apply_chat_template([{"role": "user", "content": "3*9?"}],
+                                           tools=environment.schemas)
+    assert json.dumps(schema("calc")) in prompt and prompt.endswith("<|im_start|>assistant\n")
+    # generate: the policy's turn as one token stream; the closing tag is one id wherever
+    # the text around it merges, so the sampler's stop sequence is its tail
+    stop = tokenizer.encode(environment.stop_text)
+    assert len(stop) == 1
+    for before in ("", "x", "}}", " ok"):
+        turn = before + call_text("calc", {"expression": "3*9"})
+        ids = tokenizer.encode(prompt + turn)
+        assert ids[-1:] == stop, before
+        # parse: the decoded turn keeps its tags (added tokens, not specials)
+        text = tokenizer.decode(tokenizer.encode(turn))
+        assert parse_call(text, environment.tools) == ("calc", "3*9")
+    # answer: in the template's tool turn, cut inside with its closing text kept
+    answer = environment(turn)
+    assert answer == ("<|im_end|>\n<|im_start|>user\n<tool_response>\n27\n</tool_response>"
+                      "<|im_end|>\n<|im_start|>assistant\n")
+    full = answer_ids(answer, tokenizer, 64, environment.render)
+    assert tokenizer.decode(full) == tokenizer.decode(tokenizer.encode(answer))
+    long = environment.render("9" * 200)
+    cut = answer_ids(long, tokenizer, 24, environment.render)
+    assert len(cut) <= 24 and np.array_equal(cut[-len(tokenizer.encode(answer.split("27")[1])):],
+                                             tokenizer.encode(answer.split("27")[1]))

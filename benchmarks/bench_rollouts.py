@@ -21,15 +21,24 @@ tokens (prompt and completion) per second of an update. step_speedup is (static 
 padded update) / (continuous sampling + packed update), medians. The matmul chain (fwd+bwd)
 measured in the same run gives the update's fraction of the machine's throughput.
 
+With `--trl_python` (a venv with trl: benchmarks/README.md), TRL's GRPOTrainer runs the same
+workload shape (`peers/trl_grpo.py --eos_ids 16`: its own random weights, prompts of 16
+tokens, beta 0 so no reference pass, one AdamW step on the padded batch) in a subprocess
+between the two halves of the rounds; `mode=trl_step` is its sampled tokens per second of a
+whole iteration, and `step/trl` ours (continuous sampling + packed update) against it.
+
     JAX_PLATFORMS=cpu python benchmarks/bench_rollouts.py [--hidden 128] [--slots 16]
-        [--rounds 5]
+        [--rounds 5] [--trl_python /work/peers/trl/bin/python]
 """
 
 from __future__ import annotations
 
 import argparse
+import json
 import os
 import statistics
+import subprocess
+import sys
 import time
 
 os.environ.setdefault("JAX_PLATFORMS", "cpu")
@@ -65,6 +74,8 @@ def main(argv=None) -> None:
     parser.add_argument("--hidden", type=int, default=128)
     parser.add_argument("--slots", type=int, default=16)
     parser.add_argument("--rounds", type=int, default=5)
+    parser.add_argument("--trl_python", default="",
+                        help="a python with trl installed: TRL's GRPOTrainer on the workload")
     args = parser.parse_args(argv)
     host_memory.reuse_freed_memory()
     config = grpo.model_config(args.hidden).replace(max_seq_len=PROMPT_LEN + MAX_NEW)
@@ -128,7 +139,10 @@ def main(argv=None) -> None:
     arms = {**sample, **update}
     times = {name: [] for name in arms}
     names = list(arms)
+    trl = None
     for round_ in range(args.rounds):
+        if args.trl_python and round_ == args.rounds // 2:
+            trl = _trl(args)
         for name in (names if round_ % 2 == 0 else names[::-1]):
             times[name].append(timed(arms[name]))
     median = {name: statistics.median(t) for name, t in times.items()}
@@ -146,6 +160,36 @@ def main(argv=None) -> None:
     print(f"continuous/static={median['static'] / median['continuous']:.2f} "
           f"packed/padded={median['padded_update'] / median['packed_update']:.2f} "
           f"step_speedup={step_speedup:.2f}")
+    if trl is not None:
+        ours = generated / (median["continuous"] + median["packed_update"])
+        print(f"mode=trl_step tokens_per_s={trl['tokens_per_s']:.0f} s={trl['s']:.4f} "
+              f"(trl {trl['version']}, sampled tokens per iteration "
+              f"{trl['tokens_min']}-{trl['tokens_max']}, generate {trl['generate_s']:.4f} s)")
+        print(f"step/trl={ours / trl['tokens_per_s']:.2f} (ours {ours:.0f} sampled tokens/s of "
+              f"continuous sampling + packed update)")
+
+
+def _trl(args) -> dict:
+    """TRL's GRPOTrainer on the long-tailed workload in its own venv (`peers/trl_grpo.py`):
+    its sampled tokens per second of an iteration (medians)."""
+    script = os.path.join(os.path.dirname(os.path.abspath(__file__)), "peers", "trl_grpo.py")
+    done = subprocess.run(
+        [args.trl_python, script, "--hidden", str(args.hidden), "--new_tokens", str(MAX_NEW),
+         "--prompts", str(PROMPTS), "--group", str(GROUP), "--prompt_len", str(PROMPT_LEN),
+         "--eos_ids", str(len(EOS_IDS)), "--beta", "0", "--iterations", str(args.rounds),
+         "--warmup", "2"], capture_output=True, text=True, env={**os.environ,
+                                                                 "JAX_PLATFORMS": "cpu"})
+    lines = [line for line in done.stdout.splitlines() if line.startswith("RESULT ")]
+    if done.returncode or not lines:
+        sys.exit(f"bench_rollouts: {script} failed ({done.returncode}): "
+                 f"{(done.stderr or done.stdout)[-2000:]}")
+    result = json.loads(lines[-1][len("RESULT "):])
+    rates = [t / s for t, s in zip(result["sampled_tokens"], result["iteration_s"])]
+    return {"tokens_per_s": statistics.median(rates),
+            "s": statistics.median(result["iteration_s"]), "version": result["version"],
+            "generate_s": statistics.median(result["generate_s"]),
+            "tokens_min": min(result["sampled_tokens"]),
+            "tokens_max": max(result["sampled_tokens"])}
 
 
 if __name__ == "__main__":

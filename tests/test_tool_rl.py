@@ -194,12 +194,14 @@ def test_tool_record_counts_calls_errors_and_observation_share():
     class Ro:  # the fields tool_record reads
         turns = np.array([1, 1])
         tool_errors = np.array([0, 1])
+        tool_parse_failures = np.array([0, 2])
         loss_mask = np.zeros((2, 60), bool)
         loss_mask[:, 40:50] = True
         attention_mask = loss_mask | observation
 
     record = tool_record(Ro)
     assert record["tool_calls"] == 1.0 and record["tool_errors"] == 0.5
+    assert record["tool_parse_failures"] == 1.0
     assert record["turns"] == 2.0 and record["tool_call_rate"] == 1.0
     share = observation.sum() / (observation.sum() + 20)
     assert record["observation_frac"] == pytest.approx(share)

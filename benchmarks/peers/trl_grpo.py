@@ -5,6 +5,11 @@ tokenizer over "t0".."t{V-1}", prompts of exactly --prompt_len tokens, --prompts
 completions of exactly --new_tokens tokens per iteration, beta > 0 (reference forward runs), one
 AdamW step per iteration on the whole batch. Everything is built locally; no network.
 
+With --eos_ids K > 0 the completions are long-tailed instead (bench_rollouts.py's workload):
+K word ids end a row besides EOS, so a row ends with probability about K/V per token, up to
+--new_tokens; TRL's generate pads every row to the longest and the update runs on the padded
+batch. The result then has the sampled tokens of each iteration.
+
 Run with the TRL venv (never with grpo_jax's):
     /work/peers/trl/bin/python benchmarks/peers/trl_grpo.py --hidden 128
 The last line printed is `RESULT {json}`.
@@ -44,6 +49,8 @@ p.add_argument("--seed", type=int, default=0)
 p.add_argument("--lr", type=float, default=1e-5)
 p.add_argument("--beta", type=float, default=0.04)
 p.add_argument("--attn", default="sdpa", choices=["sdpa", "eager"])
+p.add_argument("--eos_ids", type=int, default=0,
+               help="> 0: this many word ids also end a row (long-tailed lengths)")
 args = p.parse_args()
 torch.set_num_threads(args.threads)
 H, V = args.hidden, args.vocab
@@ -82,13 +89,24 @@ prompts = [" ".join(f"t{i}" for i in rng.integers(0, EOS, args.prompt_len)) for 
 assert all(len(tokenizer(s)["input_ids"]) == args.prompt_len for s in prompts)
 dataset = Dataset.from_dict({"prompt": prompts})
 
-seen = {"lengths": set(), "group_reward_std": [], "calls": 0}
+seen = {"lengths": set(), "group_reward_std": [], "calls": 0, "tokens": []}
+# long-tailed: ids V-4-K .. V-5 end a row too (bench_rollouts.py's EOS_IDS), and EOS
+ENDS = set(range(V - 4 - args.eos_ids, V - 4)) | {EOS} if args.eos_ids else {EOS}
+
+
+def sampled_length(ids) -> int:
+    """Tokens up to and including the first that ends the row."""
+    for i, t in enumerate(ids):
+        if int(t) in ENDS:
+            return i + 1
+    return len(ids)
 
 
 def even_fraction(completions, completion_ids, **kwargs):
     """Reward: fraction of completion tokens with an even id (varies within a group)."""
     seen["calls"] += 1
     seen["lengths"].update(len(c) for c in completion_ids)
+    seen["tokens"].append(sum(sampled_length(c) for c in completion_ids))
     r = np.array([np.mean([t % 2 == 0 for t in c]) for c in completion_ids], dtype=np.float64)
     seen["group_reward_std"].append(float(r.reshape(-1, args.group).std(axis=1).mean()))
     return r.tolist()
@@ -114,8 +132,10 @@ gcfg = GRPOConfig(
     per_device_train_batch_size=batch,             # counts completions, not prompts
     gradient_accumulation_steps=1, steps_per_generation=1, num_iterations=1,
     num_generations=args.group, max_completion_length=args.new_tokens,
-    # min_new_tokens == max suppresses EOS, so every row generates all new_tokens tokens.
-    generation_kwargs={"min_new_tokens": args.new_tokens},
+    # min_new_tokens == max suppresses EOS, so every row generates all new_tokens tokens;
+    # long-tailed: any of ENDS stops a row.
+    generation_kwargs=({"eos_token_id": sorted(ENDS)} if args.eos_ids
+                       else {"min_new_tokens": args.new_tokens}),
     temperature=1.0, top_k=0, top_p=1.0,
     beta=args.beta, learning_rate=args.lr, lr_scheduler_type="constant",
     optim="adamw_torch", weight_decay=0.0,
@@ -147,7 +167,7 @@ steps = np.diff(timer.marks).tolist()
 # Sanity checks on the workload actually run.
 assert trainer.state.global_step == total_steps, trainer.state.global_step
 assert len(steps) == total_steps and len(gen_times) == total_steps, (len(steps), len(gen_times))
-assert seen["lengths"] == {args.new_tokens}, seen["lengths"]
+assert args.eos_ids or seen["lengths"] == {args.new_tokens}, seen["lengths"]
 assert (trainer.ref_model is not None) == (args.beta > 0)
 assert not trainer.model.is_gradient_checkpointing
 print(f"checks: optimizer_steps={trainer.state.global_step} generations={len(gen_times)} "
@@ -161,6 +181,7 @@ result = {
     "iteration_s": [round(s, 4) for s in steps[args.warmup:]],
     "first_iteration_s": round(steps[0], 4),
     "generate_s": [round(s, 4) for s in gen_times[args.warmup:]],
+    "sampled_tokens": seen["tokens"][args.warmup:],
     "config": {**vars(args), "optimizer_steps": trainer.state.global_step,
                "completions_per_iteration": batch, "loss_type": gcfg.loss_type,
                "max_grad_norm": gcfg.max_grad_norm, "scale_rewards": gcfg.scale_rewards,

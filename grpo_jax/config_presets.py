@@ -215,6 +215,32 @@ def main_job(preset: str | None = None) -> ml_collections.ConfigDict:
 EVALS = ("eval_base", "eval_base_no_tool", "eval_final", "eval_final_no_tool")
 
 
+def code_job(preset: str | None = None) -> ml_collections.ConfigDict:
+    """The code job (configs/code.py): the main job on code_expression, its answers run on
+    hidden tests in the sandbox; presets "smoke" and "cpu"."""
+    if preset not in (None, "", "cpu", "smoke"):
+        raise ValueError(f"unknown preset {preset!r} for configs/code.py; expected smoke or "
+                         f"cpu")
+    config = main_job(preset)
+    config.task.name = "code_expression"
+    config.task.kwargs = ml_collections.ConfigDict({"difficulty": (1, 2)})
+    config.task.prompt_len = 32  # "Q: f(1)=30 f(2)=35 f(4)=45\nA: " and BOS
+    config.rl.max_new_tokens = 32  # <think>shape</think><answer>expression</answer>
+    config.rl.fused_steps = 0  # the rewards run programs on the host
+    # tests: the fraction of the six hidden tests passed (in the sandbox); accuracy (weight
+    # 0: pass@1) is all six, from the same runs.
+    config.rl.rewards = ml_collections.ConfigDict({"tests": 1.0, "format": 0.2,
+                                                   "accuracy": 0.0})
+    for name in ("eval_base", "eval_final"):
+        config[name].max_new_tokens = config.rl.max_new_tokens
+    if preset == "smoke":
+        config.pretrain.steps = 150  # enough for answers in the format: the tests run
+        config.rl.steps = 2
+        config.rl.num_prompts = 4
+        config.rl.group_size = 4
+    return config
+
+
 def agents_job(preset: str | None = None) -> ml_collections.ConfigDict:
     """The agents job (configs/agents.py): the main job on guess_number, played in
     multi-turn episodes against the stateful guessing environment; presets "smoke" and

@@ -1,6 +1,6 @@
 """Verifiable tasks: examples from a seed, prompt templates, noisy worked solutions, scoring.
 
-Built-in tasks: "arithmetic", "countdown", "tool_arithmetic", "guess_number", "gsm8k" (read offline from a data directory). Add one with `@register_task("name")` on a
+Built-in tasks: "arithmetic", "countdown", "tool_arithmetic", "guess_number", "code_expression", "gsm8k" (read offline from a data directory). Add one with `@register_task("name")` on a
 `Task` subclass (see README).
 """
 
@@ -15,9 +15,11 @@ from grpo_jax.tasks.countdown import CountdownTask  # noqa: E402  isort: skip
 from grpo_jax.tasks.gsm8k import GSM8KTask  # noqa: E402  isort: skip
 from grpo_jax.tasks.tool_arithmetic import ToolArithmeticTask  # noqa: E402  isort: skip
 from grpo_jax.tasks.guess_number import GuessNumberTask  # noqa: E402  isort: skip
+from grpo_jax.tasks.code_expression import CodeExpressionTask  # noqa: E402  isort: skip
 
 __all__ = [
     "ArithmeticTask",
+    "CodeExpressionTask",
     "CountdownTask",
     "GSM8KTask",
     "GuessNumberTask",

@@ -70,6 +70,10 @@ class CodeExpressionTask(Task):
     name = "code_expression"
     characters = "%"
 
+    def __init__(self, difficulty=(1, 2)):
+        super().__init__(difficulty)
+        self._passed: dict[tuple[str, str], float] = {}  # (expression, problem) -> fraction
+
     def generate(self, rng: np.random.Generator, difficulty: int) -> Example:
         shapes = shapes_of(difficulty)
         name, pattern = shapes[int(rng.integers(len(shapes)))]
@@ -109,9 +113,14 @@ class CodeExpressionTask(Task):
         def one(pair):
             completion, example = pair
             expression = (extract_answer(completion) or "").strip()
-            tests = example.meta["tests"]
-            got = evaluate_expression(expression, [x for x, _ in tests])
-            return sum(v == y for v, (_, y) in zip(got, tests)) / len(tests)
+            key = (expression, example.id)
+            if key not in self._passed:  # "tests" and "accuracy" share one run
+                tests = example.meta["tests"]
+                got = evaluate_expression(expression, [x for x, _ in tests])
+                if len(self._passed) >= 8192:
+                    self._passed.clear()
+                self._passed[key] = sum(v == y for v, (_, y) in zip(got, tests)) / len(tests)
+            return self._passed[key]
 
         return np.asarray(list(_POOL.map(one, zip(completions, examples))), np.float32)
 

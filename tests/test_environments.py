@@ -119,18 +119,29 @@ def test_an_environment_ends_episodes_and_its_rewards_sit_on_each_turns_last_tok
 
 
 def test_the_agents_smoke_job_plays_with_real_gradients(tmp_path):
+    """GRPO, then PPO (GAE over the environment's per-turn rewards), on the guessing game."""
     from configs import agents
     from grpo_jax.metrics import read_metrics
     from grpo_jax.pipeline import train_and_evaluate
+    from grpo_jax.stages import default_section
 
     config = agents.get_config("smoke")
     config.mesh.num_devices = 1
+    config.ppo = default_section("ppo")
+    config.ppo.update({field: config.rl[field] for field in (
+        "tools", "max_turns", "max_observation_tokens", "max_new_tokens", "num_prompts",
+        "group_size", "steps", "rewards")})
+    config.ppo.update(num_minibatches=1, checkpoint_every=0)
+    config.stages = "pretrain,eval_base,rl,ppo"
     train_and_evaluate(config, str(tmp_path))
-    rows = [r for r in read_metrics(tmp_path / "metrics.jsonl") if r["stage"] == "rl"]
-    assert rows and all(r["tool_calls"] > 0 for r in rows)
-    assert any(r["reward_std"] > 0 for r in rows) and any(r["grad_norm"] > 0 for r in rows)
-    assert all("reward/environment" in r and "reward/turns" in r for r in rows)
-    evals = [r for r in read_metrics(tmp_path / "metrics.jsonl") if r["stage"] == "eval_base"]
+    metrics = read_metrics(tmp_path / "metrics.jsonl")
+    for stage in ("rl", "ppo"):
+        rows = [r for r in metrics if r["stage"] == stage]
+        assert rows and all(r["tool_calls"] > 0 for r in rows), stage
+        assert any(r["reward_std"] > 0 for r in rows) and any(r["grad_norm"] > 0 for r in rows)
+        assert all("reward/environment" in r and "reward/turns" in r for r in rows)
+        assert all("tool_parse_failures" in r for r in rows)
+    evals = [r for r in metrics if r["stage"] == "eval_base"]
     assert evals and evals[0]["tool_calls"] > 0
 
 
@@ -155,3 +166,17 @@ def test_supervised_rows_keep_the_environments_answers_out_of_the_loss(loss_on_p
     plain = encode_pair_rows(tokenizer, ["Q: 1-8\nA: "], [completion], loss_on_prompt=True)
     np.testing.assert_array_equal(plain[0], tokens)  # the same tokens, more of them trained
     assert plain[2].sum() > loss.sum() or not loss_on_prompt
+
+
+def test_a_rollouts_token_rewards_reach_the_batch():
+    from grpo_jax.rl.rollout import Rollout
+
+    turns = np.array([[0.0, 0.5, 0.0], [0.0, 0.0, 0.0]], np.float32)
+    ro = Rollout(prompt_tokens=np.ones((2, 2), np.int32), prompt_mask=np.ones((2, 2), bool),
+                 tokens=np.ones((2, 3), np.int32), attention_mask=np.ones((2, 3), bool),
+                 loss_mask=np.ones((2, 3), bool), behaviour_logp=np.zeros((2, 3), np.float32),
+                 rewards=np.array([1.5, 0.0], np.float32), version=np.zeros(2, np.int32),
+                 token_rewards=turns)
+    np.testing.assert_array_equal(ro.to_batch().token_rewards, turns)
+    assert ro.replace(token_rewards=None).to_batch().token_rewards is None
+    np.testing.assert_array_equal(ro.take_rows([1]).to_batch().token_rewards, turns[1:])

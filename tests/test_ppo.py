@@ -34,6 +34,24 @@ def test_reward_lands_on_last_valid_token():
     np.testing.assert_array_equal(np.asarray(ppo.last_valid_index(mask)), [2, 0, 0, 3])
 
 
+def test_an_environments_turn_rewards_land_where_they_were_earned():
+    """token_rewards (turn rewards inside the score) sit on their tokens, the rest of the
+    score on the last valid token: the same return per row, credited per turn."""
+    mask = np.array([[1, 1, 1, 1, 0], [1, 1, 0, 0, 0]], bool)
+    logp = np.full((2, 5), -1.0, np.float32)
+    ref_logp = np.full((2, 5), -1.5, np.float32)
+    scores = np.array([1.5, 0.5], np.float32)  # each includes its turn rewards
+    turns = np.array([[0.0, 0.5, 0.0, 1.0, 0.7],  # 0.7 on padding: ignored
+                      [0.25, 0.0, 0.0, 0.0, 0.0]], np.float32)
+    r = np.asarray(ppo.ppo_token_rewards(scores, logp, ref_logp, mask, beta=0.1,
+                                         token_rewards=turns))
+    expected = np.array([[-0.05, 0.45, -0.05, -0.05 + 1.0 + (1.5 - 1.5), 0.0],
+                         [0.2, -0.05 + (0.5 - 0.25), 0.0, 0.0, 0.0]], np.float32)
+    np.testing.assert_allclose(r, expected, atol=1e-6)
+    plain = np.asarray(ppo.ppo_token_rewards(scores, logp, ref_logp, mask, beta=0.1))
+    np.testing.assert_allclose(r.sum(1), plain.sum(1), atol=1e-6)  # the same return
+
+
 def test_reward_with_zero_beta_is_only_the_score():
     mask = np.array([[1, 1, 0, 0, 0]], bool)
     r = ppo.ppo_token_rewards(np.array([0.7]), np.zeros((1, 5)), -np.ones((1, 5)), mask, beta=0.0)

@@ -49,6 +49,10 @@ class RolloutBatch:
         (`rl.update.off_policy_weights`) that multiply each token's objective, or None.
       correct: [B] bool, the completion counts as solved (`Rollout.correct`), or None.
       truncated: [B] bool, the completion hit the budget without an end token, or None.
+      token_rewards: [B, N] float32, the part of `rewards` earned at each completion token
+        (a stateful environment's turn rewards, weighted, on each turn's last token), or
+        None: all of it at the end. PPO places it there (GAE then credits each turn); the
+        GRPO family uses the total.
       minibatch_order: [I, B] int32, the rows of pass i of an iteration with several
         minibatches (minibatch m is the m-th contiguous block of row i; `minibatches`), or
         None (one minibatch: every pass is the batch in its order). Not a row field: it is
@@ -72,6 +76,7 @@ class RolloutBatch:
     is_weights: jax.Array | None = None
     correct: jax.Array | None = None
     truncated: jax.Array | None = None
+    token_rewards: jax.Array | None = None
     minibatch_order: jax.Array | None = None
     packed: Any = None
 

@@ -42,12 +42,15 @@ def last_valid_index(mask):
     return (t - 1 - jnp.argmax(mask[:, ::-1], axis=-1)).astype(jnp.int32) * jnp.any(mask, -1)
 
 
-def ppo_token_rewards(scores, logp, ref_logp, mask, *, beta):
+def ppo_token_rewards(scores, logp, ref_logp, mask, *, beta, token_rewards=None):
     """Per-token PPO rewards: KL penalty on every valid token, the score on the last one.
 
     r_t = -beta (log pi(y_t) - log pi_ref(y_t)) + 1[t = last valid] * score, and 0 on padding
     (Ziegler et al. 2019, https://arxiv.org/abs/1909.08593, eq. 2; Ouyang et al. 2022,
     https://arxiv.org/abs/2203.02155, eq. 2). A row with no valid token gets no reward.
+    With `token_rewards` (the part of each score earned at a token: an environment's turn
+    rewards), r_t adds token_rewards_t on valid tokens and the last token gets the rest of
+    the score, score - sum_t token_rewards_t: the same return, credited where it was earned.
 
     Args:
       scores: [B] scalar rewards of the completions.
@@ -55,6 +58,7 @@ def ppo_token_rewards(scores, logp, ref_logp, mask, *, beta):
       ref_logp: [B, T] log-probs of the same tokens under the reference.
       mask: [B, T] bool, True on valid (generated, not padding) tokens.
       beta: KL coefficient, scalar (may be a traced array).
+      token_rewards: [B, T] float32 or None.
 
     Returns:
       [B, T] float32 per-token rewards.
@@ -72,6 +76,10 @@ def ppo_token_rewards(scores, logp, ref_logp, mask, *, beta):
     penalty = jnp.where(mask, -jnp.asarray(beta, jnp.float32) * (logp - ref_logp), 0.0)
     positions = jnp.arange(logp.shape[1])[None, :]
     at_last = (positions == last_valid_index(mask)[:, None]) & jnp.any(mask, -1, keepdims=True)
+    if token_rewards is not None:
+        earned = jnp.where(mask, jnp.asarray(token_rewards, jnp.float32), 0.0)
+        penalty = penalty + earned
+        scores = scores - jnp.sum(earned, -1)
     return penalty + jnp.where(at_last, scores[:, None], 0.0)
 
 
@@ -126,7 +134,8 @@ def make_prepare_fn(policy: Policy, critic: Policy, *, prompt_len: int, gamma: f
                     if use_reference else old_logp)
         old_values = jnp.where(mask, completion_values(critic, critic_params, tokens, attn,
                                                        prompt_len), 0.0)
-        rewards = ppo_token_rewards(batch.rewards, old_logp, ref_logp, mask, beta=beta)
+        rewards = ppo_token_rewards(batch.rewards, old_logp, ref_logp, mask, beta=beta,
+                                    token_rewards=batch.token_rewards)
         advantages, returns = losses.token_gae(rewards, old_values, mask, gamma=gamma,
                                                lambda_=lambda_)
         if whiten_advantages:
@@ -134,7 +143,7 @@ def make_prepare_fn(policy: Policy, critic: Policy, *, prompt_len: int, gamma: f
         num_tokens = jnp.maximum(jnp.sum(mask), 1)
         kl = jnp.sum(jnp.where(mask, old_logp - ref_logp, 0.0)) / num_tokens
         batch = batch.replace(old_logp=old_logp, ref_logp=ref_logp, old_values=old_values,
-                              advantages=advantages, returns=returns)
+                              advantages=advantages, returns=returns, token_rewards=None)
         metrics = {"kl_ref": kl, **logp_mismatch(old_logp, batch.behaviour_logp, mask)}
         if correction is not None:
             weights, kept, is_metrics = off_policy_weights(

@@ -70,6 +70,8 @@ class Rollout:
         continued across updates), stamped by the loop's source; None until then.
       turns, tool_errors: [B] int32 answered calls and failed ones (multi-turn), or None.
       tool_parse_failures: [B] int32 calls that did not parse (multi-turn), or None.
+      token_rewards: [B, N] float32, the part of `rewards` a stateful environment gave at
+        each token (its turn rewards, weighted), or None.
       texts: the decoded completions (host only, not part of the pytree).
     """
 
@@ -87,6 +89,7 @@ class Rollout:
     turns: Any = None
     tool_errors: Any = None
     tool_parse_failures: Any = None
+    token_rewards: Any = None
     texts: list | None = struct.field(pytree_node=False, default=None)
 
     @property
@@ -132,6 +135,8 @@ class Rollout:
                      else xp.broadcast_to(xp.asarray(self.version, xp.int32), (b,))),
             correct=xp.asarray(self.correct, bool),
             truncated=None if self.truncated is None else xp.asarray(self.truncated, bool),
+            token_rewards=(None if self.token_rewards is None
+                           else xp.asarray(self.token_rewards, xp.float32)),
         )
 
     def take_rows(self, rows) -> Rollout:
@@ -306,10 +311,12 @@ def episode_rollout(policy: Policy, params: Params, tokenizer, examples: Sequenc
                                            states=states))
     texts = episode_texts(out, tokenizer)
     rewards, components = score_completions(texts, examples, reward_fns, weights)
+    token_rewards = None
     if environment_weight is not None:
-        returns = np.asarray(out.turn_rewards, np.float32).sum(1)
-        components[ENVIRONMENT_REWARD] = returns
-        rewards = rewards + np.float32(environment_weight) * returns
+        turn_rewards = np.asarray(out.turn_rewards, np.float32)
+        components[ENVIRONMENT_REWARD] = turn_rewards.sum(1)
+        token_rewards = np.float32(environment_weight) * turn_rewards
+        rewards = rewards + token_rewards.sum(1)
     generated = np.asarray(out.generated, bool)
     observation = np.asarray(out.observation, bool)
     tokens, sample_logp = np.asarray(out.tokens), np.asarray(out.logp, np.float32)
@@ -327,7 +334,8 @@ def episode_rollout(policy: Policy, params: Params, tokenizer, examples: Sequenc
         truncated=~eos.any(axis=1), texts=texts,
         turns=np.asarray(out.turns, np.int32),
         tool_errors=np.asarray(out.tool_errors, np.int32),
-        tool_parse_failures=np.asarray(out.parse_failures, np.int32))
+        tool_parse_failures=np.asarray(out.parse_failures, np.int32),
+        token_rewards=token_rewards)
 
 
 def observation_texts(tokens, observation, tokenizer) -> list[list[str]]:

@@ -210,7 +210,7 @@ class GRPOLearner(Learner):
         section = self.section
         batch, prep_metrics = self.prepare(state["params"], state.get("ref_params"), batch,
                                            batch.correct, batch.truncated)
-        batch = batch.replace(correct=None, truncated=None)
+        batch = batch.replace(correct=None, truncated=None, token_rewards=None)
 
         def update(carry, minibatch):
             params, opt_state, metrics = self.train_step(*carry, minibatch)

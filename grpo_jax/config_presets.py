@@ -215,13 +215,17 @@ def main_job(preset: str | None = None) -> ml_collections.ConfigDict:
 EVALS = ("eval_base", "eval_base_no_tool", "eval_final", "eval_final_no_tool")
 
 
+def _cpu_or_smoke(preset: str | None, path: str) -> str | None:
+    """`preset` of a job whose presets are "cpu" (the default) and "smoke"."""
+    if preset not in (None, "", "cpu", "smoke"):
+        raise ValueError(f"unknown preset {preset!r} for {path}; expected smoke or cpu")
+    return preset
+
+
 def code_job(preset: str | None = None) -> ml_collections.ConfigDict:
     """The code job (configs/code.py): the main job on code_expression, its answers run on
     hidden tests in the sandbox; presets "smoke" and "cpu"."""
-    if preset not in (None, "", "cpu", "smoke"):
-        raise ValueError(f"unknown preset {preset!r} for configs/code.py; expected smoke or "
-                         f"cpu")
-    config = main_job(preset)
+    config = main_job(_cpu_or_smoke(preset, "configs/code.py"))
     config.task.name = "code_expression"
     config.task.kwargs = ml_collections.ConfigDict({"difficulty": (1, 2)})
     config.task.prompt_len = 32  # "Q: f(1)=30 f(2)=35 f(4)=45\nA: " and BOS
@@ -245,10 +249,7 @@ def agents_job(preset: str | None = None) -> ml_collections.ConfigDict:
     """The agents job (configs/agents.py): the main job on guess_number, played in
     multi-turn episodes against the stateful guessing environment; presets "smoke" and
     "cpu"."""
-    if preset not in (None, "", "cpu", "smoke"):
-        raise ValueError(f"unknown preset {preset!r} for configs/agents.py; expected smoke or "
-                         f"cpu")
-    config = main_job(preset)
+    config = main_job(_cpu_or_smoke(preset, "configs/agents.py"))
     config.stages = "pretrain,eval_base,rl,eval_final"
     config.task.name = "guess_number"
     # Ranges of 8 and 16 numbers; half the noisy worked solutions bisect, half guess at
@@ -295,10 +296,7 @@ def agents_job(preset: str | None = None) -> ml_collections.ConfigDict:
 def tool_job(preset: str | None = None) -> ml_collections.ConfigDict:
     """The tool-use job (configs/tools.py): the main job on tool_arithmetic with multi-turn
     calculator episodes; presets "smoke" and "cpu"."""
-    if preset not in (None, "", "cpu", "smoke"):
-        raise ValueError(f"unknown preset {preset!r} for configs/tools.py; expected smoke or "
-                         f"cpu")
-    config = main_job(preset)
+    config = main_job(_cpu_or_smoke(preset, "configs/tools.py"))
     config.stages = "pretrain,eval_base,eval_base_no_tool,rl,eval_final,eval_final_no_tool"
     config.task.name = "tool_arithmetic"
     # Operands of 3 or 4 digits; most noisy worked solutions call the calculator.

@@ -67,6 +67,23 @@ def _same_rows(a, b):
         assert {k: x[k] for k in keys} == {k: y[k] for k in keys}
 
 
+def killed_and_resumed(config, workdir, monkeypatch, *, stage="rl", step=3) -> None:
+    """Runs `config` in `workdir`, killed (KeyboardInterrupt) while logging `stage`'s update
+    `step`, then again to its end (resuming from its last checkpoint)."""
+    original = MetricWriter.write
+
+    def crash(self, at, metrics, *, stage=None, _stage=stage):
+        if stage == _stage and metrics.get("stage_step") == step:
+            raise KeyboardInterrupt("simulated crash")
+        return original(self, at, metrics, stage=stage)
+
+    monkeypatch.setattr(MetricWriter, "write", crash)
+    with pytest.raises(KeyboardInterrupt):
+        train_and_evaluate(config, str(workdir))
+    monkeypatch.setattr(MetricWriter, "write", original)
+    train_and_evaluate(config, str(workdir))
+
+
 def test_stale_rollouts_with_tis_train_and_resume_bit_exactly(tmp_path, monkeypatch):
     """K = 2 with TIS: update t trains on rollouts of version max(t - 2, 0) (staleness
     0, 1, 2, 2), with real gradients and non-trivial weights; a run killed after update 3
@@ -83,19 +100,8 @@ def test_stale_rollouts_with_tis_train_and_resume_bit_exactly(tmp_path, monkeypa
     for r in rows:
         assert {"is_weight_mean", "is_truncated_frac", "kl_behaviour"} <= set(r)
 
-    original = MetricWriter.write
-
-    def crash_at_three(self, step, metrics, *, stage=None):
-        if stage == "rl" and metrics.get("stage_step") == 3:
-            raise KeyboardInterrupt("simulated crash")
-        return original(self, step, metrics, stage=stage)
-
     workdir = tmp_path / "killed"
-    monkeypatch.setattr(MetricWriter, "write", crash_at_three)
-    with pytest.raises(KeyboardInterrupt):
-        train_and_evaluate(config, str(workdir))
-    monkeypatch.setattr(MetricWriter, "write", original)
-    train_and_evaluate(config, str(workdir))
+    killed_and_resumed(config, workdir, monkeypatch)
     _same_rows(_rl_rows(workdir), rows)
     assert_same_params(final_params(workdir), final_params(straight))
 

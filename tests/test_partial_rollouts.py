@@ -11,14 +11,14 @@ import numpy as np
 import pytest
 from flax import nnx
 
-from grpo_jax.metrics import MetricWriter, read_metrics
+from grpo_jax.metrics import read_metrics
 from grpo_jax.models import ModelConfig, Transformer
 from grpo_jax.pipeline import train_and_evaluate
 from grpo_jax.runner.partial import continuation_prompts
 from grpo_jax.sampling import SamplingConfig, generate, pad_prompts
 
 from tests.test_guards import assert_same_params, final_params, rl_config
-from tests.test_off_policy import _same_rows
+from tests.test_off_policy import _same_rows, killed_and_resumed
 
 # the run tests share one uninterrupted run (a module fixture): one worker runs them
 RUN_GROUP = pytest.mark.xdist_group("partial_run")
@@ -120,18 +120,7 @@ def test_a_killed_run_resumes_bit_exactly_with_its_unfinished_rows(straight, tmp
     restores them and ends as the uninterrupted run (metrics and parameters)."""
     rows = _rl_rows(straight)
     assert rows[1]["in_flight_rows"] > 0  # the checkpoint the rerun starts from has some
-    original = MetricWriter.write
-
-    def crash_at_three(self, step, metrics, *, stage=None):
-        if stage == "rl" and metrics.get("stage_step") == 3:
-            raise KeyboardInterrupt("simulated crash")
-        return original(self, step, metrics, stage=stage)
-
     workdir = tmp_path / "killed"
-    monkeypatch.setattr(MetricWriter, "write", crash_at_three)
-    with pytest.raises(KeyboardInterrupt):
-        train_and_evaluate(_config(), str(workdir))
-    monkeypatch.setattr(MetricWriter, "write", original)
-    train_and_evaluate(_config(), str(workdir))
+    killed_and_resumed(_config(), workdir, monkeypatch)
     _same_rows(_rl_rows(workdir), rows)
     assert_same_params(final_params(workdir), final_params(straight))

@@ -55,6 +55,7 @@ def test_the_task_bisects_and_scores_turns():
     extra = (high - low) - (len(bisection(low, high, number)) - 1)
     assert rewards["turns"](slow, example) == pytest.approx(-extra / (high - low + 1))
     assert rewards["turns"]("<guess>999</guess>", example) == -1.0
+    assert task.extract_answer(slow) == str(number) and task.extract_answer("none") is None
     for seed in range(20):  # worked solutions stop at the budget, the last guess unanswered
         text, correct = task.solution(example, rng=seed, error_rate=0.3)
         assert text.count("<guess>") <= 3 and text.endswith("</guess>")

@@ -122,6 +122,11 @@ class GuessNumberTask(Task):
     def is_correct(self, completion: str, example: Example) -> bool:
         return any(int(g) == int(example.answer) for g in GUESS.findall(completion))
 
+    def extract_answer(self, completion: str) -> str | None:
+        """The episode's last guess (its final answer: maj@k votes over them)."""
+        guesses = GUESS.findall(completion)
+        return str(int(guesses[-1])) if guesses else None
+
     def guesses(self, completion: str) -> int:
         """How many guesses a completion made."""
         return len(GUESS.findall(completion))

@@ -133,7 +133,7 @@ def test_the_agents_smoke_job_plays_with_real_gradients(tmp_path):
         "tools", "max_turns", "max_observation_tokens", "max_new_tokens", "num_prompts",
         "group_size", "steps", "rewards")})
     config.ppo.update(num_minibatches=1, checkpoint_every=0)
-    config.stages = "pretrain,eval_base,rl,ppo"
+    config.stages = "pretrain,rl,ppo"
     train_and_evaluate(config, str(tmp_path))
     metrics = read_metrics(tmp_path / "metrics.jsonl")
     for stage in ("rl", "ppo"):
@@ -142,8 +142,6 @@ def test_the_agents_smoke_job_plays_with_real_gradients(tmp_path):
         assert any(r["reward_std"] > 0 for r in rows) and any(r["grad_norm"] > 0 for r in rows)
         assert all("reward/environment" in r and "reward/turns" in r for r in rows)
         assert all("tool_parse_failures" in r for r in rows)
-    evals = [r for r in metrics if r["stage"] == "eval_base"]
-    assert evals and evals[0]["tool_calls"] > 0
 
 
 @pytest.mark.parametrize("loss_on_prompt", [False, True])

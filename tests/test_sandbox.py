@@ -14,7 +14,7 @@ import pytest
 from grpo_jax.tools import sandbox
 from grpo_jax.tools.sandbox import run_python
 
-DEADLINE = 1.0
+DEADLINE = 0.5
 ROOT = os.geteuid() == 0
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 MARK = "{mark}"  # replaced by a path outside the sandbox that must never be written

@@ -29,15 +29,12 @@ import dataclasses
 import jax
 import numpy as np
 
-from grpo_jax.evals.metrics import solved
-from grpo_jax.rewards import overlong_penalty
 from grpo_jax.rewards.accuracy import undecided_comparisons
-from grpo_jax.rewards.python import is_python_reward, reward_errors
-from grpo_jax.rl.batch import rollout_record
+from grpo_jax.rewards.python import reward_errors
 from grpo_jax.rl.rollout import Rollout, encode_prompts, score_completions
 from grpo_jax.runner.rewards import LENGTH_REWARDS
 from grpo_jax.runner.rl_loop import check_versions
-from grpo_jax.runner.sources import HostSource
+from grpo_jax.runner.sources import HostSource, masked_rows, with_overlong
 from grpo_jax.runner.toolkit import StepTimer, device_batch, prompt_text
 from grpo_jax.sampling import generate
 from grpo_jax.tasks.base import Example
@@ -182,11 +179,6 @@ class PartialSource(HostSource):
         examples = [self.examples[place] for place in groups for _ in range(g)]
         weights = {k: v for k, v in settings.weights.items() if k not in LENGTH_REWARDS}
         rewards, components = score_completions(texts, examples, self.reward_fns, weights)
-        if settings.overlong_cache > 0:
-            penalty = overlong_penalty(written, max_length=n,
-                                       cache_length=settings.overlong_cache)
-            components = {**components, "overlong": penalty}
-            rewards = rewards + np.float32(settings.weights.get("overlong", 1.0)) * penalty
         eos = np.isin(tokens, np.asarray(self.sampling.eos_ids)) & attention
         ro = Rollout(prompt_tokens=pool["prompt_tokens"][rows],
                      prompt_mask=pool["prompt_mask"][rows], tokens=tokens,
@@ -197,15 +189,12 @@ class PartialSource(HostSource):
                      # a column nobody wrote carries the update's own version (never used)
                      version=np.where(attention, pool["version"][rows], step).astype(np.int32),
                      texts=texts)
+        if settings.overlong_cache > 0:
+            ro = with_overlong(ro, settings)
         real = ro
         filled = settings.num_prompts - len(groups)
         if filled:
-            filler = ro.take_rows(np.tile(np.arange(g), filled))
-            filler = filler.replace(
-                attention_mask=np.zeros_like(filler.attention_mask),
-                loss_mask=np.zeros_like(filler.loss_mask),
-                rewards=np.zeros_like(filler.rewards))
-            ro = Rollout.concat([ro, filler])
+            ro = Rollout.concat([ro, masked_rows(ro, np.tile(np.arange(g), filled))])
         return ro, {"real": real, "examples": examples, "filled_groups": filled}
 
     def steps(self, step: int, iterator, learner) -> list[dict]:
@@ -236,14 +225,10 @@ class PartialSource(HostSource):
             metrics["packed"] = float(packed)
         self.run.params = learner.state["params"]
         timer.lap("update")
-        record = rollout_record(real.rewards, real.components, solved(
-            real.components.get("accuracy", real.rewards)), real.lengths, real.truncated,
-            group_size=g)
         versions = real.version[real.loss_mask]
         spread = np.where(real.loss_mask, real.version, -1).max(1) \
             - np.where(real.loss_mask, real.version, step + 1).min(1)
-        return [{
-            **{k: float(v) for k, v in jax.device_get(record).items()},
+        partial = {
             "partial_rounds": float(rounds),
             "filled_groups": float(info["filled_groups"]),
             # rows continued from an earlier step, and rows left unfinished for the next
@@ -252,10 +237,6 @@ class PartialSource(HostSource):
             "staleness_max": float(step - versions.min()) if versions.size else 0.0,
             # trained rows whose tokens several parameter versions sampled
             "multi_version_frac": float(np.mean(spread > 0)),
-            "reward_undecided": float(undecided_comparisons() - undecided),
-            **({"reward_errors": float(reward_errors() - errors)}
-               if any(is_python_reward(name) for name in settings.weights) else {}),
-            **metrics,
-            **timer.record(),
-            "samples": (info["examples"], real.texts, real.rewards, real.components),
-        }]
+        }
+        return [self._line(real, info["examples"], partial, metrics, timer,
+                           (undecided, errors))]

@@ -123,15 +123,7 @@ def collect(run, stage, iterator, step: int, *, settings: LoopSettings, sampling
         if settings.overlong_cache <= 0:
             return finish
 
-        def finished():
-            ro = finish()
-            penalty = overlong_penalty(ro.lengths, max_length=settings.max_new_tokens,
-                                       cache_length=settings.overlong_cache)
-            return ro.replace(components={**ro.components, "overlong": penalty},
-                              rewards=ro.rewards
-                              + np.float32(weights.get("overlong", 1.0)) * penalty)
-
-        return finished
+        return lambda: with_overlong(finish(), settings)
 
     if settings.dynamic_sampling:
         result = dynamic_sampling(launch, iterator, settings)
@@ -139,6 +131,25 @@ def collect(run, stage, iterator, step: int, *, settings: LoopSettings, sampling
     batch_examples = [ex for ex in next(iterator) for _ in range(settings.group_size)]
     finish = launch(batch_examples, 0)
     return lambda: (finish(), batch_examples, {"sampling_rounds": 1})
+
+
+def with_overlong(ro: Rollout, settings: LoopSettings) -> Rollout:
+    """The rollout with DAPO's soft overlong punishment of its lengths added to its rewards
+    as the component "overlong" (weighted by the "overlong" reward weight, 1.0 if absent)."""
+    penalty = overlong_penalty(ro.lengths, max_length=settings.max_new_tokens,
+                               cache_length=settings.overlong_cache)
+    return ro.replace(components={**ro.components, "overlong": penalty},
+                      rewards=ro.rewards
+                      + np.float32(settings.weights.get("overlong", 1.0)) * penalty)
+
+
+def masked_rows(ro: Rollout, rows) -> Rollout:
+    """Copies of `rows` that carry no loss (no attention, no reward): fillers that keep an
+    update's compiled shape."""
+    filler = ro.take_rows(rows)
+    return filler.replace(attention_mask=np.zeros_like(filler.attention_mask),
+                          loss_mask=np.zeros_like(filler.loss_mask),
+                          rewards=np.zeros_like(filler.rewards))
 
 
 def dynamic_sampling(launch, iterator, settings: LoopSettings):
@@ -167,10 +178,7 @@ def dynamic_sampling(launch, iterator, settings: LoopSettings):
     filled = n - have
     if filled:
         # Masked filler rows: copies of the last batch's first rows with no loss mask.
-        filler = ro.take_rows(np.arange(filled * g))
-        kept.append(filler.replace(attention_mask=np.zeros_like(filler.attention_mask),
-                                   loss_mask=np.zeros_like(filler.loss_mask),
-                                   rewards=np.zeros_like(filler.rewards)))
+        kept.append(masked_rows(ro, np.arange(filled * g)))
         kept_examples.extend(batch_examples[: filled * g])
     merged = Rollout.concat(kept) if len(kept) > 1 else kept[0]
     return merged, kept_examples, {"sampling_rounds": rounds, "dropped_groups": dropped,
@@ -294,19 +302,28 @@ class HostSource(Source):
         for _, finish in launched:  # sampled with the parameters before the update
             pending.entries.append(finish())
         timer.lap("update")
+        return [self._line(ro, entry.examples, info, metrics, timer, (undecided, errors))]
+
+    def _line(self, ro: Rollout, examples, info: dict, metrics: dict, timer: StepTimer,
+              counters: tuple) -> dict:
+        """The metrics line of an update that trained on `ro`: its rollout record, `info`,
+        the tool record of episodes, the reward counters since `counters` (undecided
+        comparisons, Python reward errors), the learner's metrics, the timings and the
+        samples."""
+        undecided, errors = counters
         rollout_metrics = rollout_record(ro.rewards, ro.components, ro.correct, ro.lengths,
-                                         ro.truncated, group_size=settings.group_size)
-        return [{
+                                         ro.truncated, group_size=self.settings.group_size)
+        return {
             **{k: float(v) for k, v in jax.device_get(rollout_metrics).items()},
             **info,
             **(tool_record(ro) if ro.turns is not None else {}),
             "reward_undecided": float(undecided_comparisons() - undecided),
             **({"reward_errors": float(reward_errors() - errors)}
-               if any(is_python_reward(name) for name in settings.weights) else {}),
+               if any(is_python_reward(name) for name in self.settings.weights) else {}),
             **metrics,
             **timer.record(),
-            "samples": (entry.examples, ro.texts, ro.rewards, ro.components),
-        }]
+            "samples": (examples, ro.texts, ro.rewards, ro.components),
+        }
 
 
 class DeviceSource(Source):

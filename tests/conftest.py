@@ -76,7 +76,7 @@ def crash_and_resume(tmp_path, monkeypatch):
     import numpy as np
 
     from grpo_jax.checkpoint import Checkpointer
-    from grpo_jax.metrics import MetricWriter, read_metrics
+    from grpo_jax.metrics import read_metrics
     from grpo_jax.pipeline import train_and_evaluate
 
     def final_params(workdir):
@@ -91,18 +91,9 @@ def crash_and_resume(tmp_path, monkeypatch):
         # second and third load them (what a real resume does with the default cache).
         straight, resumed = tmp_path / "straight", tmp_path / "resumed"
         train_and_evaluate(config, str(straight))
-        original = MetricWriter.write
+        from tests.test_guards import killed_and_resumed
 
-        def crash_at_three(self, step, metrics, *, stage=None):
-            if stage == crash_stage and metrics.get("stage_step") == 3:
-                raise KeyboardInterrupt("simulated crash")
-            return original(self, step, metrics, stage=stage)
-
-        monkeypatch.setattr(MetricWriter, "write", crash_at_three)
-        with pytest.raises(KeyboardInterrupt):
-            train_and_evaluate(config, str(resumed))
-        monkeypatch.setattr(MetricWriter, "write", original)
-        train_and_evaluate(config, str(resumed))
+        killed_and_resumed(config, resumed, monkeypatch, stage=crash_stage)
 
         jax.tree.map(
             lambda x, y: np.testing.assert_array_equal(np.asarray(x), np.asarray(y)),

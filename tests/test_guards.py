@@ -44,6 +44,23 @@ def rl_config(steps=4, **rl):
     return config
 
 
+def killed_and_resumed(config, workdir, monkeypatch, *, stage="rl", step=3) -> None:
+    """Runs `config` in `workdir`, killed (KeyboardInterrupt) while logging `stage`'s update
+    `step`, then again to its end (resuming from its last checkpoint)."""
+    original = MetricWriter.write
+
+    def crash(self, at, metrics, *, stage=None, _stage=stage):
+        if stage == _stage and metrics.get("stage_step") == step:
+            raise KeyboardInterrupt("simulated crash")
+        return original(self, at, metrics, stage=stage)
+
+    monkeypatch.setattr(MetricWriter, "write", crash)
+    with pytest.raises(KeyboardInterrupt):
+        train_and_evaluate(config, str(workdir))
+    monkeypatch.setattr(MetricWriter, "write", original)
+    train_and_evaluate(config, str(workdir))
+
+
 def final_params(workdir):
     with Checkpointer(os.path.join(workdir, "checkpoints")) as ckpt:
         state, meta = ckpt.restore()

@@ -9,12 +9,13 @@ import math
 import numpy as np
 import pytest
 
-from grpo_jax.metrics import MetricWriter, read_metrics
+from grpo_jax.metrics import read_metrics
 from grpo_jax.pipeline import train_and_evaluate
 from grpo_jax.rl.update import off_policy_weights
 from grpo_jax.runner.rl_loop import StalenessError, check_versions
 
-from tests.test_guards import assert_same_params, final_params, rl_config
+from tests.test_guards import (assert_same_params, final_params, killed_and_resumed,
+                               rl_config)
 
 PROX = np.log(np.array([[0.5, 0.2, 0.9], [0.3, 0.3, 0.1]], np.float32))
 BEHAVIOUR = np.log(np.array([[0.25, 0.4, 0.3], [0.3, 0.05, 0.1]], np.float32))
@@ -65,23 +66,6 @@ def _same_rows(a, b):
     for x, y in zip(a, b):
         keys = {k for k in x if not any(t in k for t in timing)}
         assert {k: x[k] for k in keys} == {k: y[k] for k in keys}
-
-
-def killed_and_resumed(config, workdir, monkeypatch, *, stage="rl", step=3) -> None:
-    """Runs `config` in `workdir`, killed (KeyboardInterrupt) while logging `stage`'s update
-    `step`, then again to its end (resuming from its last checkpoint)."""
-    original = MetricWriter.write
-
-    def crash(self, at, metrics, *, stage=None, _stage=stage):
-        if stage == _stage and metrics.get("stage_step") == step:
-            raise KeyboardInterrupt("simulated crash")
-        return original(self, at, metrics, stage=stage)
-
-    monkeypatch.setattr(MetricWriter, "write", crash)
-    with pytest.raises(KeyboardInterrupt):
-        train_and_evaluate(config, str(workdir))
-    monkeypatch.setattr(MetricWriter, "write", original)
-    train_and_evaluate(config, str(workdir))
 
 
 def test_stale_rollouts_with_tis_train_and_resume_bit_exactly(tmp_path, monkeypatch):

@@ -17,8 +17,9 @@ from grpo_jax.pipeline import train_and_evaluate
 from grpo_jax.runner.partial import continuation_prompts
 from grpo_jax.sampling import SamplingConfig, generate, pad_prompts
 
-from tests.test_guards import assert_same_params, final_params, rl_config
-from tests.test_off_policy import _same_rows, killed_and_resumed
+from tests.test_guards import (assert_same_params, final_params, killed_and_resumed,
+                               rl_config)
+from tests.test_off_policy import _same_rows
 
 # the run tests share one uninterrupted run (a module fixture): one worker runs them
 RUN_GROUP = pytest.mark.xdist_group("partial_run")

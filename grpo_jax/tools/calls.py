@@ -20,11 +20,10 @@ import dataclasses
 import json
 import re
 from collections.abc import Callable
-from typing import Any
 
 from grpo_jax.tools.base import (DEADLINE_SECONDS, MAX_OBSERVATION_CHARS, TOOLS, call_tool,
                                  render_observation)
-from grpo_jax.tools.environment import Environment
+from grpo_jax.tools.environment import StatelessEnvironment
 from grpo_jax.tools.sandbox import STOP_PREFIXES
 
 OPEN, CLOSE = "<tool_call>", "</tool_call>"
@@ -87,7 +86,7 @@ def parse_call(text: str, tools) -> tuple[str, str]:
 
 
 @dataclasses.dataclass(frozen=True)
-class JsonToolEnvironment(Environment):
+class JsonToolEnvironment(StatelessEnvironment):
     """Tools called as JSON function calls (module docstring); stateless: reward 0, never
     done.
 
@@ -126,9 +125,6 @@ class JsonToolEnvironment(Environment):
         return self.render(call_tool(name, argument, tools={name: TOOLS[name]},
                                      deadline_seconds=self.deadline_seconds,
                                      max_chars=self.max_chars))
-
-    def step(self, state, action_text: str) -> tuple[str, float, bool, Any]:
-        return self(action_text), 0.0, False, state
 
     def is_error(self, observation_text: str) -> bool:
         return any(prefix in observation_text for prefix in STOP_PREFIXES)

@@ -54,8 +54,19 @@ class Environment:
         return False
 
 
+class StatelessEnvironment(Environment):
+    """An environment that answers each turn from the turn's text alone (`__call__`): no
+    state, no reward, never done. The tools' environments are of this kind."""
+
+    def __call__(self, turn_text: str) -> str:
+        raise NotImplementedError
+
+    def step(self, state, action_text: str) -> tuple[str, float, bool, Any]:
+        return self(action_text), 0.0, False, state
+
+
 @dataclasses.dataclass(frozen=True)
-class ToolEnvironment(Environment):
+class ToolEnvironment(StatelessEnvironment):
     """One tool's environment: `environment(turn_text) -> observation text`, and as an
     `Environment` that answer with no reward, never done.
 
@@ -80,9 +91,6 @@ class ToolEnvironment(Environment):
     def stop_text(self) -> str:
         """The text that ends a turn: the call's closing tag."""
         return f"</{self.tool}>"
-
-    def step(self, state, action_text: str) -> tuple[str, float, bool, Any]:
-        return self(action_text), 0.0, False, state
 
     def __call__(self, turn_text: str) -> str:
         return answer(turn_text, tools={self.tool: TOOLS[self.tool]},

@@ -184,6 +184,9 @@ def run_eval(run, stage) -> None:
                        tool_errors=float(np.mean([r["tool_errors"] for r in records])),
                        tool_parse_failures=float(np.mean([r["tool_parse_failures"]
                                                           for r in records])))
+        solved = np.asarray([evals_lib.solved(r["components"]["accuracy"]) for r in records])
+        if solved.any():  # the turns a successful episode took (an agent's cost)
+            figures["turns_to_success"] = float(turns[solved].mean())
     if "correct_call" in records[0]["components"]:
         figures["correct_call_rate"] = float(np.mean([r["components"]["correct_call"]
                                                       for r in records]))

@@ -20,7 +20,7 @@ import importlib
 
 # Every study of experiments/, in the order of experiments/README.md.
 NAMES = ("baselines", "length_bias", "difficulty_bias", "pass_at_k", "length_growth",
-         "distill_vs_rl", "budget_forcing", "cold_start", "kl_beta", "off_policy", "tool_use")
+         "distill_vs_rl", "budget_forcing", "cold_start", "kl_beta", "off_policy", "tool_use", "env_feedback")
 
 __all__ = ["NAMES", "get"]
 

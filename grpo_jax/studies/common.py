@@ -136,6 +136,13 @@ def main_job(preset: str | None = None):
     return config_presets.main_job(preset)
 
 
+def agents_job(preset: str | None = None):
+    """`config_presets.agents_job`, imported when a config is built."""
+    from grpo_jax import config_presets
+
+    return config_presets.agents_job(preset)
+
+
 def tool_job(preset: str | None = None):
     """`config_presets.tool_job`, imported when a config is built."""
     from grpo_jax import config_presets

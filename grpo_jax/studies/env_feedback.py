@@ -27,7 +27,6 @@ import math
 
 from grpo_jax import sweep
 from grpo_jax.studies import common
-from grpo_jax.studies import summary as summary_lib
 
 FEEDBACK, BLIND = "feedback", "blind"  # the run arms (their RL environment)
 TOOLS = {FEEDBACK: "guess", BLIND: "guess_blind"}

@@ -5,19 +5,36 @@ environment (grpo_jax/tools/games.py, `rl.tools=guess`) answers each `<guess>N</
 with `<result>higher</result>` or `<result>lower</result>` and ends the episode, with reward
 1, when a guess is the number. Pretraining traces bisect half the time and guess at random
 otherwise, so the base follows the feedback only sometimes. `rl.tools=guess_blind` is the
-same budget without the information (every wrong guess answered "no").
+same budget without the information (every wrong guess answered "no"); the env_feedback
+study compares the two.
 
-    python -m grpo_jax.main --config=configs/agents.py            # the CPU job
-    python -m grpo_jax.main --config=configs/agents.py:smoke      # seconds, real gradients
+The "json" presets play the same game in the checkpoint convention: the guesses are JSON
+function calls (`{"name": "guess", "arguments": {"number": "28"}}` between <tool_call>
+tags) beside a sandboxed python tool (some worked solutions compute the middle of the range
+with it), the tools are described by a chat template (task.chat_template=miniature), and the
+environment answers in its <tool_response> turns (`rl.tools=json:guess,python`). Its
+episodes are about five times longer in characters, so the CPU job learns slower.
+
+    python -m grpo_jax.main --config=configs/agents.py            # the CPU job (tags)
+    python -m grpo_jax.main --config=configs/agents.py:json       # JSON calls, python tool
+    python -m grpo_jax.main --config=configs/agents.py:smoke      # the json job in seconds
     python -m grpo_jax.main --config=configs/agents.py --config.rl.tools=guess_blind
 
-Every field: grpo_jax/config_presets.py (`agents_job`).
+Every field: grpo_jax/config_presets.py (`agents_job`, `agents_json`).
 """
 
 import ml_collections
 
 from grpo_jax.config_presets import agents_job
 
+# preset -> (the job's size, how the calls are written)
+PRESETS = {None: (None, "tags"), "": (None, "tags"), "cpu": ("cpu", "tags"),
+           "json": (None, "json"), "smoke": ("smoke", "json"),
+           "tags_smoke": ("smoke", "tags")}
+
 
 def get_config(preset: str | None = None) -> ml_collections.ConfigDict:
-    return agents_job(preset)
+    if preset not in PRESETS:
+        raise ValueError(f"unknown preset {preset!r} for configs/agents.py; expected one of "
+                         f"{sorted(p for p in PRESETS if p)}")
+    return agents_job(*PRESETS[preset])

@@ -59,6 +59,10 @@ def main_job(preset: str | None = None) -> ml_collections.ConfigDict:
         {"difficulty": 1, "max_operators": 2, "error_mode": "operator", "redo_rate": 0.0,
          "mixed_script_rate": 0.0})
     config.task.template = "plain"  # prompt template: plain | r1_zero | chat (checkpoint's)
+    # With template "chat": the chat template, when the tokenizer's own is not wanted (or it
+    # has none, as char and sentencepiece): "miniature" (grpo_jax.text.chat.MINIATURE: tools
+    # and tool turns in the Qwen2.5 convention, at a tiny model's length) or a .jinja file.
+    config.task.chat_template = ""
     config.task.solution_error_rate = 0.3  # chance that a worked-solution step is wrong
     config.task.format_error_rate = 0.15  # chance that a worked solution is malformed
     config.task.train_size = 20000  # distinct training problems for RL prompts
@@ -245,10 +249,15 @@ def code_job(preset: str | None = None) -> ml_collections.ConfigDict:
     return config
 
 
-def agents_job(preset: str | None = None) -> ml_collections.ConfigDict:
+def agents_job(preset: str | None = None, calls: str = "tags") -> ml_collections.ConfigDict:
     """The agents job (configs/agents.py): the main job on guess_number, played in
     multi-turn episodes against the stateful guessing environment; presets "smoke" and
-    "cpu"."""
+    "cpu". `calls="json"`: the guesses (and python calls for the middle of the range) are
+    JSON function calls in the miniature chat template (`agents_json`)."""
+    if calls == "json":
+        return agents_json(agents_job(preset))
+    if calls != "tags":
+        raise ValueError(f"calls: expected 'tags' or 'json', got {calls!r}")
     config = main_job(_cpu_or_smoke(preset, "configs/agents.py"))
     config.stages = "pretrain,eval_base,rl,eval_final"
     config.task.name = "guess_number"
@@ -290,6 +299,35 @@ def agents_job(preset: str | None = None) -> ml_collections.ConfigDict:
         config.rl.group_size = 4
         for name in ("eval_base", "eval_final"):
             config[name].update(num_samples=2, batch_size=16)
+    return config
+
+
+def agents_json(config: ml_collections.ConfigDict) -> ml_collections.ConfigDict:
+    """The agents job with tool calls in the checkpoint convention: the environment is
+    `json:guess,python` (the game's guesses and a sandboxed python tool, both called as JSON
+    between <tool_call> tags), the tools described by the miniature chat template
+    (task.chat_template), answers in its <tool_response> turns; half the bisecting worked
+    solutions compute their first middle with python."""
+    config.task.kwargs.calls = "json"
+    config.task.kwargs.python_rate = 0.5
+    config.task.template = "chat"
+    config.task.chat_template = "miniature"
+    # A SentencePiece vocabulary (BPE) learned on the traces, the tags one piece each, as a
+    # checkpoint's tokenizer has its <tool_call> tags as added tokens: a guess's call is
+    # about 16 tokens, a worked solution 92 (median) to 134.
+    config.tokenizer = "sentencepiece"
+    config.tokenizer_vocab_size = 384
+    config.task.prompt_len = 24  # "<tools>guess(number) python(code)</tools>\n20-35\n": 19
+    config.rl.max_new_tokens = 160
+    config.model.max_seq_len = 184
+    config.pretrain.pack_len = 184
+    config.rl.max_turns = 8  # the guesses' answers and the python calls'
+    config.rl.max_observation_tokens = 16  # python's output, cut inside its closing tag
+    config.rl.tools = "json:guess,python"
+    for name in ("eval_base", "eval_final"):
+        config[name].update(tools=config.rl.tools, max_turns=config.rl.max_turns,
+                            max_observation_tokens=config.rl.max_observation_tokens,
+                            max_new_tokens=config.rl.max_new_tokens)
     return config
 
 

@@ -120,7 +120,10 @@ def test_an_environment_ends_episodes_and_its_rewards_sit_on_each_turns_last_tok
 
 
 def test_the_agents_smoke_job_plays_with_real_gradients(tmp_path):
-    """GRPO, then PPO (GAE over the environment's per-turn rewards), on the guessing game."""
+    """GRPO, then PPO (GAE over the environment's per-turn rewards), on the guessing game
+    played with JSON calls of the game and of the python tool in the miniature chat
+    template, with a SentencePiece vocabulary learned on the traces (configs/agents.py:
+    smoke; the tag format's job runs in the env_feedback study's mini tier)."""
     from configs import agents
     from grpo_jax.metrics import read_metrics
     from grpo_jax.pipeline import train_and_evaluate
@@ -134,6 +137,7 @@ def test_the_agents_smoke_job_plays_with_real_gradients(tmp_path):
         "group_size", "steps", "rewards")})
     config.ppo.update(num_minibatches=1, checkpoint_every=0)
     config.stages = "pretrain,rl,ppo"
+    assert config.rl.tools == "json:guess,python" and config.task.template == "chat"
     train_and_evaluate(config, str(tmp_path))
     metrics = read_metrics(tmp_path / "metrics.jsonl")
     for stage in ("rl", "ppo"):

@@ -182,10 +182,11 @@ def test_library_floors(graph, package, floor):
 
 
 def test_the_run_builders_import_in_layer_order_without_lazy_imports(graph):
-    """What a run is built from, by layer: run_directory -> tokenizers -> model_init ->
-    inputs; each imports only the layers above it, and every import at module level."""
+    """What a run is built from, by layer: run_directory -> prompts -> tokenizers ->
+    model_init -> inputs; each imports only the layers above it, and every import at
+    module level."""
     order = [f"grpo_jax.runner.{name}"
-             for name in ("run_directory", "tokenizers", "model_init", "inputs")]
+             for name in ("run_directory", "prompts", "tokenizers", "model_init", "inputs")]
     for index, module in enumerate(order):
         assert not graph[module] & set(order[index + 1:]), module
         tree = ast.parse(open(_modules()[module], encoding="utf-8").read())

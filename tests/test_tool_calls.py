@@ -6,6 +6,7 @@ the tool role)."""
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import os
 
@@ -142,3 +143,72 @@ def test_a_json_call_round_trips_through_a_checkpoint_chat_template(tmp_path):
     cut = answer_ids(long, tokenizer, 24, environment.render)
     assert len(cut) <= 24 and np.array_equal(cut[-len(tokenizer.encode(answer.split("27")[1])):],
                                              tokenizer.encode(answer.split("27")[1]))
+
+
+def test_the_guessing_game_as_a_json_tool_keeps_its_state_beside_python():
+    """`json:guess,python`: guesses are calls of a tool with state (the game's reward and
+    end), python calls are answered from the call alone, parse failures are counted."""
+    from grpo_jax.tasks.base import Example
+
+    environment = make_environment("json:guess,python")
+    assert environment.gives_rewards and environment.parallel_steps == 4
+    assert [s["function"]["name"] for s in environment.schemas] == ["guess", "python"]
+    observation, state = environment.reset(Example(id="g", prompt="1-8", answer="6"))
+    assert observation == ""
+    said, reward, done, state = environment.step(state, call_text("guess", {"number": "4"}))
+    assert (said, reward, done) == ("<result>higher</result>", 0.0, False)
+    ran, reward, done, same = environment.step(state, call_text("python",
+                                                                {"code": "print((5+8+1)//2)"}))
+    assert (ran, reward, done) == ("<result>7\n</result>", 0.0, False) and same == state
+    broken, reward, done, same = environment.step(state, f"{OPEN}{{'name'}}{CLOSE}")
+    assert environment.is_parse_failure(broken) and not done and same == state
+    said, reward, done, state = environment.step(state, call_text("guess", {"number": "x"}))
+    assert said == "<result>error: no guess</result>" and not done
+    said, reward, done, state = environment.step(state, call_text("guess", {"number": "6"}))
+    assert (said, reward, done) == ("", 1.0, True) and state.guesses == (4, 6)
+    with pytest.raises(TypeError, match="step"):
+        environment(call_text("guess", {"number": "6"}))
+    blind = JsonToolEnvironment(tools=("guess",), feedback=False)
+    _, state = blind.reset(Example(id="g", prompt="1-8", answer="6"))
+    assert blind.step(state, call_text("guess", {"number": "4"}))[0] == "<result>no</result>"
+
+
+def test_the_miniature_template_writes_the_json_traces_of_the_guessing_task():
+    """The miniature chat template renders the task's prompt with its tools, and a
+    conversation of calls and tool answers as exactly the task's worked solution: the
+    traces the model is pretrained on are the episodes' text."""
+    from grpo_jax.tasks.guess_number import GuessNumberTask, guesses_in
+    from grpo_jax.text.chat import MINIATURE, render_chat
+
+    task = GuessNumberTask(calls="json", python_rate=1.0)
+    environment = make_environment("json:guess,python")
+    example = task.examples("train", 1, seed=3)[0]
+    low, high = example.meta["low"], example.meta["high"]
+    first = (low + high + 1) // 2
+    assert example.solution.startswith(call_text("python", {"code": f"print(({low}+{high}+1)"
+                                                                     f"//2)"}))
+    prompt = render_chat(MINIATURE, [{"role": "user", "content": example.prompt}],
+                         tools=environment.schemas)
+    assert prompt == f"<tools>guess(number) python(code)</tools>\n{example.prompt}\n"
+    # replay the worked solution against the environment, turn by turn
+    renderer = CharTokenizer()
+    renderer.chat_template = MINIATURE
+    render = renderer.tool_response_renderer()
+    assert render("x") == task.render_answer("x") == "<tool_response>x</tool_response>"
+    env = dataclasses.replace(environment, render=render)
+    _, state = env.reset(example)
+    messages, rest = [{"role": "user", "content": example.prompt}], example.solution
+    while rest:
+        turn, rest = rest.split(CLOSE, 1)
+        said, _, done, state = env.step(state, turn + CLOSE)
+        messages.append({"role": "assistant", "content": turn + CLOSE})
+        if done:
+            break
+        messages.append({"role": "tool", "content": said[len("<tool_response>"):
+                                                          -len("</tool_response>")]})
+        rest = rest[len(said):]
+    assert done and not rest and guesses_in(example.solution)[0] == first
+    assert render_chat(MINIATURE, messages, tools=environment.schemas) == \
+        prompt + example.solution
+    assert task.reward_fns()["format"](example.solution, example) == 1.0
+    assert task.reward_fns()["format"](example.solution.replace('"}}', '"}', 1), example) == 0

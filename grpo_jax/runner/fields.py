@@ -16,7 +16,7 @@ from typing import Callable
 import ml_collections
 
 from grpo_jax.rl.update import CORRECTIONS
-from grpo_jax.tools import ENVIRONMENTS, environment_name_error
+from grpo_jax.tools import ENVIRONMENTS, environment_name_error, make_environment
 
 
 @dataclasses.dataclass(frozen=True)
@@ -157,7 +157,8 @@ OFF_POLICY = FieldGroup("off_policy", _add_off_policy, _check_off_policy)
 def _add_tools(s) -> None:
     # A tool or environment name turns on multi-turn episodes (grpo_jax.tools: the tools
     # calc and python, "json:python,calc" for tools called as JSON in the checkpoint's
-    # format, the stateful environments guess and guess_blind): a turn ends when
+    # format ("json:guess,python": with the guessing game as a tool with state), the
+    # stateful environments guess and guess_blind): a turn ends when
     # the policy closes its action (<calc>12*34</calc>), the answer (<result>408</result>)
     # is appended to the context, attended to but never trained on, and the policy goes on
     # from its KV cache. A stateful environment may end the episode and gives rewards (the
@@ -177,10 +178,12 @@ def _check_tools(check) -> None:
     if problem:
         check.fail("tools", problem)
     rewards = check.section.get("rewards") or {}
-    if "environment" in rewards and name not in ENVIRONMENTS:
+    if "environment" in rewards and not (name and problem is None
+                                         and make_environment(name).gives_rewards):
         check.fail("rewards.environment", f"the reward 'environment' is a stateful "
                                           f"environment's own; tools {name!r} gives none "
-                                          f"(environments: {sorted(ENVIRONMENTS)})")
+                                          f"(environments: {sorted(ENVIRONMENTS)}, or "
+                                          "'json:' with guess)")
     check.integer("max_turns", low=1 if name else 0)  # with a tool, at least one answer
     check.integer("max_wait_tokens", low=0)
     width = check.integer("max_observation_tokens")

@@ -23,6 +23,7 @@ from grpo_jax.models import ModelConfig
 from grpo_jax.runner.checks import ConfigError
 from grpo_jax.runner.model_init import (check_checkpoint_files, checkpoint_config,
                                         load_run_policy)
+from grpo_jax.runner.prompts import prompt_of, run_tool_schemas
 from grpo_jax.runner.run_directory import run_directory_config
 from grpo_jax.runner.tokenizers import build_tokenizer, check_tokenizer, tokenizer_kind
 from grpo_jax.training import Policy
@@ -78,7 +79,6 @@ def prompt_bucket(config, task, tokenizer) -> int:
     """The prompt bucket: task.prompt_len, checked to hold the longest prompt (BOS included)
     of the training and held-out problems; with task.prompt_len = 0 that longest prompt
     rounded up to a multiple of PROMPT_BUCKET_MULTIPLE."""
-    template = config.task.template
     examples = []
     for split, field in (("train", "train_size"), ("test", "eval_size")):
         try:
@@ -91,7 +91,7 @@ def prompt_bucket(config, task, tokenizer) -> int:
     longest, where = 0, None
     for ex in examples:
         try:
-            prompt = tasks_lib.apply_template(ex, template=template, tokenizer=tokenizer)
+            prompt = prompt_of(config, task, tokenizer, ex)
             length = len(text.prompt_ids(tokenizer, prompt))
         except ValueError as err:  # e.g. a character the char tokenizer does not have
             raise ConfigError(f"task: problem {getattr(ex, 'id', '?')!r}: {err}") from None
@@ -105,9 +105,26 @@ def prompt_bucket(config, task, tokenizer) -> int:
                           f"expected >= {longest} (or 0: measured at start-up)")
     return config.task.prompt_len
 
+def check_answers_match(config, task, tokenizer) -> None:
+    """With JSON tools in a chat template, the task's worked solutions write the
+    environment's answers as the template's tool turn does (`Task.render_answer`), so that
+    pretraining traces look like the episodes."""
+    render = getattr(task, "render_answer", None)
+    if config.task.template != tasks_lib.templates.CHAT or render is None \
+            or run_tool_schemas(config) is None:
+        return
+    renderer = tokenizer.tool_response_renderer() if tokenizer is not None else None
+    if renderer is not None and renderer("x") != render("x"):
+        raise ConfigError(f"task.name: {task.name} writes an environment's answer as "
+                          f"{render('x')!r} but the chat template writes {renderer('x')!r}: "
+                          "its worked solutions would not look like its episodes (for JSON "
+                          "calls: task.kwargs.calls='json' and task.chat_template='miniature')")
+
+
 def with_tokenizer(config, inputs: RunInputs, tokenizer) -> RunInputs:
     """`inputs` with `tokenizer` (trained in the workdir), checked, and its prompt bucket."""
     check_tokenizer(config, tokenizer, inputs.checkpoint_model)
+    check_answers_match(config, inputs.task, tokenizer)
     return dataclasses.replace(inputs, tokenizer=tokenizer,
                                prompt_len=prompt_bucket(config, inputs.task, tokenizer))
 

@@ -12,6 +12,7 @@ from grpo_jax import tasks as tasks_lib
 from grpo_jax import text
 from grpo_jax.models import ModelConfig
 from grpo_jax.runner.checks import ConfigError, check_vocabulary
+from grpo_jax.runner.prompts import prompt_of
 from grpo_jax.runner.run_directory import run_directory_config
 from grpo_jax.text.sentencepiece import MODEL_FILE
 
@@ -30,6 +31,16 @@ def tokenizer_kind(config) -> str:
     return config.tokenizer
 
 def build_tokenizer(config, task, workdir: str | None):
+    """The run's tokenizer (`_build`), with task.chat_template's chat template when the
+    config names one (a built-in template or a Jinja file; else a checkpoint's own)."""
+    tokenizer = _build(config, task, workdir)
+    own = config.task.get("chat_template", "")
+    if own and tokenizer is not None:
+        tokenizer.chat_template = text.chat.chat_template_source(own)
+    return tokenizer
+
+
+def _build(config, task, workdir: str | None):
     """The run's tokenizer. "checkpoint" is model.init_from's tokenizer.json with its special
     tokens and chat template. sentencepiece is trained once on the training problems and
     their clean solutions and kept in `<workdir>/tokenizer`, so a resumed run has the same
@@ -59,7 +70,10 @@ def build_tokenizer(config, task, workdir: str | None):
                 _copy_files(directory, local, [MODEL_FILE])
             return text.SentencePieceTokenizer.load(local)
         examples = task.examples("train", min(config.task.train_size, 4000), seed=config.seed)
-        texts = [tasks_lib.apply_template(ex, template=config.task.template) + (ex.solution or "")
+        # the prompts as the run writes them (a chat template rendered without the
+        # tokenizer it is training: its special tokens are not known yet)
+        renderer = _TemplateOnly(config.task.get("chat_template", ""))
+        texts = [prompt_of(config, task, renderer, ex) + (ex.solution or "")
                  for ex in examples]
         try:
             tokenizer = text.SentencePieceTokenizer.train(
@@ -80,6 +94,18 @@ def build_tokenizer(config, task, workdir: str | None):
     raise ValueError(f"tokenizer: unknown tokenizer {config.tokenizer!r}; expected one of "
                      f"{list(TOKENIZERS)}")
 
+class _TemplateOnly(text.chat.ChatTemplated):
+    """A chat template without a tokenizer (no special tokens), or None."""
+
+    bos_id = eos_id = pad_id = -1
+
+    def __init__(self, name: str):
+        self.chat_template = text.chat.chat_template_source(name) if name else None
+
+    def id_to_token(self, token_id: int) -> None:
+        return None
+
+
 def _copy_files(source: str, target: str, names) -> None:
     """Copies the files `names` of directory `source` into directory `target` (either may
     be a URL)."""
@@ -93,6 +119,7 @@ def check_tokenizer(config, tokenizer, checkpoint_model: ModelConfig | None) -> 
     if config.task.template == "chat" and tokenizer.chat_template is None:
         raise ConfigError(f"task.template: 'chat': {config.model.init_from!r} has no chat "
                           "template (tokenizer_config.json chat_template or "
-                          "chat_template.jinja); use r1_zero or plain")
+                          "chat_template.jinja); set task.chat_template or use r1_zero or "
+                          "plain")
     if checkpoint_model is not None:
         check_vocabulary(tokenizer, checkpoint_model.vocab_size, config.model.init_from)

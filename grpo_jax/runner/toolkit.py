@@ -9,8 +9,8 @@ import time
 import jax
 from tqdm.auto import tqdm
 
-from grpo_jax import tasks as tasks_lib
 from grpo_jax.compilation import CLOCK
+from grpo_jax.runner.prompts import prompt_of
 from grpo_jax.sampling import SamplingConfig
 from grpo_jax.training import make_optimizer
 
@@ -69,10 +69,8 @@ def progress(stage, total: int, initial: int, *, interval: float = PLAIN_PROGRES
 
 
 def prompt_text(run, example, tools=None) -> str:
-    """The example's prompt in the run's template (rendered with the run's tokenizer for
-    "chat", with `tools` described to the model when given)."""
-    return tasks_lib.apply_template(example, template=run.config.task.template,
-                                    tokenizer=run.tokenizer, tools=tools)
+    """The example's prompt in the run's template (`prompts.prompt_of`)."""
+    return prompt_of(run.config, run.task, run.tokenizer, example, tools)
 
 
 def sampling_config(run, *, max_new_tokens: int, temperature: float, top_k: int = 0,

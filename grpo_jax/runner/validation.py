@@ -25,6 +25,7 @@ from grpo_jax.runner.inputs import RunInputs, build_inputs
 from grpo_jax.runner.model_init import (EXECUTION_FIELDS, MODEL_SHAPE_FIELDS, check_init_from,
                                         lora_targets, model_config_for)
 from grpo_jax.runner.tokenizers import TOKENIZERS, tokenizer_kind
+from grpo_jax.text.chat import BUILTIN_TEMPLATES, ChatTemplateError, chat_template_source
 from grpo_jax.runner.checks import (TEMPLATES, ConfigError, Fields, SectionCheck,
                                     check_section_fields, mesh_rules, mesh_size, stage_names)
 
@@ -210,9 +211,20 @@ def check_tokenizer_fields(config) -> None:
                 f"model.init_from: {config.model.init_from!r} has no tokenizer.json for "
                 "tokenizer=checkpoint; copy the checkpoint's tokenizer files (tokenizer.json, "
                 "tokenizer_config.json) into it")
-    if config.task.template == "chat" and kind != "checkpoint":
-        raise ConfigError(f"task.template: 'chat' renders the checkpoint's chat template and "
-                          f"needs tokenizer=checkpoint, got {kind!r}")
+    own = config.task.get("chat_template", "")
+    if not isinstance(own, str):
+        raise ConfigError(f"task.chat_template: expected a string (a built-in template: "
+                          f"{sorted(BUILTIN_TEMPLATES)}, or a Jinja file), got {own!r}")
+    if own:
+        try:
+            chat_template_source(own)
+        except ChatTemplateError as err:
+            raise ConfigError(str(err)) from None
+    if config.task.template == "chat" and kind != "checkpoint" and not own:
+        raise ConfigError(f"task.template: 'chat' renders a chat template: the checkpoint's "
+                          f"(tokenizer=checkpoint) or task.chat_template's (e.g. 'miniature' "
+                          f"for a {kind} tokenizer), got tokenizer {kind!r} and no "
+                          "task.chat_template")
 
 
 def check_stages(config: ml_collections.ConfigDict, kinds, inputs: RunInputs) -> None:

@@ -28,6 +28,8 @@ attention mask `prompt_mask | generated | observation` are the sampler's
 
 from __future__ import annotations
 
+import concurrent.futures
+
 import dataclasses
 from collections.abc import Sequence
 
@@ -195,7 +197,8 @@ def generate_episodes(graphdef, state, prompts, prompt_mask, key, *, config: Epi
             waiting = np.asarray(s.waiting & ~s.done)
             answers, lengths, errors, failed, done = _answers(
                 s, waiting, tokenizer, step, states, turn_rewards, (is_error, is_parse_failure),
-                render, spec.queue_width, config.max_observation_tokens)
+                render, spec.queue_width, config.max_observation_tokens,
+                getattr(observe, "parallel_steps", 1))
             parse_failures += waiting & failed
             env_done |= done
             room = n - int(s.step)
@@ -249,10 +252,11 @@ def answer_ids(text: str, tokenizer, width: int, render=None) -> list[int]:
 
 
 def _answers(s: DecodeState, waiting, tokenizer, step, states: list, turn_rewards, judges,
-             render, queue_width: int, width: int):
+             render, queue_width: int, width: int, parallel: int = 1):
     """The environment's answers to the waiting rows (`step(state, turn text)`); each
     row's state advanced in `states`, its turn's reward added to `turn_rewards` on its last
-    generated token.
+    generated token. `parallel` > 1: that many rows' steps run at once, in threads (each
+    row's answer depends only on its state and text, so the results do not change).
 
     Returns:
       (answers [B, Q] int32 left-aligned, cut to `width` tokens (`answer_ids`); lengths [B]
@@ -269,8 +273,13 @@ def _answers(s: DecodeState, waiting, tokenizer, step, states: list, turn_reward
     errors = np.zeros(len(texts), bool)
     failed = np.zeros(len(texts), bool)
     done = np.zeros(len(texts), bool)
-    for row in np.flatnonzero(waiting):
-        text, reward, done[row], states[row] = step(states[row], texts[row])
+    rows = np.flatnonzero(waiting)
+    if parallel > 1 and len(rows) > 1:  # e.g. sandbox processes: their waits overlap
+        with concurrent.futures.ThreadPoolExecutor(min(parallel, len(rows))) as pool:
+            results = list(pool.map(lambda r: step(states[r], texts[r]), rows))
+    else:
+        results = [step(states[r], texts[r]) for r in rows]
+    for row, (text, reward, done[row], states[row]) in zip(rows, results):
         last = np.flatnonzero(generated[row])
         if len(last):
             turn_rewards[row, last[-1]] += np.float32(reward)

@@ -118,6 +118,9 @@ class Task(abc.ABC):
     # A regular expression of the spans of a worked solution that an environment writes in
     # an episode (a tool's answer): supervised stages keep them out of the loss. None: none.
     observations: str | None = None
+    # The user turn of the "chat" template, with "{question}" (None: the question and the
+    # think / answer instruction, `templates.CHAT_USER`).
+    chat_user: str | None = None
 
     def __init__(self, difficulty: int | Sequence[int] = 1):
         self.difficulties = _difficulties(difficulty)

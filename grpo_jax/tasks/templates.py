@@ -45,7 +45,7 @@ def get_template(template: str) -> str:
 
 
 def apply_template(example_or_question, template: str = "r1_zero", tokenizer=None,
-                   tools=None) -> str:
+                   tools=None, user: str | None = None) -> str:
     """The prompt string for a question under a template.
 
     Args:
@@ -53,6 +53,8 @@ def apply_template(example_or_question, template: str = "r1_zero", tokenizer=Non
       template: "r1_zero", "plain", "chat", or a custom string with "{question}".
       tokenizer: for "chat": a tokenizer with `apply_chat_template` (text.HFTokenizer).
       tools: for "chat": the tools described to the model (the template's `tools=`).
+      user: for "chat": the user turn's text with "{question}" (default: the question and
+        the think / answer instruction; a task's `chat_user` replaces it).
 
     Returns:
       the prompt (the question substituted verbatim; braces in it are left alone).
@@ -60,7 +62,8 @@ def apply_template(example_or_question, template: str = "r1_zero", tokenizer=Non
     question = getattr(example_or_question, "prompt", example_or_question)
     if not isinstance(question, str):
         raise ValueError(f"apply_template: question must be a str, got {type(question).__name__}")
-    text = get_template(template).replace("{question}", question)
+    text = (user if template == CHAT and user else get_template(template)).replace(
+        "{question}", question)
     if template != CHAT:
         return text
     if getattr(tokenizer, "apply_chat_template", None) is None:

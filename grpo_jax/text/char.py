@@ -11,6 +11,8 @@ import os
 import string
 from typing import Iterable, Sequence
 
+from grpo_jax.text.chat import ChatTemplated
+
 PAD, BOS, EOS = "<pad>", "<bos>", "<eos>"
 CONTROL_TOKENS = (PAD, BOS, EOS)
 TAG_TOKENS = ("<think>", "</think>", "<answer>", "</answer>")
@@ -19,7 +21,7 @@ TAG_TOKENS = ("<think>", "</think>", "<answer>", "</answer>")
 DEFAULT_ALPHABET = string.digits + string.ascii_letters + " \n" + string.punctuation
 
 
-class CharTokenizer:
+class CharTokenizer(ChatTemplated):
     """One id per character, one id per tag, plus pad/bos/eos.
 
     Args:

@@ -16,9 +16,26 @@ import json
 from collections.abc import Mapping, Sequence
 from pathlib import Path
 
-__all__ = ["ChatTemplateError", "load_chat_template", "render_chat", "tool_response_renderer"]
+__all__ = ["BUILTIN_TEMPLATES", "ChatTemplated", "ChatTemplateError", "chat_template_source",
+           "load_chat_template", "render_chat", "tool_response_renderer"]
 
 CHAT_TEMPLATE_FILE = "chat_template.jinja"
+
+# A chat template for the miniature jobs' own tokenizers (task.chat_template=miniature), in
+# the Hermes / Qwen2.5 convention at a tiny model's length: the tools listed by name and
+# parameter before the conversation, the user's turn as it is, the assistant's calls in
+# <tool_call> tags, each tool's answer in <tool_response> tags right after the call.
+MINIATURE = (
+    "{%- if tools %}{{ '<tools>' }}{% for tool in tools %}{{ ' ' if not loop.first }}"
+    "{{ tool.function.name }}({{ tool.function.parameters.required | join(',') }})"
+    "{% endfor %}{{ '</tools>\\n' }}{% endif %}"
+    "{%- for message in messages %}"
+    "{%- if message.role == 'tool' %}{{ '<tool_response>' + message.content + "
+    "'</tool_response>' }}"
+    "{%- elif message.role == 'user' %}{{ message.content + '\\n' }}"
+    "{%- else %}{{ message.content }}{% endif %}"
+    "{%- endfor %}")
+BUILTIN_TEMPLATES = {"miniature": MINIATURE}
 
 
 class ChatTemplateError(ValueError):
@@ -55,6 +72,55 @@ def load_chat_template(directory: str | Path, settings: Mapping | None = None) -
         raise ChatTemplateError(f"{directory}/tokenizer_config.json: chat_template must be "
                                 f"a string, got {type(template).__name__}")
     return template
+
+
+def chat_template_source(name: str) -> str:
+    """The Jinja source `task.chat_template` names: a built-in template (`BUILTIN_TEMPLATES`)
+    or a .jinja file."""
+    if name in BUILTIN_TEMPLATES:
+        return BUILTIN_TEMPLATES[name]
+    path = Path(name).expanduser()
+    if not path.is_file():
+        raise ChatTemplateError(f"task.chat_template: {name!r} is neither a built-in template "
+                                f"({', '.join(sorted(BUILTIN_TEMPLATES))}) nor a Jinja file")
+    return path.read_text(encoding="utf-8")
+
+
+class ChatTemplated:
+    """A tokenizer's chat template (`chat_template`: the Jinja source, or None) and what is
+    rendered with it; the tokenizer provides `id_to_token` and its special ids."""
+
+    chat_template: str | None = None
+
+    def _no_template(self) -> str:
+        return (f"{type(self).__name__}: no chat template (set task.chat_template, e.g. "
+                "'miniature'); use task.template=r1_zero or plain")
+
+    def apply_chat_template(self, messages, *, add_generation_prompt: bool = True,
+                            tools=None) -> str:
+        """The chat template rendered for `messages` (text, not ids), with `tools`
+        (JSON-schema function specs) described where the template puts them.
+
+        Raises:
+          ChatTemplateError: the tokenizer has no chat template.
+        """
+        if self.chat_template is None:
+            raise ChatTemplateError(self._no_template())
+        return render_chat(self.chat_template, messages,
+                           add_generation_prompt=add_generation_prompt, tools=tools,
+                           **self._special_tokens())
+
+    def tool_response_renderer(self):
+        """observation -> the text of a tool's answer in the template's chat format
+        (`tool_response_renderer`), or None without a template or a tool role."""
+        if self.chat_template is None:
+            return None
+        return tool_response_renderer(self.chat_template, **self._special_tokens())
+
+    def _special_tokens(self) -> dict:
+        specials = {"bos_token": self.bos_id, "eos_token": self.eos_id,
+                    "pad_token": self.pad_id}
+        return {name: self.id_to_token(i) if i >= 0 else None for name, i in specials.items()}
 
 
 def _raise(message):

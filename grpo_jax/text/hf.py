@@ -7,8 +7,7 @@ from collections.abc import Iterable
 from pathlib import Path
 
 from grpo_jax.json_files import load_json_file
-from grpo_jax.text.chat import (CHAT_TEMPLATE_FILE, ChatTemplateError, load_chat_template,
-                                render_chat, tool_response_renderer)
+from grpo_jax.text.chat import CHAT_TEMPLATE_FILE, ChatTemplated, load_chat_template
 
 # The files of a Hugging Face tokenizer that travel with it (an export copies them).
 TOKENIZER_FILES = ("tokenizer.json", "tokenizer_config.json", "special_tokens_map.json",
@@ -32,7 +31,7 @@ _CANDIDATES = {
 }
 
 
-class HFTokenizer:
+class HFTokenizer(ChatTemplated):
     """A tokenizer.json loaded with the `tokenizers` package.
 
     Special ids come from the constructor arguments, else from tokenizer_config.json next to
@@ -117,33 +116,9 @@ class HFTokenizer:
     def id_to_token(self, token_id: int) -> str | None:
         return self._tokenizer.id_to_token(int(token_id))
 
-    def apply_chat_template(self, messages, *, add_generation_prompt: bool = True,
-                            tools=None) -> str:
-        """The checkpoint's chat template rendered for `messages` (text, not ids), with
-        `tools` (JSON-schema function specs) described where the template puts them.
-
-        Raises:
-          ChatTemplateError: the checkpoint has no chat template.
-        """
-        if self.chat_template is None:
-            raise ChatTemplateError(
-                f"{self.path.parent}: no chat template (neither tokenizer_config.json's "
+    def _no_template(self) -> str:
+        return (f"{self.path.parent}: no chat template (neither tokenizer_config.json's "
                 f"chat_template nor {CHAT_TEMPLATE_FILE}); use task.template=r1_zero or plain")
-        return render_chat(self.chat_template, messages,
-                           add_generation_prompt=add_generation_prompt, tools=tools,
-                           **self._special_tokens())
-
-    def tool_response_renderer(self):
-        """observation -> the text of a tool's answer in the checkpoint's chat format
-        (`text.chat.tool_response_renderer`), or None without a template or a tool role."""
-        if self.chat_template is None:
-            return None
-        return tool_response_renderer(self.chat_template, **self._special_tokens())
-
-    def _special_tokens(self) -> dict:
-        specials = {"bos_token": self.bos_id, "eos_token": self.eos_id,
-                    "pad_token": self.pad_id}
-        return {name: self.id_to_token(i) if i >= 0 else None for name, i in specials.items()}
 
     def files(self) -> list[Path]:
         """The tokenizer's files next to tokenizer.json (what an export copies)."""

@@ -13,11 +13,12 @@ from typing import Iterable, Sequence
 import sentencepiece as spm
 
 from grpo_jax.text.char import TAG_TOKENS
+from grpo_jax.text.chat import ChatTemplated
 
 MODEL_FILE = "spm.model"
 
 
-class SentencePieceTokenizer:
+class SentencePieceTokenizer(ChatTemplated):
     """Wraps a SentencePiece model (see module docstring).
 
     Args:
@@ -122,6 +123,10 @@ class SentencePieceTokenizer:
     def eos_ids(self) -> tuple[int, ...]:
         """Every id that ends a completion."""
         return (self.eos_id,)
+
+    def id_to_token(self, token_id: int) -> str:
+        """The piece of an id."""
+        return self._sp.id_to_piece(int(token_id))
 
     def token_to_id(self, token: str) -> int | None:
         """Id of a piece; None if it is not a piece of the model."""

@@ -6,6 +6,11 @@
     # the policy writes: <tool_call>{"name": "calc", "arguments": {"expression": "3*9"}}</tool_call>
     environment(turn_text)     # the answer, e.g. "<tool_response>\\n27\\n</tool_response>..."
 
+`guess` is a tool with state: the guessing game of `tools.games` (`GuessEnvironment`), its
+guesses made as calls (`{"name": "guess", "arguments": {"number": "20"}}`); with it the
+environment keeps the game's state, gives its reward and ends the episode when the number
+is found, and every other tool still answers from the call alone.
+
 A turn ends at the closing tag `</tool_call>`. The turn's last call is parsed as JSON: an
 object with a string "name" naming one of the environment's tools and an object "arguments"
 (a JSON string holding one is accepted, as some templates write it) with the tool's one
@@ -20,10 +25,12 @@ import dataclasses
 import json
 import re
 from collections.abc import Callable
+from typing import Any
 
 from grpo_jax.tools.base import (DEADLINE_SECONDS, MAX_OBSERVATION_CHARS, TOOLS, call_tool,
                                  render_observation)
-from grpo_jax.tools.environment import StatelessEnvironment
+from grpo_jax.tools.environment import Environment
+from grpo_jax.tools.games import GuessEnvironment
 from grpo_jax.tools.sandbox import STOP_PREFIXES
 
 OPEN, CLOSE = "<tool_call>", "</tool_call>"
@@ -35,7 +42,10 @@ PARAMETERS = {
     "python": ("code", "Runs a short Python program in a sandbox and returns what it "
                        "prints (1 s, standard library only, no files outside its "
                        "directory, no network)."),
+    "guess": ("number", "Guesses the hidden number: the answer says whether it is higher or "
+                        "lower, and the game ends when the guess is the number."),
 }
+STATEFUL = ("guess",)  # tools that keep an episode's state (the guessing game)
 _CALL = re.compile(re.escape(OPEN) + r"(.*?)" + re.escape(CLOSE), re.S)
 
 
@@ -86,27 +96,39 @@ def parse_call(text: str, tools) -> tuple[str, str]:
 
 
 @dataclasses.dataclass(frozen=True)
-class JsonToolEnvironment(StatelessEnvironment):
-    """Tools called as JSON function calls (module docstring); stateless: reward 0, never
-    done.
+class JsonToolEnvironment(Environment):
+    """Tools called as JSON function calls (module docstring). Without `guess` it is
+    stateless (reward 0, never done) and `environment(turn_text)` answers a turn; with it
+    the episode's state is the game's (`reset(problem)`, `step(state, turn_text)`).
 
     Attributes:
       tools: the tools' names (of `PARAMETERS`).
       render: the answer's text as the context sees it (a checkpoint's tool turn:
         `text.chat.tool_response_renderer`; default "<result>...</result>").
       deadline_seconds, max_chars: each call's, as `tools.call_tool` takes them.
+      feedback: the guessing game answers "higher" / "lower" (True) or only "no".
     """
 
     tools: tuple[str, ...] = ("calc",)
     render: Callable[[str], str] = render_observation
     deadline_seconds: float = DEADLINE_SECONDS
     max_chars: int = MAX_OBSERVATION_CHARS
+    feedback: bool = True
 
     def __post_init__(self):
         unknown = [name for name in self.tools if name not in PARAMETERS]
         if not self.tools or unknown:
             raise ValueError(f"tools: JSON calls take tools of {sorted(PARAMETERS)}, got "
                              f"{list(self.tools)}")
+
+    @property
+    def gives_rewards(self) -> bool:
+        return any(name in STATEFUL for name in self.tools)
+
+    @property
+    def parallel_steps(self) -> int:
+        """Rows answered at once: python calls are each a sandbox process."""
+        return 4 if "python" in self.tools else 1
 
     @property
     def stop_text(self) -> str:
@@ -117,14 +139,28 @@ class JsonToolEnvironment(StatelessEnvironment):
         """The tools as the chat template's `tools=` describes them."""
         return [schema(name) for name in self.tools]
 
-    def __call__(self, turn_text: str) -> str:
+    def _game(self) -> GuessEnvironment:
+        return GuessEnvironment(feedback=self.feedback, render=self.render)
+
+    def reset(self, problem) -> tuple[str, Any]:
+        return self._game().reset(problem) if self.gives_rewards else ("", None)
+
+    def step(self, state, action_text: str) -> tuple[str, float, bool, Any]:
         try:
-            name, argument = parse_call(turn_text, self.tools)
+            name, argument = parse_call(action_text, self.tools)
         except ToolCallError as err:
-            return self.render(f"{PARSE_FAILURE}: {err}")
+            return self.render(f"{PARSE_FAILURE}: {err}"), 0.0, False, state
+        if name == "guess":
+            return self._game().play(state, argument)
         return self.render(call_tool(name, argument, tools={name: TOOLS[name]},
                                      deadline_seconds=self.deadline_seconds,
-                                     max_chars=self.max_chars))
+                                     max_chars=self.max_chars)), 0.0, False, state
+
+    def __call__(self, turn_text: str) -> str:
+        if self.gives_rewards:
+            raise TypeError("JsonToolEnvironment: with a stateful tool (guess) a turn is "
+                            "answered by step(state, turn_text)")
+        return self.step(None, turn_text)[0]
 
     def is_error(self, observation_text: str) -> bool:
         return any(prefix in observation_text for prefix in STOP_PREFIXES)

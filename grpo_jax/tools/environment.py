@@ -37,6 +37,9 @@ class Environment:
     stop_text: str = ""
     # whether the episode's return has rewards of the environment's own (`step`'s)
     gives_rewards = False
+    # how many rows' turns may be answered at once (threads: `step` must then be safe to
+    # call concurrently, as a pure function of its state and text is)
+    parallel_steps = 1
 
     def reset(self, problem) -> tuple[str, Any]:
         """(the observation appended to the problem's prompt, the episode's first state)."""
@@ -91,6 +94,11 @@ class ToolEnvironment(StatelessEnvironment):
     def stop_text(self) -> str:
         """The text that ends a turn: the call's closing tag."""
         return f"</{self.tool}>"
+
+    @property
+    def parallel_steps(self) -> int:
+        """Rows answered at once: python calls are each a sandbox process."""
+        return 4 if self.tool == "python" else 1
 
     def __call__(self, turn_text: str) -> str:
         return answer(turn_text, tools={self.tool: TOOLS[self.tool]},

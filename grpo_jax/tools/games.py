@@ -62,15 +62,21 @@ class GuessEnvironment(Environment):
 
     def step(self, state: GuessState, action_text: str) -> tuple[str, float, bool, GuessState]:
         guesses = GUESS.findall(action_text)
-        if not guesses:
+        return self.play(state, guesses[-1] if guesses else "")
+
+    def play(self, state: GuessState, guess: str) -> tuple[str, float, bool, GuessState]:
+        """`step` for a guess already read from the turn (its text: an integer, else the
+        "error: no guess" answer)."""
+        try:
+            number = int(guess)
+        except (TypeError, ValueError):
             return self.render("error: no guess"), 0.0, False, state
-        guess = int(guesses[-1])
-        state = dataclasses.replace(state, guesses=state.guesses + (guess,))
-        if guess == state.number:
+        state = dataclasses.replace(state, guesses=state.guesses + (number,))
+        if number == state.number:
             return "", 1.0, True, state
         if not self.feedback:
             return self.render("no"), 0.0, False, state
-        return self.render("higher" if state.number > guess else "lower"), 0.0, False, state
+        return self.render("higher" if state.number > number else "lower"), 0.0, False, state
 
     def is_error(self, observation_text: str) -> bool:
         return "error:" in observation_text

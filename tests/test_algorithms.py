@@ -270,6 +270,58 @@ def test_entropy_bonus_is_subtracted_and_raises_the_entropy():
     assert after > before
 
 
+def test_entropy_token_selection_by_hand():
+    """The top 0.2 / bottom 0.8 of six masked tokens by entropy (quantiles interpolated
+    linearly over the masked ones; a masked-out token is never chosen)."""
+    from grpo_jax.rl.update import entropy_tokens
+
+    entropy = jnp.asarray([[0.1, 0.9, 0.5, 0.3], [0.7, 0.2, 5.0, 4.0]])
+    mask = jnp.asarray([[1, 1, 1, 1], [1, 1, 0, 0]], bool)
+    # sorted masked values 0.1 0.2 0.3 0.5 0.7 0.9: the 0.8 quantile is the 5th, 0.7
+    np.testing.assert_array_equal(entropy_tokens(entropy, mask, 0.2, "top"),
+                                  [[0, 1, 0, 0], [1, 0, 0, 0]])
+    np.testing.assert_array_equal(entropy_tokens(entropy, mask, 0.8, "bottom"),
+                                  [[1, 0, 1, 1], [1, 1, 0, 0]])
+    # the 0.5 quantile interpolates between 0.3 and 0.5: 0.4
+    np.testing.assert_array_equal(entropy_tokens(entropy, mask, 0.5, "top"),
+                                  [[0, 1, 1, 0], [1, 0, 0, 0]])
+    np.testing.assert_array_equal(entropy_tokens(entropy, mask, 1.0, "top"), mask)
+
+
+@pytest.mark.parametrize("side", ["top", "bottom"])
+def test_selected_tokens_carry_the_policy_gradient_alone(side):
+    """With entropy_tokens < 1 the loss and its gradient are those of the full loss with the
+    advantages of the tokens not selected set to zero (the counts unchanged)."""
+    import functools
+
+    from grpo_jax.rl.update import LossSettings, entropy_tokens, policy_loss
+
+    policy, params = tiny_policy()
+    batch, prompt_len = tiny_batch(rows=6, new=6, seed=2)
+    batch = batch.with_advantages(jnp.asarray([1.0, -1.0, 0.5, -0.3, 2.0, -2.0]))
+    num_tokens = jnp.sum(batch.loss_mask).astype(jnp.float32)
+    loss = functools.partial(policy_loss, policy=policy, prompt_len=prompt_len,
+                             num_tokens=num_tokens, num_sequences=jnp.float32(batch.rows),
+                             settings=LossSettings(loss_agg="token-mean"))
+    selective = functools.partial(loss, settings=LossSettings(
+        loss_agg="token-mean", token_fraction=0.3, token_side=side))
+    _, metrics = loss(params, batch)
+    from grpo_jax.rl.update import batch_logp
+
+    _, entropy = batch_logp(policy, params, batch, prompt_len, 1.0)
+    chosen = entropy_tokens(entropy, batch.loss_mask, 0.3, side)
+    assert 0 < int(chosen.sum()) < int(batch.loss_mask.sum())
+    masked = batch.replace(advantages=jnp.where(chosen, batch.advantages, 0.0))
+    value, grads = jax.value_and_grad(lambda p: selective(p, batch)[0])(params)
+    want, want_grads = jax.value_and_grad(lambda p: loss(p, masked)[0])(params)
+    np.testing.assert_allclose(value, want, rtol=1e-6, atol=1e-7)
+    jax.tree.map(lambda a, b: np.testing.assert_allclose(a, b, rtol=1e-5, atol=1e-7),
+                 grads, want_grads)
+    assert float(selective(params, batch)[1]["token_frac"]) == pytest.approx(
+        float(chosen.sum() / batch.loss_mask.sum()))
+    assert np.abs(jax.flatten_util.ravel_pytree(grads)[0]).max() > 0
+
+
 def test_rollout_batch_is_one_typed_structure():
     batch, prompt_len = tiny_batch()
     assert batch.prompt_len == prompt_len and batch.rows == 4

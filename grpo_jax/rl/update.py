@@ -39,17 +39,23 @@ class LossSettings:
     temperature: float = 1.0  # logits / temperature, as in the sampling distribution
     objective: Objective = Objective.CLIP  # clip (PPO's clipped surrogate) | cispo
     entropy_coef: float = 0.0  # entropy bonus: the loss subtracts entropy_coef * entropy
+    # The policy-gradient term on a fraction of the tokens only (`entropy_tokens`): the
+    # highest-entropy `token_fraction` of them ("top") or the lowest ("bottom"); 1.0: all.
+    token_fraction: float = 1.0
+    token_side: str = "top"
 
     @classmethod
     def for_algorithm(cls, algorithm, settings, *, on_policy: bool, temperature: float = 1.0,
-                      dual_clip: float | None = None, entropy_coef: float = 0.0):
+                      dual_clip: float | None = None, entropy_coef: float = 0.0,
+                      token_fraction: float = 1.0, token_side: str = "top"):
         """The loss of an `rl.algorithms.Algorithm` with its resolved `Settings`."""
         return cls(epsilon=settings.epsilon, epsilon_high=settings.epsilon_high,
                    dual_clip=dual_clip, ratio_level=settings.ratio_level,
                    beta=settings.beta if algorithm.kl_placement == "loss" else 0.0,
                    kl_kind=settings.kl_kind, loss_agg=settings.loss_agg, on_policy=on_policy,
                    temperature=temperature, objective=algorithm.objective,
-                   entropy_coef=entropy_coef)
+                   entropy_coef=entropy_coef, token_fraction=token_fraction,
+                   token_side=token_side)
 
 
 def sequence_logp(policy: Policy, params: Params, tokens, attention_mask, prompt_len: int,
@@ -123,6 +129,23 @@ def sequence_score_sq_norms(policy: Policy, params: Params, tokens, attention_ma
                for g in jax.tree.leaves(grads))
 
 
+def entropy_tokens(entropy, mask, fraction: float, side: str = "top"):
+    """[B, N] bool: the tokens of `mask` whose entropy is among the highest `fraction` of
+    the masked tokens' ("top": at or above their (1 - fraction) quantile) or the lowest
+    ("bottom": at or below their `fraction` quantile); every masked token for fraction 1.
+    The high-entropy "forking" tokens of Wang et al. 2025 (arXiv:2506.01939) are top 0.2.
+    The quantile is linear-interpolated over the masked tokens of the (micro-)batch."""
+    mask = mask.astype(bool)
+    if fraction >= 1.0:
+        return mask
+    values = jnp.where(mask, entropy, jnp.nan)
+    if side == "top":
+        return mask & (entropy >= jnp.nanquantile(values, 1.0 - fraction))
+    if side == "bottom":
+        return mask & (entropy <= jnp.nanquantile(values, fraction))
+    raise ValueError(f"token_side: expected 'top' or 'bottom', got {side!r}")
+
+
 def prompt_group_for(rows: int, group_size: int, micro_batches: int = 1) -> int:
     """The prompt group an update over `rows` rows in `micro_batches` can share: G when a
     micro-batch holds whole groups, else 1 (nothing shared)."""
@@ -135,7 +158,11 @@ def policy_loss(params: Params, batch: RolloutBatch, *, policy: Policy,
     """Scalar loss of one micro-batch (normalised by global counts) and additive metrics.
 
     loss = agg(objective_t + beta * KL_t - entropy_coef * H_t) over the loss mask, where
-    the objective is `settings.objective`'s (`rl.algorithms.Objective.loss`).
+    the objective is `settings.objective`'s (`rl.algorithms.Objective.loss`). With
+    `settings.token_fraction` < 1 the objective's term counts only on the tokens
+    `entropy_tokens` selects by the current policy's entropy (the aggregation's counts are
+    the loss mask's, so the other tokens contribute zero; the KL and entropy terms are
+    unchanged); `token_frac` logs the share selected.
     """
     mask = batch.loss_mask
     logp, entropy = batch_logp(policy, params, batch, prompt_len, settings.temperature,
@@ -147,6 +174,11 @@ def policy_loss(params: Params, batch: RolloutBatch, *, policy: Policy,
         ratio_level=settings.ratio_level, mask=mask)
     if batch.is_weights is not None:  # an off-policy correction's per-token weights
         per_token = per_token * batch.is_weights
+    selected = None
+    if settings.token_fraction < 1.0:
+        selected = entropy_tokens(jax.lax.stop_gradient(entropy), mask,
+                                  settings.token_fraction, settings.token_side)
+        per_token = jnp.where(selected, per_token, 0.0)
     max_len = logp.shape[1]
     aggregate = functools.partial(losses.aggregate, mask=mask, mode=settings.loss_agg,
                                   num_tokens=num_tokens, num_sequences=num_sequences,
@@ -158,6 +190,8 @@ def policy_loss(params: Params, batch: RolloutBatch, *, policy: Policy,
         "clip_frac": token_mean(clipped.astype(jnp.float32)),
         "entropy": token_mean(jax.lax.stop_gradient(entropy)),
     }
+    if selected is not None:
+        metrics["token_frac"] = token_mean(selected.astype(jnp.float32))
     metrics.update(logp_mismatch(jax.lax.stop_gradient(logp), batch.behaviour_logp, mask,
                                  num_tokens=num_tokens))
     total = per_token

@@ -4,7 +4,8 @@ A name in `<section>.rewards` is a "module:function" reference to a plain Python
 (`grpo_jax.rewards.python`), or is looked up, in order, among the task's own rewards
 (`task.reward_fns()`), the reward sources of the run's stage kinds (e.g. "reward_model",
 provided by the reward_model kind), sources registered in code with
-`register_reward_source`, and grpo_jax.rewards' built-ins. "overlong" is not a function of
+`register_reward_source`, and grpo_jax.rewards' built-ins ("random" and "incorrect", the
+spurious rewards of `grpo_jax.rewards.spurious`, among them). "overlong" is not a function of
 the text: the RL loop applies it to token lengths (DAPO's soft overlong punishment).
 """
 
@@ -13,6 +14,7 @@ from __future__ import annotations
 from typing import Any, Callable, Iterable
 
 from grpo_jax import rewards as rewards_lib
+from grpo_jax.rewards import spurious
 from grpo_jax.rewards.python import is_python_reward, load_python_reward
 
 RewardFn = Callable[[str, Any], float]
@@ -36,8 +38,26 @@ def register_reward_source(name: str):
     return wrap
 
 
+def _random(run, section) -> RewardFn:
+    """"random": a coin flip per (problem, completion), seeded by the run's seed."""
+    del section
+    return spurious.random_reward(seed=int(run.config.seed))
+
+
+def _incorrect(run, section) -> RewardFn:
+    """"incorrect": 1 - the task's accuracy (the built-in one for a task without its own)."""
+    del section
+    accuracy = run.task.reward_fns().get("accuracy") or rewards_lib.get_reward_fn("accuracy")
+    return spurious.incorrect_reward(accuracy)
+
+
+# Rewards with no information about correctness (Shao et al. 2025's spurious rewards).
+SPURIOUS = {"random": _random, "incorrect": _incorrect}
+
+
 def _sources(kinds) -> dict[str, Callable[[Any, Any], RewardFn]]:
-    return {**(kinds.reward_sources() if kinds is not None else {}), **REWARD_SOURCES}
+    return {**SPURIOUS, **(kinds.reward_sources() if kinds is not None else {}),
+            **REWARD_SOURCES}
 
 
 def available_rewards(task, kinds) -> list[str]:

@@ -50,6 +50,11 @@ def default_section() -> ml_collections.ConfigDict:
     s.loss_agg = "auto"  # token-mean | seq-mean-token-mean | seq-mean-token-sum |
     #                      seq-mean-token-sum-norm | auto
     s.entropy_coef = 0.0  # entropy bonus: the loss subtracts entropy_coef * entropy
+    # The policy gradient on a fraction of the tokens, chosen by the policy's entropy in
+    # the update: the highest-entropy `entropy_tokens` of the batch's tokens ("top"; 0.2 is
+    # the "forking tokens" of Wang et al. 2025) or the lowest ("bottom"); 1.0 = all.
+    s.entropy_tokens = 1.0
+    s.entropy_side = "top"
     s.adv_eps = 1e-6  # std floor in group normalisation
     s.temperature = 1.0  # rollout sampling temperature (the loss uses the same)
     s.ref_reset_every = 0  # replace the reference by the policy every K steps; 0 = never
@@ -102,6 +107,8 @@ def validate(check) -> None:
     check.choice("ratio_level", ("auto", "token", "sequence"))
     check.choice("loss_agg", ("auto", *LOSS_AGGREGATIONS))
     check.number("entropy_coef", low=0.0)
+    check.number("entropy_tokens", low=0.0, high=1.0, low_open=True)
+    check.choice("entropy_side", ("top", "bottom"))
     check.positive("adv_eps")
     check.positive("temperature")
     check.integer("ref_reset_every", low=0)
@@ -161,7 +168,9 @@ def loss_settings(section, *, on_policy: bool) -> LossSettings:
     return LossSettings.for_algorithm(
         algorithm, resolved, on_policy=on_policy, temperature=section.temperature,
         dual_clip=section.dual_clip if section.dual_clip > 0 else None,
-        entropy_coef=section.entropy_coef)
+        entropy_coef=section.entropy_coef,
+        token_fraction=float(section.get("entropy_tokens", 1.0)),
+        token_side=section.get("entropy_side", "top"))
 
 
 class GRPOLearner(Learner):

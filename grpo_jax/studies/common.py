@@ -229,18 +229,30 @@ def for_tier(config, tier: str):
     return config
 
 
+def for_tier_base(config, tier: str):
+    """A base's config as its tier builds it: `for_tier`, and at the mini tier the jobs'
+    tiny-1m model with one block (the arms take the base's shape), at a fraction of the
+    compile (a base of another named size, e.g. a distillation student that a stage names,
+    keeps its shape)."""
+    config = for_tier(config, tier)
+    if tier == "mini" and "model" in config and not config.model.get("init_from") \
+            and config.model.name == "tiny-1m":
+        config.model.num_layers = 1
+    return config
+
+
 def build_bases(configs, root: str, seed: int, tier: str = "full") -> tuple[str, dict]:
     """One base (a config) or one set of role runs ({role: config or function of the roles
     built before it}) with `seed`; returns (key, {"seed", "config_hash", "workdir",
     "roles": {role: workdir}}). A set's key hashes its roles' hashes."""
     if not isinstance(configs, dict):
-        key, info = build_base(for_tier(configs, tier), root, seed)
+        key, info = build_base(for_tier_base(configs, tier), root, seed)
         return key, {**info, "roles": {"base": info["workdir"]}}
     roles, hashes = {}, []
     for role, config in configs.items():
         if callable(config):
             config = config(dict(roles))
-        _, info = build_base(for_tier(config, tier), root, seed)
+        _, info = build_base(for_tier_base(config, tier), root, seed)
         roles[role] = info["workdir"]
         hashes.append(f"{role}={info['config_hash']}")
     digest = hashlib.sha256("\n".join(hashes).encode()).hexdigest()

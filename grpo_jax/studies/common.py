@@ -582,6 +582,26 @@ def band(ax, series: Sequence[Sequence[float]], *, label: str, color: str,
         ax.fill_between(steps, mean - std, mean + std, alpha=0.15, color=color)
 
 
+def curve_panels(curves: Mapping[str, Sequence[Sequence[dict]]],
+                 panels: Sequence[tuple[str, str]], out: str, name: str = "curves.png"
+                 ) -> None:
+    """`out/name`: one panel per (metric, title) of the training rows over the GRPO steps,
+    one band per arm (`curves`: {arm: each finished run's training rows}), mean ± 1 std."""
+    import numpy as np
+
+    plt = pyplot()
+    fig, axes = plt.subplots(1, len(panels), figsize=(4.5 * len(panels), 3.2), squeeze=False)
+    for index, (arm, series) in enumerate(curves.items()):
+        for ax, (metric, _) in zip(axes[0], panels):
+            band(ax, [[r.get(metric, np.nan) for r in rows] for rows in series], label=arm,
+                 color=f"C{index}")
+    for ax, (_, title) in zip(axes[0], panels):
+        ax.set_xlabel("GRPO step")
+        ax.set_title(title, fontsize=9)
+        ax.legend(fontsize=7)
+    save_figure(fig, out, name)
+
+
 def save_figure(fig, out: str, name: str) -> None:
     """Lays `fig` out, writes it to `out/name` (PNG, 120 dpi) and closes it."""
     fig.tight_layout()

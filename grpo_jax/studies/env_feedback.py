@@ -167,16 +167,8 @@ def plot(arms: dict, curves: dict, out: str) -> None:
     ax.legend(fontsize=7)
     common.save_figure(fig, out, "pass_at_1.png")
 
-    fig, axes = plt.subplots(1, 2, figsize=(9, 3.2))
-    for index, (arm, series) in enumerate(curves.items()):
-        for ax, name in zip(axes, ("reward/environment", "tool_calls")):
-            common.band(ax, [[r.get(name, np.nan) for r in rows] for rows in series],
-                        label=arm, color=f"C{index}")
-    for ax, title in zip(axes, ("found the number (training rollouts)", "guesses per episode")):
-        ax.set_xlabel("GRPO step")
-        ax.set_title(title, fontsize=9)
-        ax.legend(fontsize=7)
-    common.save_figure(fig, out, "curves.png")
+    common.curve_panels(curves, (("reward/environment", "found the number (training)"),
+                                 ("tool_calls", "guesses per episode")), out)
 
 
 SOURCE = ("grpo_jax issue 42 (\"Agents\"), the study it asks for, quoted: \"does GRPO teach "

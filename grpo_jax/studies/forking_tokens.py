@@ -176,19 +176,8 @@ def table(arms: dict) -> str:
 
 def plot(curves: dict, out: str) -> None:
     """curves.png: training reward and entropy over the GRPO steps per arm (mean ± 1 std)."""
-    import numpy as np
-
-    plt = common.pyplot()
-    fig, axes = plt.subplots(1, 2, figsize=(9, 3.2))
-    for index, (name, series) in enumerate(curves.items()):
-        for ax, metric in zip(axes, ("reward_mean", "entropy")):
-            common.band(ax, [[r.get(metric, np.nan) for r in rows] for rows in series],
-                        label=name, color=f"C{index}")
-    for ax, title in zip(axes, ("training reward", "policy entropy (training tokens)")):
-        ax.set_xlabel("GRPO step")
-        ax.set_title(title, fontsize=9)
-        ax.legend(fontsize=7)
-    common.save_figure(fig, out, "curves.png")
+    common.curve_panels(curves, (("reward_mean", "training reward"),
+                                 ("entropy", "policy entropy (training tokens)")), out)
 
 
 SOURCE = ("Wang et al. 2025, \"Beyond the 80/20 Rule: High-Entropy Minority Tokens Drive "

@@ -93,19 +93,8 @@ def table(arms: dict) -> str:
 
 def plot(curves: dict, out: str) -> None:
     """curves.png: training accuracy and length over the GRPO steps per reward."""
-    import numpy as np
-
-    plt = common.pyplot()
-    fig, axes = plt.subplots(1, 2, figsize=(9, 3.2))
-    for index, (name, series) in enumerate(curves.items()):
-        for ax, metric in zip(axes, ("reward/accuracy", "completion_length")):
-            common.band(ax, [[r.get(metric, np.nan) for r in rows] for rows in series],
-                        label=name, color=f"C{index}")
-    for ax, title in zip(axes, ("training accuracy (where logged)", "completion length")):
-        ax.set_xlabel("GRPO step")
-        ax.set_title(title, fontsize=9)
-        ax.legend(fontsize=7)
-    common.save_figure(fig, out, "curves.png")
+    common.curve_panels(curves, (("reward/accuracy", "training accuracy (where logged)"),
+                                 ("completion_length", "completion length")), out)
 
 
 SOURCE = ("Shao et al. 2025, \"Spurious Rewards: Rethinking Training Signals in RLVR\", "

@@ -21,7 +21,7 @@ import importlib
 # Every study of experiments/, in the order of experiments/README.md.
 NAMES = ("baselines", "length_bias", "difficulty_bias", "pass_at_k", "length_growth",
          "distill_vs_rl", "budget_forcing", "cold_start", "kl_beta", "off_policy", "tool_use",
-         "env_feedback", "forking_tokens", "spurious_rewards")
+         "env_feedback", "forking_tokens", "spurious_rewards", "update_sparsity")
 
 __all__ = ["NAMES", "get"]
 

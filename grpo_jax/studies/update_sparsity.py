@@ -1,0 +1,170 @@
+"""How much of the network does RL change, against supervised fine-tuning of the same budget?
+
+From the main base (configs/default.py's pretraining, 1500 steps; seeds 0 and 1), two arms
+of the same budget: 60 optimizer steps of 128 sequences at the same learning rate, Adam,
+float32 parameters:
+
+* `rl`: the main job's GRPO stage (16 prompts x 8 completions per step);
+* `sft`: supervised fine-tuning on the task's clean worked solutions (128 per step).
+
+After training (`measure`, `evals.token_analysis`): the fraction of parameter entries the
+run changed (`changed_bf16`: whose bfloat16 value differs from the base's, the precision
+Mukherjee et al. store in; `changed_1e-5`: |delta| > 1e-5), and for each weight matrix the
+effective rank of its update over its full rank (`relative_rank`, averaged over the
+matrices; a 3-D attention kernel is flattened to [in, out]). The pseudo-arm `80% rank` holds
+0.8 for every (base, seed): the bar a "nearly full-rank" update clears here.
+"""
+
+from __future__ import annotations
+
+import json
+
+from grpo_jax import storage
+from grpo_jax.studies import common
+
+RL, SFT, RANK_BAR = "rl", "sft", "80% rank"
+MEASURED = ("changed_bf16", "changed_1e-5", "relative_rank")
+SPECS = [(RL, SFT, "changed_bf16"), (RL, SFT, "changed_1e-5"), (RL, RANK_BAR, "relative_rank"),
+         (RL, SFT, "relative_rank"), (RL, SFT, "pass@1")]
+
+
+def base_config(tier: str):
+    """The main job's pretraining (1500 steps; the smoke preset's 3 at the mini tier)."""
+    config = common.main_job(common.preset(tier))
+    config.stages = "pretrain"
+    return config
+
+
+def arm_config(arm: str, tier: str = "full"):
+    """One arm's run from the base in model.init_from: the held-out evaluation, GRPO (rl) or
+    SFT of the same steps, sequences per step and learning rate, the evaluation again."""
+    from grpo_jax.stages import default_section
+
+    config = common.main_job(common.preset(tier))
+    del config.pretrain
+    config.model.init_from = ""  # the base's workdir, set by the study per base
+    if arm == RL:
+        config.stages = "eval_base,rl,eval_final"
+        return config
+    sequences = config.rl.num_prompts * config.rl.group_size
+    config.sft = default_section("sft")
+    config.sft.update(steps=config.rl.steps, batch_size=sequences, lr=config.rl.lr,
+                      num_examples=config.rl.steps * sequences, error_rate=0.0)
+    config.stages = "eval_base,sft,eval_final"
+    del config.rl
+    return config
+
+
+def arm_configs(tier: str) -> dict:
+    return {arm: arm_config(arm, tier) for arm in (RL, SFT)}
+
+
+def _measure_run(record, base: str) -> dict:
+    import jax
+    import jax.numpy as jnp
+    import numpy as np
+
+    from grpo_jax.evals.token_analysis import effective_rank, update_sparsity
+
+    _, _, tokenizer, _, base_params = common.load_finished(base)
+    params = common.load_run_params(record.workdir, tokenizer)
+    bf16 = lambda tree: jax.tree.map(  # noqa: E731
+        lambda x: np.asarray(jnp.asarray(x).astype(jnp.bfloat16).astype(jnp.float32)), tree)
+    ranks = []
+    for (path, before), after in zip(jax.tree_util.tree_flatten_with_path(base_params)[0],
+                                     jax.tree.leaves(params)):
+        if np.ndim(before) < 2 or "embed" in jax.tree_util.keystr(path):
+            continue
+        delta = np.asarray(after, np.float64) - np.asarray(before, np.float64)
+        delta = delta.reshape(delta.shape[0], -1)
+        ranks.append(effective_rank(delta) / min(delta.shape))
+    return {"changed_bf16": update_sparsity(bf16(base_params), bf16(params), tol=0.0)["changed"],
+            "changed_1e-5": update_sparsity(base_params, params, tol=1e-5)["changed"],
+            "relative_rank": float(np.mean(ranks)), "matrices": len(ranks)}
+
+
+def measure(runs: common.StudyRuns) -> None:
+    """update.json in every finished run without one."""
+    for record in runs.runs:
+        path = storage.join(record.workdir, "update.json")
+        if not record.finished or storage.isfile(path):
+            continue
+        row = _measure_run(record, runs.bases[record.base]["workdir"])
+        storage.write_text(path, json.dumps(row, indent=2))
+        print(f"[studies] update_sparsity {record.arm} seed={record.seed}: changed "
+              f"{row['changed_bf16']:.3f} (bf16), relative rank {row['relative_rank']:.3f}",
+              flush=True)
+
+
+def _values(record) -> dict:
+    values = {"pass@1": common.last_stage_rows(record).get("eval_final", {}).get("pass@1")}
+    path = storage.join(record.workdir, "update.json")
+    if storage.isfile(path):
+        measured = json.loads(storage.read_text(path))
+        values.update({name: measured.get(name) for name in MEASURED})
+    return values
+
+
+def analyze(runs: common.StudyRuns) -> common.Analysis:
+    arms = common.per_seed(runs, _values)
+    arms = {name: arms[name] for name in (RL, SFT) if name in arms}
+    if RL in arms:
+        n = len(arms[RL]["seeds"])
+        arms[RANK_BAR] = {"seeds": list(arms[RL]["seeds"]), "bases": list(arms[RL]["bases"]),
+                          "metrics": {"relative_rank": [0.8] * n}}
+    return common.Analysis(arms=arms, specs=SPECS, table=table(arms))
+
+
+def table(arms: dict) -> str:
+    lines = ["| arm | runs | entries changed (bf16) | entries changed (> 1e-5) | update's "
+             "effective rank / full rank | pass@1 |", "|---|---|---|---|---|---|"]
+    for name in (RL, SFT):
+        if name not in arms:
+            continue
+        m = arms[name]["metrics"]
+
+        def cell(metric, m=m):
+            values = [v for v in m.get(metric, []) if v is not None]
+            return common.cell(values) if values else "-"
+
+        lines.append(f"| {name} | {len(arms[name]['seeds'])} | {cell('changed_bf16')} | "
+                     f"{cell('changed_1e-5')} | {cell('relative_rank')} | {cell('pass@1')} |")
+    lines += ["", ("All in %, mean ± 95% half-width over (base, seed) runs: the final "
+                   "parameters against the base's, every entry of every leaf (embeddings "
+                   "included in the fractions; the ranks over the weight matrices, "
+                   "embeddings left out).")]
+    return "\n".join(lines) + "\n"
+
+
+SOURCE = ("Mukherjee et al. 2025, \"Reinforcement Learning Finetunes Small Subnetworks in "
+          "Large Language Models\", arXiv:2505.11711, abstract (close paraphrase)")
+CLAIMS = (
+    common.Claim("RL updates only a small subnetwork of the parameters, where SFT updates "
+                 "densely", SOURCE + "; tested on the entries whose bfloat16 value changed",
+                 (RL, SFT, "changed_bf16"), "<", margin=0.05,
+                 note="their models train in bfloat16, where updates below its resolution "
+                      "are lost; here float32 parameters are rounded only for the count"),
+    common.Claim("despite its sparsity, the RL update is nearly full-rank", SOURCE +
+                 "; tested as the mean effective rank of the matrices' updates above 80% "
+                 "of their full rank", (RL, RANK_BAR, "relative_rank"), ">"),
+)
+
+STUDY = common.Study(
+    name="update_sparsity",
+    question="what fraction of the parameters does GRPO change, and with what rank, against "
+             "SFT of the same steps, sequences and learning rate from the same base, paired "
+             "by seed?",
+    tiers={
+        "full": common.Tier(bases=(0, 1), seeds=(0, 1, 2),
+                            cost="about 20 min on 2 cores (estimated: 2 main bases, shared "
+                                 "with the other studies of the main base; 12 runs)"),
+        "mini": common.Tier(bases=(0,), seeds=(0, 1),
+                            cost="about 15 s on 2 cores (estimated: 4 toy runs)"),
+    },
+    arms=(RL, SFT),
+    base_config=base_config,
+    arm_configs=arm_configs,
+    analyze=analyze,
+    measure=measure,
+    claims=CLAIMS,
+)

@@ -29,7 +29,6 @@ attention mask `prompt_mask | generated | observation` are the sampler's
 from __future__ import annotations
 
 import concurrent.futures
-
 import dataclasses
 from collections.abc import Sequence
 

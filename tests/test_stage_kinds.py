@@ -28,7 +28,7 @@ def varied_reward(monkeypatch):
     return {"accuracy": 1.0, "digit_share": 1.0}
 
 
-def all_kinds_config(rewards):
+def all_kinds_config(rewards, teacher: str):
     config = default_config.get_config("smoke")
     config.mesh.num_devices = 1
     config.model.num_layers = 1
@@ -56,13 +56,22 @@ def all_kinds_config(rewards):
                                  max_new_tokens=new, steps=1, batch_size=8))
     config.rejection_sft.mix_sft_examples = 8
     config.distill.student_model = "tiny-1m"
-    config.stages = ("pretrain,sft,eval_base,rm,rl,ppo,trpo,rejection_sft,distill,"
+    config.opd = default_section("onpolicy_distill")
+    config.opd.update(dict(steps=1, num_prompts=4, group_size=2, max_new_tokens=new,
+                           teacher=teacher))
+    config.stages = ("pretrain,sft,eval_base,rm,rl,ppo,trpo,opd,rejection_sft,distill,"
                      "eval_final")
     return config
 
 
 def test_every_stage_kind_runs_one_step_in_one_run(tmp_path, varied_reward):
-    config = all_kinds_config(varied_reward)
+    teacher = default_config.get_config("smoke")  # another run: on-policy distillation's
+    teacher.update(stages="pretrain", mesh={"num_devices": 1})
+    teacher.model.num_layers = 1
+    teacher.pretrain.steps = 1
+    train_and_evaluate(teacher, str(tmp_path / "teacher"))
+    config = all_kinds_config(varied_reward, str(tmp_path / "teacher"))
+    tmp_path = tmp_path / "run"
     kinds = {config[name].kind for name in config.stages.split(",")}
     assert kinds == set(KINDS), "a new stage kind needs a step in this run"
     summary = train_and_evaluate(config, str(tmp_path))

@@ -9,8 +9,8 @@ from __future__ import annotations
 import ml_collections
 
 from grpo_jax.runner.registry import Registry
-from grpo_jax.stages import (distill, evaluate, ppo, rejection_sft, reward_model, rl,
-                             supervised, trpo)
+from grpo_jax.stages import (distill, evaluate, onpolicy_distill, ppo, rejection_sft,
+                             reward_model, rl, supervised, trpo)
 
 KINDS = Registry([
     supervised.PRETRAIN,
@@ -22,6 +22,7 @@ KINDS = Registry([
     reward_model.KIND,
     rejection_sft.KIND,
     distill.KIND,
+    onpolicy_distill.KIND,
 ])
 
 

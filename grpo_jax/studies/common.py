@@ -471,7 +471,8 @@ def publish_outputs(study: Study, out: str) -> None:
 def index_table(folder: str) -> str:
     """experiments/README.md's index, generated from the published summary.json files: per
     study its question, the commit its analysis ran at, and its verdicts; a study whose
-    summary.json predates the schema (or is a mini tier's) says it is not regenerated."""
+    summary.json predates the schema (or is a mini tier's) says it is not regenerated, one
+    without any that it has not run yet."""
     from grpo_jax import studies
 
     lines = ["| study | question | published at | verdicts (claim: verdict) |",
@@ -485,7 +486,10 @@ def index_table(folder: str) -> str:
         link = f"[{name}]({name}/README.md)"
         question = (studies.get(name).question
                     ).replace("|", "\\|")
-        if not summary or summary.get("schema", 0) < 2 or summary.get("tier") != "full":
+        if not summary:
+            lines.append(f"| {link} | {question} | not run yet | - |")
+            continue
+        if summary.get("schema", 0) < 2 or summary.get("tier") != "full":
             lines.append(f"| {link} | {question} | not regenerated yet | the former results: "
                          "its README |")
             continue

@@ -21,7 +21,8 @@ import importlib
 # Every study of experiments/, in the order of experiments/README.md.
 NAMES = ("baselines", "length_bias", "difficulty_bias", "pass_at_k", "length_growth",
          "distill_vs_rl", "budget_forcing", "cold_start", "kl_beta", "off_policy", "tool_use",
-         "env_feedback", "forking_tokens", "spurious_rewards", "update_sparsity")
+         "env_feedback", "forking_tokens", "spurious_rewards", "update_sparsity", "one_shot",
+         "updates_per_batch")
 
 __all__ = ["NAMES", "get"]
 

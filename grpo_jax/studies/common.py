@@ -547,6 +547,38 @@ def per_seed(runs: StudyRuns, values: Callable[[RunRecord], Mapping[str, float]]
     return out
 
 
+def eval_values(record: RunRecord, metrics: Sequence[str], final: str = "eval_final",
+                before: str = "eval_base") -> dict:
+    """A run's held-out figures: `metrics` of its last `final` evaluation, and of its
+    `before` evaluation as "base_<metric>"."""
+    stages = last_stage_rows(record)
+    values = {name: stages.get(final, {}).get(name) for name in metrics}
+    values.update({f"base_{name}": stages.get(before, {}).get(name) for name in metrics})
+    return values
+
+
+def add_base_arm(arms: dict, source: str, metrics: Sequence[str], name: str = "base") -> None:
+    """Adds the arm `name`: the base model, from `source`'s "base_<metric>" values (each run's
+    evaluation before training: every arm of a (base, seed) starts from the same
+    parameters, so one arm's runs give the base's figures paired by (base, seed))."""
+    if source not in arms:
+        return
+    entry = arms[source]
+    arms[name] = {"seeds": list(entry["seeds"]), "bases": list(entry["bases"]),
+                  "metrics": {m: list(entry["metrics"].get(f"base_{m}",
+                                                          [None] * len(entry["seeds"])))
+                              for m in metrics}}
+
+
+def constant_arm(arms: dict, like: str, name: str, metric: str, value: float) -> None:
+    """Adds the pseudo-arm `name` holding `value` of `metric` for each (base, seed) of
+    `like`: a contrast against it tests a run's value against a fixed bar."""
+    if like in arms:
+        n = len(arms[like]["seeds"])
+        arms[name] = {"seeds": list(arms[like]["seeds"]), "bases": list(arms[like]["bases"]),
+                      "metrics": {metric: [value] * n}}
+
+
 def cell(values: Sequence[float], scale: float = 100.0, digits: int = 1) -> str:
     """Mean ± the half-width of the 95% t interval over seeds, as a table cell."""
     return sweep.format_interval(sweep.interval([v for v in values if v is not None]),

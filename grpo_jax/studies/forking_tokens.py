@@ -116,9 +116,7 @@ def measure(runs: common.StudyRuns) -> None:
 # ---- the analysis ---------------------------------------------------------------------------
 
 def _values(record) -> dict:
-    stages = common.last_stage_rows(record)
-    values = {"pass@1": stages.get("eval_final", {}).get("pass@1"),
-              "base_pass@1": stages.get("eval_base", {}).get("pass@1")}
+    values = common.eval_values(record, ("pass@1",))
     path = storage.join(record.workdir, "tokens.json")
     if storage.isfile(path):
         measured = json.loads(storage.read_text(path))
@@ -131,13 +129,8 @@ def _values(record) -> dict:
 def analyze(runs: common.StudyRuns) -> common.Analysis:
     arms = common.per_seed(runs, _values)
     arms = {name: arms[name] for name in SELECTION if name in arms}
-    if ALL in arms:
-        source = arms[ALL]
-        n = len(source["seeds"])
-        arms["base"] = {"seeds": list(source["seeds"]), "bases": list(source["bases"]),
-                        "metrics": {"pass@1": list(source["metrics"]["base_pass@1"])}}
-        arms[EVEN] = {"seeds": list(source["seeds"]), "bases": list(source["bases"]),
-                      "metrics": {"kl_top20_share": [FRACTION] * n}}
+    common.add_base_arm(arms, ALL, ("pass@1",))
+    common.constant_arm(arms, ALL, EVEN, "kl_top20_share", FRACTION)
     curves = {name: [common.training_rows(r) for r in runs.arm(name) if r.finished]
               for name in SELECTION}
     return common.Analysis(arms=arms, specs=SPECS, table=table(arms),

@@ -55,21 +55,10 @@ def arm_configs(tier: str) -> dict:
     return {arm: arm_config(arm, tier) for arm in REWARDS}
 
 
-def _values(record) -> dict:
-    stages = common.last_stage_rows(record)
-    values = {name: stages.get("eval_final", {}).get(name) for name in METRICS}
-    values.update({f"base_{name}": stages.get("eval_base", {}).get(name) for name in METRICS})
-    return values
-
-
 def analyze(runs: common.StudyRuns) -> common.Analysis:
-    arms = common.per_seed(runs, _values)
+    arms = common.per_seed(runs, lambda r: common.eval_values(r, METRICS))
     arms = {name: arms[name] for name in REWARDS if name in arms}
-    if TRUE in arms:
-        source = arms[TRUE]
-        arms["base"] = {"seeds": list(source["seeds"]), "bases": list(source["bases"]),
-                        "metrics": {name: list(source["metrics"][f"base_{name}"])
-                                    for name in METRICS}}
+    common.add_base_arm(arms, TRUE, METRICS)
     curves = {name: [common.training_rows(r) for r in runs.arm(name) if r.finished]
               for name in REWARDS}
     return common.Analysis(arms=arms, specs=SPECS, table=table(arms),

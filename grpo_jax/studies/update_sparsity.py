@@ -108,10 +108,7 @@ def _values(record) -> dict:
 def analyze(runs: common.StudyRuns) -> common.Analysis:
     arms = common.per_seed(runs, _values)
     arms = {name: arms[name] for name in (RL, SFT) if name in arms}
-    if RL in arms:
-        n = len(arms[RL]["seeds"])
-        arms[RANK_BAR] = {"seeds": list(arms[RL]["seeds"]), "bases": list(arms[RL]["bases"]),
-                          "metrics": {"relative_rank": [0.8] * n}}
+    common.constant_arm(arms, RL, RANK_BAR, "relative_rank", 0.8)
     return common.Analysis(arms=arms, specs=SPECS, table=table(arms))
 
 

@@ -1,0 +1,124 @@
+"""When does reusing a rollout batch help, and when does the clip start to bind?
+
+The main job (configs/default.py: arithmetic, the tiny-1m model) from the main base (1500
+pretraining steps; seeds 0 and 1), arms of the same GRPO stage (60 rollout batches of 16
+prompts x 8 completions) that differ in mu, the passes over each batch (`rl.num_iterations`,
+one optimizer step per pass), and in the clip:
+
+* `mu=1`: one step per batch (the main job: the ratio is 1, the clip never binds);
+* `mu=2`, `mu=4`: two and four steps per batch with PPO's clip (epsilon 0.2);
+* `mu=4, no clip`: four steps with epsilon 1e6 (the ratio unclipped: the plain importance-
+  weighted policy gradient).
+
+Every arm sees the same rollouts' budget (60 x 128 completions); the learning-rate schedule
+spans each arm's own number of optimizer steps. Logged per run: held-out pass@1 and the
+training clip fraction and KL to the reference over the steps.
+"""
+
+from __future__ import annotations
+
+import math
+
+from grpo_jax.studies import common
+
+ARMS = {"mu=1": (1, 0.2), "mu=2": (2, 0.2), "mu=4": (4, 0.2), "mu=4, no clip": (4, 1e6)}
+METRICS = ("pass@1", "format_rate")
+PASS_MARGIN = 0.03
+
+SPECS = [("mu=2", "mu=1", "pass@1"), ("mu=4", "mu=1", "pass@1"),
+         ("mu=4, no clip", "mu=4", "pass@1"), ("mu=4", "mu=2", "clip_frac"),
+         ("mu=1", "base", "pass@1")]
+
+
+def base_config(tier: str):
+    """The main job's pretraining (1500 steps; the smoke preset's 3 at the mini tier)."""
+    config = common.main_job(common.preset(tier))
+    config.stages = "pretrain"
+    return config
+
+
+def arm_config(arm: str, tier: str = "full"):
+    """One arm's run from the base in model.init_from: the held-out evaluation, GRPO with the
+    arm's passes per batch and clip range, the evaluation again (host loop: several passes
+    per batch)."""
+    config = common.main_job(common.preset(tier))
+    config.stages = "eval_base,rl,eval_final"
+    del config.pretrain
+    config.model.init_from = ""  # the base's workdir, set by the study per base
+    config.rl.num_iterations, config.rl.epsilon = ARMS[arm]
+    config.rl.fused_steps = 0  # the device loop takes one update per iteration
+    return config
+
+
+def arm_configs(tier: str) -> dict:
+    return {arm: arm_config(arm, tier) for arm in ARMS}
+
+
+def _values(record) -> dict:
+    values = common.eval_values(record, METRICS)
+    rows = common.training_rows(record)
+    for name in ("clip_frac", "kl_ref"):
+        series = [r[name] for r in rows if r.get(name) is not None and math.isfinite(r[name])]
+        values[name] = sum(series) / len(series) if series else None
+    return values
+
+
+def analyze(runs: common.StudyRuns) -> common.Analysis:
+    arms = common.per_seed(runs, _values)
+    arms = {name: arms[name] for name in ARMS if name in arms}
+    common.add_base_arm(arms, "mu=1", METRICS)
+    curves = {name: [common.training_rows(r) for r in runs.arm(name) if r.finished]
+              for name in ARMS}
+    return common.Analysis(arms=arms, specs=SPECS, table=table(arms),
+                           plots=lambda out: common.curve_panels(
+                               curves, (("reward_mean", "training reward"),
+                                        ("clip_frac", "clip fraction"),
+                                        ("kl_ref", "KL to the reference")), out))
+
+
+def table(arms: dict) -> str:
+    lines = ["| policy | runs | pass@1 | format rate | clip fraction (training mean) | KL to "
+             "the reference (training mean) |", "|---|---|---|---|---|---|"]
+    for name in ("base", *ARMS):
+        if name in arms:
+            m = arms[name]["metrics"]
+            clip = common.cell(m["clip_frac"]) if m.get("clip_frac") else "-"
+            kl = common.cell(m["kl_ref"], 1.0, 4) if m.get("kl_ref") else "-"
+            lines.append(f"| {name} | {len(arms[name]['seeds'])} | {common.cell(m['pass@1'])} "
+                         f"| {common.cell(m['format_rate'])} | {clip} | {kl} |")
+    lines += ["", ("pass@1, format and clip fraction in %, the KL in nats per token; mean ± "
+                   "95% half-width over (base, seed) runs.")]
+    return "\n".join(lines) + "\n"
+
+
+SOURCE = ("Schulman et al. 2017, \"Proximal Policy Optimization Algorithms\", "
+          "arXiv:1707.06347, sec. 3 and 6.1 (close paraphrase)")
+CLAIMS = (
+    common.Claim("the clipped objective enables multiple epochs of minibatch updates on the "
+                 "same samples, improving on one gradient step per sample",
+                 SOURCE + "; tested as mu = 4 against mu = 1 at the same rollouts",
+                 ("mu=4", "mu=1", "pass@1"), ">", margin=PASS_MARGIN),
+    common.Claim("without clipping or a penalty, optimizing the surrogate over several "
+                 "epochs leads to destructively large policy updates and worse results",
+                 SOURCE + " (the 'no clipping or penalty' row of table 1)",
+                 ("mu=4, no clip", "mu=4", "pass@1"), "<", margin=PASS_MARGIN),
+)
+
+STUDY = common.Study(
+    name="updates_per_batch",
+    question="does GRPO gain from 2 or 4 passes over each rollout batch, and what does the "
+             "clip do at 4, paired by seed?",
+    tiers={
+        "full": common.Tier(bases=(0, 1), seeds=(0, 1, 2),
+                            cost="about 40 min on 2 cores (estimated: the 2 main bases, "
+                                 "shared with the other studies of the main base; 24 runs on "
+                                 "the host loop, the mu = 4 arms with four update passes)"),
+        "mini": common.Tier(bases=(0,), seeds=(0, 1),
+                            cost="about 20 s on 2 cores (estimated: 8 toy runs)"),
+    },
+    arms=tuple(ARMS),
+    base_config=base_config,
+    arm_configs=arm_configs,
+    analyze=analyze,
+    claims=CLAIMS,
+)

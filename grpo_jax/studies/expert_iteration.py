@@ -1,0 +1,120 @@
+"""Expert iteration against GRPO at equal samples: is filtered SFT on the policy's own verified
+samples as good as the policy gradient?
+
+The main job (configs/default.py: arithmetic, the tiny-1m model) from the main base (1500
+pretraining steps; seeds 0 and 1), two arms that draw the same number of samples from their
+own current policy (7,680: 60 x 128):
+
+* `GRPO`: the main job's GRPO stage (60 steps of 16 prompts x 8 completions);
+* `expert iteration`: four rounds of rejection-sampling SFT (`rejection_sft`), each sampling
+  8 completions of 240 training problems from the current policy (1,920 samples), keeping
+  the verified-correct, well-formed, distinct ones, and fine-tuning on them for 15 steps of
+  32 (60 optimizer steps in all, the stage's default learning rate 1e-3).
+"""
+
+from __future__ import annotations
+
+from grpo_jax.studies import common
+
+GRPO, EI = "GRPO", "expert iteration"
+ROUNDS, PROBLEMS, SAMPLES, SFT_STEPS = 4, 240, 8, 15
+METRICS = ("pass@1", "pass@8", "format_rate")
+PASS_MARGIN = 0.03
+SPECS = [(EI, GRPO, "pass@1"), (EI, "base", "pass@1"), (GRPO, "base", "pass@1"),
+         (EI, GRPO, "pass@8")]
+
+
+def base_config(tier: str):
+    """The main job's pretraining (1500 steps; the smoke preset's 3 at the mini tier)."""
+    config = common.main_job(common.preset(tier))
+    config.stages = "pretrain"
+    return config
+
+
+def arm_config(arm: str, tier: str = "full"):
+    """One arm's run from the base in model.init_from, evaluated before and after."""
+    from grpo_jax.stages import default_section
+
+    config = common.main_job(common.preset(tier))
+    del config.pretrain
+    config.model.init_from = ""  # the base's workdir, set by the study per base
+    if arm == GRPO:
+        config.stages = "eval_base,rl,eval_final"
+        return config
+    rounds = []
+    problems, steps, batch = (PROBLEMS, SFT_STEPS, 32) if tier == "full" else (8, 1, 8)
+    for index in range(ROUNDS):
+        name = f"ei{index + 1}"
+        config[name] = default_section("rejection_sft")
+        config[name].update(num_problems=problems, num_samples=SAMPLES, steps=steps,
+                            batch_size=batch, max_new_tokens=config.rl.max_new_tokens)
+        rounds.append(name)
+    config.stages = ",".join(["eval_base", *rounds, "eval_final"])
+    del config.rl
+    return config
+
+
+def arm_configs(tier: str) -> dict:
+    return {arm: arm_config(arm, tier) for arm in (GRPO, EI)}
+
+
+def _values(record) -> dict:
+    values = common.eval_values(record, METRICS)
+    kept = [r.get("kept") for r in common.last_stage_rows(record).values()
+            if r.get("kept") is not None]  # expert iteration's rounds
+    values["kept"] = sum(kept) if kept else None
+    return values
+
+
+def analyze(runs: common.StudyRuns) -> common.Analysis:
+    arms = common.per_seed(runs, _values)
+    arms = {name: arms[name] for name in (GRPO, EI) if name in arms}
+    common.add_base_arm(arms, GRPO, METRICS)
+    return common.Analysis(arms=arms, specs=SPECS, table=table(arms))
+
+
+def table(arms: dict) -> str:
+    lines = ["| policy | runs | pass@1 | pass@8 | format rate | samples kept and trained on |",
+             "|---|---|---|---|---|---|"]
+    for name in ("base", GRPO, EI):
+        if name in arms:
+            m = arms[name]["metrics"]
+            kept = [v for v in m.get("kept", []) if v is not None]
+            lines.append(f"| {name} | {len(arms[name]['seeds'])} | {common.cell(m['pass@1'])} | "
+                         f"{common.cell(m['pass@8'])} | {common.cell(m['format_rate'])} | "
+                         f"{common.cell(kept, 1.0, 0) if kept else '-'} |")
+    lines += ["", ("In %, mean ± 95% half-width over (base, seed) runs; 128 held-out problems "
+                   "x 8 samples. Both arms sample 7,680 completions from their own current "
+                   "policy.")]
+    return "\n".join(lines) + "\n"
+
+
+SOURCE = ("Havrilla et al. 2024, \"Teaching Large Language Models to Reason with "
+          "Reinforcement Learning\", arXiv:2403.04642, abstract (close paraphrase)")
+CLAIMS = (
+    common.Claim("expert iteration performs comparably to (or better than) the policy "
+                 "gradient methods at a similar sample budget", SOURCE + "; their RL is PPO, "
+                 "here GRPO", (EI, GRPO, "pass@1"), "=", margin=PASS_MARGIN),
+    common.Claim("RL fine-tuning improves maj@1 without improving pass@n much beyond "
+                 "supervised fine-tuning", SOURCE + "; tested at n = 8 as expert iteration "
+                 "against GRPO", (EI, GRPO, "pass@8"), "=", margin=PASS_MARGIN,
+                 note="8 samples per problem: pass@8 on this task is near its ceiling"),
+)
+
+STUDY = common.Study(
+    name="expert_iteration",
+    question="does expert iteration (four rounds of SFT on the policy's own verified samples) "
+             "match GRPO at the same 7,680 samples, paired by seed?",
+    tiers={
+        "full": common.Tier(bases=(0, 1), seeds=(0, 1, 2),
+                            cost="about 25 min on 2 cores (estimated: the 2 main bases, "
+                                 "shared with the other studies of the main base; 12 runs)"),
+        "mini": common.Tier(bases=(0,), seeds=(0, 1),
+                            cost="about 20 s on 2 cores (estimated: 4 toy runs)"),
+    },
+    arms=(GRPO, EI),
+    base_config=base_config,
+    arm_configs=arm_configs,
+    analyze=analyze,
+    claims=CLAIMS,
+)

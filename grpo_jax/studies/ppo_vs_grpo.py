@@ -1,0 +1,138 @@
+"""PPO with a critic against GRPO at equal samples, and GRPO's group size.
+
+From the main base (configs/default.py's pretraining, 1500 steps; seeds 0 and 1), arms that
+each sample 60 batches of 128 completions:
+
+* `PPO`: configs/ppo.py's stage (a critic initialised from the policy, GAE, a per-token KL
+  reward, 2 epochs x 2 minibatches per batch), on 128 prompts x 1 completion;
+* `GRPO G=2`, `G=4`, `G=8`, `G=16`: the main job's GRPO stage on 128 / G prompts x G
+  completions (G = 8 is the main job).
+
+Measured per run: held-out pass@1, and per training step the seconds of sampling and of the
+update (means over the steps; the runs of a study run one after another in one process).
+"""
+
+from __future__ import annotations
+
+import math
+
+from grpo_jax.studies import common
+
+PPO = "PPO"
+GROUPS = {"GRPO G=2": 2, "GRPO G=4": 4, "GRPO G=8": 8, "GRPO G=16": 16}
+MAIN = "GRPO G=8"
+ARMS = (PPO, *GROUPS)
+METRICS = ("pass@1", "format_rate")
+TIMES = ("sample_time_s", "update_time_s", "step_time_s")
+PASS_MARGIN = 0.03
+SPECS = [(MAIN, PPO, "pass@1"), (MAIN, PPO, "update_time_s"), ("GRPO G=16", "GRPO G=2", "pass@1"),
+         ("GRPO G=4", "GRPO G=2", "pass@1"), (PPO, "base", "pass@1")]
+
+
+def base_config(tier: str):
+    """The main job's pretraining (1500 steps; the smoke preset's 3 at the mini tier)."""
+    config = common.main_job(common.preset(tier))
+    config.stages = "pretrain"
+    return config
+
+
+def arm_config(arm: str, tier: str = "full"):
+    """One arm's run from the base in model.init_from, evaluated before and after: GRPO with
+    group size G on the main job's samples per step, or configs/ppo.py's PPO stage on the
+    same samples per step."""
+    from grpo_jax.stages import default_section
+
+    config = common.main_job(common.preset(tier))
+    del config.pretrain
+    config.model.init_from = ""  # the base's workdir, set by the study per base
+    samples = config.rl.num_prompts * config.rl.group_size
+    config.rl.fused_steps = 0  # the host loop for every arm, as PPO runs
+    if arm in GROUPS:
+        config.rl.group_size = GROUPS[arm]
+        config.rl.num_prompts = max(samples // GROUPS[arm], 1)
+        config.stages = "eval_base,rl,eval_final"
+        return config
+    config.ppo = default_section("ppo")
+    config.ppo.update(steps=config.rl.steps, num_prompts=samples, group_size=1,
+                      num_iterations=2, num_minibatches=2, lr=2e-4, critic_lr=1e-3, beta=0.01,
+                      max_new_tokens=config.rl.max_new_tokens, rewards=config.rl.rewards)
+    config.stages = "eval_base,ppo,eval_final"
+    del config.rl
+    return config
+
+
+def arm_configs(tier: str) -> dict:
+    return {arm: arm_config(arm, tier) for arm in ARMS}
+
+
+def _values(record) -> dict:
+    values = common.eval_values(record, METRICS)
+    rows = common.training_rows(record)
+    for name in TIMES:
+        series = [r[name] for r in rows[1:] if r.get(name) is not None
+                  and math.isfinite(r[name])]  # the first step compiles
+        values[name] = sum(series) / len(series) if series else None
+    return values
+
+
+def analyze(runs: common.StudyRuns) -> common.Analysis:
+    arms = common.per_seed(runs, _values)
+    arms = {name: arms[name] for name in ARMS if name in arms}
+    common.add_base_arm(arms, MAIN, METRICS)
+    return common.Analysis(arms=arms, specs=SPECS, table=table(arms))
+
+
+def table(arms: dict) -> str:
+    lines = ["| policy | runs | pass@1 | format rate | sampling s/step | update s/step |",
+             "|---|---|---|---|---|---|"]
+    for name in ("base", *ARMS):
+        if name in arms:
+            m = arms[name]["metrics"]
+
+            def time(metric, m=m):
+                values = [v for v in m.get(metric, []) if v is not None]
+                return common.cell(values, 1.0, 3) if values else "-"
+
+            lines.append(f"| {name} | {len(arms[name]['seeds'])} | {common.cell(m['pass@1'])} | "
+                         f"{common.cell(m['format_rate'])} | {time('sample_time_s')} | "
+                         f"{time('update_time_s')} |")
+    lines += ["", ("pass@1 and format in %, seconds per training step (the first, compiling, "
+                   "left out); mean ± 95% half-width over (base, seed) runs. By construction "
+                   "PPO holds seven parameter-sized buffers (policy, critic, reference, Adam's "
+                   "two moments for policy and critic), GRPO with a KL term four (policy, "
+                   "reference, two moments).")]
+    return "\n".join(lines) + "\n"
+
+
+SOURCE = ("Shao et al. 2024, \"DeepSeekMath: Pushing the Limits of Mathematical Reasoning in "
+          "Open Language Models\", arXiv:2402.03300, sec. 4.1 (close paraphrase)")
+CLAIMS = (
+    common.Claim("GRPO foregoes the critic model, estimating the baseline from group scores, "
+                 "significantly reducing training resources", SOURCE + "; tested as the "
+                 "update's seconds per step, GRPO G=8 against PPO at the same samples",
+                 (MAIN, PPO, "update_time_s"), "<",
+                 note="PPO as configs/ppo.py runs it: 2 epochs x 2 minibatches per batch, so "
+                      "part of the cost is its four optimizer steps"),
+    common.Claim("GRPO is as effective as PPO without the value function", SOURCE + "; a "
+                 "reading of sec. 4.1, not a quoted result; tested as held-out pass@1 within "
+                 "3 points", (MAIN, PPO, "pass@1"), "=", margin=PASS_MARGIN),
+)
+
+STUDY = common.Study(
+    name="ppo_vs_grpo",
+    question="does GRPO (G in 2, 4, 8, 16) match PPO with a critic at the same 7,680 samples, "
+             "and at what cost per step, paired by seed?",
+    tiers={
+        "full": common.Tier(bases=(0, 1), seeds=(0, 1, 2),
+                            cost="about 50 min on 2 cores (estimated: the 2 main bases, "
+                                 "shared with the other studies of the main base; 30 runs, "
+                                 "PPO's the longest)"),
+        "mini": common.Tier(bases=(0,), seeds=(0, 1),
+                            cost="about 30 s on 2 cores (estimated: 10 toy runs)"),
+    },
+    arms=ARMS,
+    base_config=base_config,
+    arm_configs=arm_configs,
+    analyze=analyze,
+    claims=CLAIMS,
+)

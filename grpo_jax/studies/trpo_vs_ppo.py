@@ -1,0 +1,144 @@
+"""Does PPO keep TRPO's stability at first-order cost?
+
+From the main base (configs/default.py's pretraining, 1500 steps; seeds 0 and 1), arms that
+each sample 60 batches of 128 completions on the host loop:
+
+* `TRPO`: one natural-gradient step per batch (conjugate gradient on Fisher-vector
+  products, a line search under a mean KL of 0.01), on 16 prompts x 8 completions with
+  group-normalised advantages (configs/trpo.py's stage);
+* `PPO lr 2e-4`, `PPO lr 2e-3`, `PPO lr 2e-2`: configs/ppo.py's stage (critic, GAE, 2 epochs
+  x 2 minibatches of the clipped surrogate) on 128 prompts x 1 completion, at its learning
+  rate and 10x and 100x it.
+
+Measured per run: held-out pass@1, the largest per-step KL between consecutive policies over
+training (`kl_step`: TRPO's accepted step; PPO's between the batch's sampler and the updated
+policy), and the update's seconds per step (after the first, compiling, step).
+"""
+
+from __future__ import annotations
+
+import math
+
+from grpo_jax.studies import common
+
+TRPO = "TRPO"
+PPO_LRS = {"PPO lr 2e-4": 2e-4, "PPO lr 2e-3": 2e-3, "PPO lr 2e-2": 2e-2}
+PPO = "PPO lr 2e-4"
+ARMS = (TRPO, *PPO_LRS)
+METRICS = ("pass@1", "format_rate")
+PASS_MARGIN = 0.03
+SPECS = [(PPO, TRPO, "update_time_s"), (PPO, TRPO, "pass@1"), ("PPO lr 2e-3", PPO, "pass@1"),
+         ("PPO lr 2e-2", PPO, "pass@1"), (PPO, TRPO, "kl_step_max"), (TRPO, "base", "pass@1")]
+
+
+def base_config(tier: str):
+    """The main job's pretraining (1500 steps; the smoke preset's 3 at the mini tier)."""
+    config = common.main_job(common.preset(tier))
+    config.stages = "pretrain"
+    return config
+
+
+def arm_config(arm: str, tier: str = "full"):
+    """One arm's run from the base in model.init_from, evaluated before and after."""
+    from grpo_jax.stages import default_section
+
+    config = common.main_job(common.preset(tier))
+    del config.pretrain
+    config.model.init_from = ""  # the base's workdir, set by the study per base
+    rl = config.rl
+    samples = rl.num_prompts * rl.group_size
+    shared = dict(steps=rl.steps, max_new_tokens=rl.max_new_tokens, rewards=rl.rewards)
+    if arm == TRPO:
+        config.trpo = default_section("trpo")
+        config.trpo.update(num_prompts=rl.num_prompts, group_size=rl.group_size, **shared)
+    else:
+        config.ppo = default_section("ppo")
+        config.ppo.update(num_prompts=samples, group_size=1, num_iterations=2,
+                          num_minibatches=2, lr=PPO_LRS[arm], critic_lr=1e-3, beta=0.01,
+                          **shared)
+    name = "trpo" if arm == TRPO else "ppo"
+    config.stages = f"eval_base,{name},eval_final"
+    del config.rl
+    return config
+
+
+def arm_configs(tier: str) -> dict:
+    return {arm: arm_config(arm, tier) for arm in ARMS}
+
+
+def _values(record) -> dict:
+    values = common.eval_values(record, METRICS)
+    rows = common.training_rows(record)
+    kl = [r["kl_step"] for r in rows if r.get("kl_step") is not None]
+    values["kl_step_max"] = max(kl) if kl and all(math.isfinite(v) for v in kl) else None
+    times = [r["update_time_s"] for r in rows[1:] if r.get("update_time_s") is not None]
+    values["update_time_s"] = sum(times) / len(times) if times else None
+    return values
+
+
+def analyze(runs: common.StudyRuns) -> common.Analysis:
+    arms = common.per_seed(runs, _values)
+    arms = {name: arms[name] for name in ARMS if name in arms}
+    common.add_base_arm(arms, TRPO, METRICS)
+    curves = {name: [common.training_rows(r) for r in runs.arm(name) if r.finished]
+              for name in ARMS}
+    return common.Analysis(arms=arms, specs=SPECS, table=table(arms),
+                           plots=lambda out: common.curve_panels(
+                               curves, (("reward_mean", "training reward"),
+                                        ("kl_step", "KL between consecutive policies")), out))
+
+
+def table(arms: dict) -> str:
+    lines = ["| policy | runs | pass@1 | format rate | largest per-step KL | update s/step |",
+             "|---|---|---|---|---|---|"]
+    for name in ("base", *ARMS):
+        if name in arms:
+            m = arms[name]["metrics"]
+
+            def raw(metric, digits, m=m):
+                values = [v for v in m.get(metric, []) if v is not None]
+                return common.cell(values, 1.0, digits) if values else "-"
+
+            lines.append(f"| {name} | {len(arms[name]['seeds'])} | {common.cell(m['pass@1'])} | "
+                         f"{common.cell(m['format_rate'])} | {raw('kl_step_max', 4)} | "
+                         f"{raw('update_time_s', 3)} |")
+    lines += ["", ("pass@1 and format in %, KL in nats per token, seconds per step; mean ± "
+                   "95% half-width over (base, seed) runs.")]
+    return "\n".join(lines) + "\n"
+
+
+SOURCE = ("Schulman et al. 2017, \"Proximal Policy Optimization Algorithms\", "
+          "arXiv:1707.06347, abstract (close paraphrase)")
+CLAIMS = (
+    common.Claim("PPO has some of the benefits of TRPO but is simpler, using only first-order "
+                 "optimization", SOURCE + "; tested as the update's seconds per step, PPO "
+                 "below TRPO", (PPO, TRPO, "update_time_s"), "<",
+                 note="PPO here runs four optimizer steps per batch and a critic; TRPO one "
+                      "natural step with 10 conjugate-gradient iterations and a line search"),
+    common.Claim("PPO has better sample complexity than TRPO (empirically)", SOURCE +
+                 "; tested as held-out pass@1 at the same 7,680 samples",
+                 (PPO, TRPO, "pass@1"), ">", margin=PASS_MARGIN),
+    common.Claim("PPO keeps TRPO's stability: the clipped updates stay reliable when the step "
+                 "size grows", SOURCE + "; tested as pass@1 at 10x PPO's learning rate within "
+                 "3 points of it (this study's reading of 'stability')",
+                 ("PPO lr 2e-3", PPO, "pass@1"), "=", margin=PASS_MARGIN),
+)
+
+STUDY = common.Study(
+    name="trpo_vs_ppo",
+    question="does PPO match TRPO's stability (per-step KL, learning rates 1x to 100x) at "
+             "first-order cost per step, at the same 7,680 samples, paired by seed?",
+    tiers={
+        "full": common.Tier(bases=(0, 1), seeds=(0, 1, 2),
+                            cost="about 50 min on 2 cores (estimated: the 2 main bases, "
+                                 "shared with the other studies of the main base; 24 runs, "
+                                 "18 of them PPO)"),
+        "mini": common.Tier(bases=(0,), seeds=(0, 1),
+                            cost="about 25 s on 2 cores (estimated: 8 toy runs)"),
+    },
+    arms=ARMS,
+    base_config=base_config,
+    arm_configs=arm_configs,
+    analyze=analyze,
+    claims=CLAIMS,
+)

@@ -190,6 +190,10 @@ def run_eval(run, stage) -> None:
     if "correct_call" in records[0]["components"]:
         figures["correct_call_rate"] = float(np.mean([r["components"]["correct_call"]
                                                       for r in records]))
+    # the mean of every reward the samples were scored with (e.g. the language consistency
+    # a study measures), as the RL steps log theirs
+    for name in records[0]["components"]:
+        figures[f"reward/{name}"] = float(np.mean([r["components"][name] for r in records]))
     figures["eval_time_s"] = time.time() - t0
     run.evals[stage.name] = figures
     flat = {k: v for k, v in figures.items() if isinstance(v, (int, float))}

@@ -571,12 +571,13 @@ def add_base_arm(arms: dict, source: str, metrics: Sequence[str], name: str = "b
 
 
 def constant_arm(arms: dict, like: str, name: str, metric: str, value: float) -> None:
-    """Adds the pseudo-arm `name` holding `value` of `metric` for each (base, seed) of
-    `like`: a contrast against it tests a run's value against a fixed bar."""
+    """Adds to the pseudo-arm `name` (made if new) `value` of `metric` for each (base, seed)
+    of `like`: a contrast against it tests a run's value against a fixed bar."""
     if like in arms:
         n = len(arms[like]["seeds"])
-        arms[name] = {"seeds": list(arms[like]["seeds"]), "bases": list(arms[like]["bases"]),
-                      "metrics": {metric: [value] * n}}
+        entry = arms.setdefault(name, {"seeds": list(arms[like]["seeds"]),
+                                       "bases": list(arms[like]["bases"]), "metrics": {}})
+        entry["metrics"][metric] = [value] * n
 
 
 def cell(values: Sequence[float], scale: float = 100.0, digits: int = 1) -> str:

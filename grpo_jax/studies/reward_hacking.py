@@ -1,0 +1,157 @@
+"""Does RL against a learned reward model raise the model's score while true accuracy falls?
+
+From the main base (configs/default.py's pretraining, 1500 steps; seeds 0 and 1), every run
+first trains a Bradley-Terry reward model from the base (`reward_model` stage: 512 pairs of
+a correct and an incorrect worked solution, 100 steps), then runs the main job's GRPO stage
+with one of two rewards:
+
+* `rule`: accuracy + 0.2 x format (the main job's rule reward; the reward model's score
+  logged with weight 0);
+* `reward model`: the reward model's score alone (accuracy and format logged with weight 0).
+
+Measured: held-out pass@1 after RL, and over the training rollouts the reward model's score
+and the true accuracy: their change from the first step to the mean of the last 10
+(`rm_gain`, `accuracy_gain`) and the gap between them at the end. The pseudo-arm
+`no change` holds 0 for both gains.
+"""
+
+from __future__ import annotations
+
+import math
+
+import ml_collections
+
+from grpo_jax.studies import common
+
+RULE, MODEL, ZERO = "rule", "reward model", "no change"
+REWARDS = {RULE: {"accuracy": 1.0, "format": 0.2, "reward_model": 0.0},
+           MODEL: {"reward_model": 1.0, "accuracy": 0.0, "format": 0.0}}
+METRICS = ("pass@1", "format_rate")
+PASS_MARGIN = 0.03
+SPECS = [(MODEL, ZERO, "rm_gain"), (MODEL, ZERO, "accuracy_gain"), (MODEL, RULE, "pass@1"),
+         (RULE, ZERO, "rm_gain")]
+
+
+def base_config(tier: str):
+    """The main job's pretraining (1500 steps; the smoke preset's 3 at the mini tier)."""
+    config = common.main_job(common.preset(tier))
+    config.stages = "pretrain"
+    return config
+
+
+def arm_config(arm: str, tier: str = "full"):
+    """One arm's run from the base in model.init_from: the reward model, the held-out
+    evaluation, GRPO on the arm's reward, the evaluation again."""
+    from grpo_jax.stages import default_section
+
+    config = common.main_job(common.preset(tier))
+    del config.pretrain
+    config.model.init_from = ""  # the base's workdir, set by the study per base
+    config.rm = default_section("reward_model")
+    if tier != "full":
+        config.rm.update(num_pairs=16, eval_pairs=8, steps=2, batch_size=8)
+    config.stages = "rm,eval_base,rl,eval_final"
+    config.rl.fused_steps = 0  # the reward model scores on the host
+    config.rl.reward_model = "rm"
+    config.rl.rewards = ml_collections.ConfigDict(REWARDS[arm])
+    return config
+
+
+def arm_configs(tier: str) -> dict:
+    return {arm: arm_config(arm, tier) for arm in REWARDS}
+
+
+def _gain(rows: list[dict], name: str) -> float | None:
+    series = [r.get(name) for r in rows]
+    series = [v for v in series if v is not None and math.isfinite(v)]
+    if len(series) < 2:
+        return None
+    last = series[-10:]
+    return sum(last) / len(last) - series[0]
+
+
+def _values(record) -> dict:
+    values = common.eval_values(record, METRICS)
+    rows = [r for r in common.training_rows(record) if r.get("stage", "rl") == "rl"]
+    values["rm_gain"] = _gain(rows, "reward/reward_model")
+    values["accuracy_gain"] = _gain(rows, "reward/accuracy")
+    last = rows[-10:]
+    scores = [r.get("reward/reward_model") for r in last if r.get("reward/reward_model")
+              is not None]
+    accuracy = [r.get("reward/accuracy") for r in last if r.get("reward/accuracy") is not None]
+    values["rm_score_last10"] = sum(scores) / len(scores) if scores else None
+    values["accuracy_last10"] = sum(accuracy) / len(accuracy) if accuracy else None
+    rm_rows = common.last_stage_rows(record).get("rm", {})
+    values["rm_pair_accuracy"] = rm_rows.get("eval_pair_accuracy", rm_rows.get("pair_accuracy"))
+    return values
+
+
+def analyze(runs: common.StudyRuns) -> common.Analysis:
+    arms = common.per_seed(runs, _values)
+    arms = {name: arms[name] for name in REWARDS if name in arms}
+    common.add_base_arm(arms, RULE, METRICS)
+    for metric in ("rm_gain", "accuracy_gain"):
+        common.constant_arm(arms, MODEL, ZERO, metric, 0.0)
+    curves = {name: [common.training_rows(r) for r in runs.arm(name) if r.finished]
+              for name in REWARDS}
+    return common.Analysis(arms=arms, specs=SPECS, table=table(arms),
+                           plots=lambda out: common.curve_panels(
+                               curves, (("reward/reward_model", "reward model score"),
+                                        ("reward/accuracy", "true accuracy (training)")),
+                               out))
+
+
+def table(arms: dict) -> str:
+    lines = ["| policy | runs | pass@1 | RM score, last 10 steps (change) | training accuracy, "
+             "last 10 steps (change) | RM pair accuracy |", "|---|---|---|---|---|---|"]
+    for name in ("base", *REWARDS):
+        if name not in arms:
+            continue
+        m = arms[name]["metrics"]
+
+        def cell(metric, scale=100.0, digits=1, m=m):
+            values = [v for v in m.get(metric, []) if v is not None]
+            return common.cell(values, scale, digits) if values else "-"
+
+        lines.append(f"| {name} | {len(arms[name]['seeds'])} | {cell('pass@1')} | "
+                     f"{cell('rm_score_last10', 1.0, 3)} ({cell('rm_gain', 1.0, 3)}) | "
+                     f"{cell('accuracy_last10')} ({cell('accuracy_gain')}) | "
+                     f"{cell('rm_pair_accuracy')} |")
+    lines += ["", ("pass@1 and accuracies in %, the reward model's score in its own units; "
+                   "mean ± 95% half-width over (base, seed) runs. A change is the mean of the "
+                   "last 10 training steps minus the first step.")]
+    return "\n".join(lines) + "\n"
+
+
+SOURCE = ("DeepSeek-AI 2025, \"DeepSeek-R1\", arXiv:2501.12948, sec. 2.2.2 (close "
+          "paraphrase)")
+CLAIMS = (
+    common.Claim("a neural reward model may suffer from reward hacking in large-scale RL: its "
+                 "score rises", SOURCE + "; R1's reason to use rule rewards",
+                 (MODEL, ZERO, "rm_gain"), ">"),
+    common.Claim("... while what it stands for, the true accuracy, does not", SOURCE +
+                 "; tested as the training accuracy falling under RL on the reward model",
+                 (MODEL, ZERO, "accuracy_gain"), "<", margin=0.03),
+    common.Claim("rule rewards train a better policy than the neural reward model",
+                 SOURCE + "; tested as held-out pass@1", (MODEL, RULE, "pass@1"), "<",
+                 margin=PASS_MARGIN),
+)
+
+STUDY = common.Study(
+    name="reward_hacking",
+    question="does GRPO against a learned reward model raise the model's score while true "
+             "accuracy falls, against the rule reward, paired by seed?",
+    tiers={
+        "full": common.Tier(bases=(0, 1), seeds=(0, 1, 2),
+                            cost="about 30 min on 2 cores (estimated: the 2 main bases, "
+                                 "shared with the other studies of the main base; 12 runs, "
+                                 "each with its reward model)"),
+        "mini": common.Tier(bases=(0,), seeds=(0, 1),
+                            cost="about 20 s on 2 cores (estimated: 4 toy runs)"),
+    },
+    arms=tuple(REWARDS),
+    base_config=base_config,
+    arm_configs=arm_configs,
+    analyze=analyze,
+    claims=CLAIMS,
+)

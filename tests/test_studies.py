@@ -91,14 +91,20 @@ def workdir(tmp_path_factory):
     return str(tmp_path_factory.mktemp("studies"))
 
 
-# The mini tiers and the sharing checks after them run in one xdist worker (pytest.ini's
-# --dist loadgroup), so the checks see every study's runs in one workdir.
+# The mini tiers run in two xdist groups (pytest.ini's --dist loadgroup), one worker each
+# when there are two: the first eleven studies with the sharing checks after them (which
+# see those studies' runs in one workdir), and the later ones.
 STUDIES_GROUP = pytest.mark.xdist_group("studies")
+FIRST = studies.NAMES[:studies.NAMES.index("tool_use") + 1]
+
+
+def _grouped(name):
+    group = "studies" if name in FIRST else "studies_later"
+    return pytest.param(name, marks=pytest.mark.xdist_group(group), id=name)
 
 
 @pytest.mark.slow
-@STUDIES_GROUP
-@pytest.mark.parametrize("name", studies.NAMES)
+@pytest.mark.parametrize("name", [_grouped(n) for n in studies.NAMES])
 def test_mini_tier(name, workdir):
     experiments = os.path.join(ROOT, "experiments", name)
     before = _tree_digest(experiments)
@@ -130,23 +136,29 @@ def test_mini_tier(name, workdir):
         summary_lib.to_json(result))["arms"]
 
 
+def _run_here(workdir) -> tuple[str, ...]:
+    """The studies whose mini tier ran in this workdir (skips unless the first eleven
+    did)."""
+    ran = tuple(n for n in studies.NAMES
+                if os.path.exists(os.path.join(workdir, n, "out", "summary.json")))
+    if not set(FIRST) <= set(ran):
+        pytest.skip("needs the first studies' mini tiers above in the same process")
+    return ran
+
+
 @STUDIES_GROUP
 def test_studies_asking_for_one_base_config_share_it(workdir):
     """After the mini tiers above: the studies that start from the main job's pretraining
     share one base run, and every base directory is one some study asked for."""
-    if not os.path.isdir(os.path.join(workdir, "bases")):
-        pytest.skip("needs the mini tiers above in the same process")
     asked: dict[str, set] = {}
-    for name in studies.NAMES:
+    for name in _run_here(workdir):
         path = os.path.join(workdir, name, "out", "summary.json")
-        if not os.path.exists(path):
-            pytest.skip("needs every mini tier above in the same process")
         with open(path, encoding="utf-8") as f:
             for base in json.load(f)["protocol"]["bases"].values():
                 for directory in base["roles"].values():
                     asked.setdefault(directory, set()).add(name)
     assert sorted(os.listdir(os.path.join(workdir, "bases"))) == sorted(asked)
-    config = common.for_tier(common.main_job("smoke"), "mini")
+    config = common.for_tier_base(common.main_job("smoke"), "mini")
     config.stages, config.seed = "pretrain", 0
     main_base = f"s0-{common.config_hash(config)[:10]}"
     assert {"off_policy", "cold_start", "kl_beta"} <= asked[main_base]
@@ -158,10 +170,8 @@ def test_studies_asking_for_one_run_share_it(workdir):
     by some study, and a run two studies ask for (length_growth's redo arm is length_bias's
     grpo arm) is made once."""
     users: dict[str, set] = {}
-    for name in studies.NAMES:
+    for name in _run_here(workdir):
         path = os.path.join(workdir, name, "out", "summary.json")
-        if not os.path.exists(path):
-            pytest.skip("needs every mini tier above in the same process")
         with open(path, encoding="utf-8") as f:
             loaded = json.load(f)
         for record in common.plan(studies.get(name), "mini", workdir, _bases(loaded, workdir)):

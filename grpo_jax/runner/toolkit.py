@@ -70,7 +70,7 @@ def progress(stage, total: int, initial: int, *, interval: float = PLAIN_PROGRES
 
 def prompt_text(run, example, tools=None) -> str:
     """The example's prompt in the run's template (`prompts.prompt_of`)."""
-    return prompt_of(run.config, run.task, run.tokenizer, example, tools)
+    return prompt_of(run.config, getattr(run, "task", None), run.tokenizer, example, tools)
 
 
 def sampling_config(run, *, max_new_tokens: int, temperature: float, top_k: int = 0,

@@ -639,6 +639,30 @@ def curve_panels(curves: Mapping[str, Sequence[Sequence[dict]]],
     save_figure(fig, out, name)
 
 
+def bar_plot(arms: Mapping[str, dict], metrics: Sequence[tuple[str, str, float]], out: str,
+             name: str = "arms.png") -> None:
+    """`out/name`: one panel per (metric, title, scale) with each arm's mean over its runs
+    and the 95% t interval as an error bar."""
+    import numpy as np
+
+    plt = pyplot()
+    fig, axes = plt.subplots(1, len(metrics), figsize=(4.6 * len(metrics), 3.4), squeeze=False)
+    for ax, (metric, title, scale) in zip(axes[0], metrics):
+        labels = [label for label, entry in arms.items() if metric in entry["metrics"]]
+        means, halves = [], []
+        for label in labels:
+            stats = sweep.interval([v for v in arms[label]["metrics"][metric] if v is not None])
+            means.append(stats["mean"] * scale if stats["n"] else np.nan)
+            halves.append((stats["ci95"][1] - stats["ci95"][0]) / 2 * scale
+                          if stats["n"] > 1 else 0.0)
+        ax.bar(range(len(labels)), np.nan_to_num(means), yerr=np.nan_to_num(halves),
+               capsize=4, color=[f"C{i}" for i in range(len(labels))])
+        ax.set_xticks(range(len(labels)), [label.replace(" ", "\n", 1) for label in labels],
+                      fontsize=7)
+        ax.set_title(f"{title}, 95% interval over runs", fontsize=9)
+    save_figure(fig, out, name)
+
+
 def save_figure(fig, out: str, name: str) -> None:
     """Lays `fig` out, writes it to `out/name` (PNG, 120 dpi) and closes it."""
     fig.tight_layout()

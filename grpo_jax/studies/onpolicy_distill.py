@@ -77,7 +77,10 @@ def analyze(runs: common.StudyRuns) -> common.Analysis:
     arms = common.per_seed(runs, _values)
     arms = {name: arms[name] for name in (OPD, R1, RL) if name in arms}
     common.add_base_arm(arms, RL, METRICS, name="student")
-    return common.Analysis(arms=arms, specs=SPECS, table=table(arms))
+    return common.Analysis(arms=arms, specs=SPECS, table=table(arms),
+                           plots=lambda out: common.bar_plot(
+                               arms, (("pass@1", "held-out pass@1, %", 100.0),
+                                     ("pass@8", "held-out pass@8, %", 100.0)), out))
 
 
 def table(arms: dict) -> str:

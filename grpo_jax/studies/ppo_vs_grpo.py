@@ -79,7 +79,10 @@ def analyze(runs: common.StudyRuns) -> common.Analysis:
     arms = common.per_seed(runs, _values)
     arms = {name: arms[name] for name in ARMS if name in arms}
     common.add_base_arm(arms, MAIN, METRICS)
-    return common.Analysis(arms=arms, specs=SPECS, table=table(arms))
+    return common.Analysis(arms=arms, specs=SPECS, table=table(arms),
+                           plots=lambda out: common.bar_plot(
+                               arms, (("pass@1", "held-out pass@1, %", 100.0),
+                                     ("update_time_s", "update seconds per step", 1.0)), out))
 
 
 def table(arms: dict) -> str:

@@ -109,7 +109,11 @@ def analyze(runs: common.StudyRuns) -> common.Analysis:
     arms = common.per_seed(runs, _values)
     arms = {name: arms[name] for name in (RL, SFT) if name in arms}
     common.constant_arm(arms, RL, RANK_BAR, "relative_rank", 0.8)
-    return common.Analysis(arms=arms, specs=SPECS, table=table(arms))
+    return common.Analysis(arms=arms, specs=SPECS, table=table(arms),
+                           plots=lambda out: common.bar_plot(
+                               arms, (("changed_bf16", "entries changed (bf16), %", 100.0),
+                                     ("relative_rank", "update's effective rank / full, %",
+                                      100.0)), out))
 
 
 def table(arms: dict) -> str:

@@ -150,6 +150,24 @@ def tool_job(preset: str | None = None):
     return config_presets.tool_job(preset)
 
 
+def main_base(tier: str):
+    """The main job's pretraining as a base (1500 steps; the smoke preset's 3 at the mini
+    tier): the base most studies share."""
+    config = main_job(preset(tier))
+    config.stages = "pretrain"
+    return config
+
+
+def main_arm(tier: str, stages: str):
+    """The main job as an arm from a base: no pretraining, `stages`, and model.init_from
+    left for the study to set per base."""
+    config = main_job(preset(tier))
+    del config.pretrain
+    config.model.init_from = ""  # the base's workdir, set by the study per base
+    config.stages = stages
+    return config
+
+
 def preset(tier: str) -> str | None:
     """The config preset of a tier: the smoke sizes at the mini tier, the job's own at full."""
     return "smoke" if tier == "mini" else None
@@ -508,6 +526,11 @@ def _short(text: str, words: int = 12) -> str:
 
 
 # ---- helpers for the analyses ----------------------------------------------------------------
+
+def arm_curves(runs: StudyRuns, arms: Sequence[str]) -> dict[str, list[list[dict]]]:
+    """{arm: the training rows of each of its finished runs} (`curve_panels`' input)."""
+    return {name: [training_rows(r) for r in runs.arm(name) if r.finished] for name in arms}
+
 
 def figures(record: RunRecord) -> dict:
     """A finished run's final evaluation figures and its last RL step's train/ values

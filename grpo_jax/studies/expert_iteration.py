@@ -24,20 +24,14 @@ SPECS = [(EI, GRPO, "pass@1"), (EI, "base", "pass@1"), (GRPO, "base", "pass@1"),
          (EI, GRPO, "pass@8")]
 
 
-def base_config(tier: str):
-    """The main job's pretraining (1500 steps; the smoke preset's 3 at the mini tier)."""
-    config = common.main_job(common.preset(tier))
-    config.stages = "pretrain"
-    return config
+base_config = common.main_base
 
 
 def arm_config(arm: str, tier: str = "full"):
     """One arm's run from the base in model.init_from, evaluated before and after."""
     from grpo_jax.stages import default_section
 
-    config = common.main_job(common.preset(tier))
-    del config.pretrain
-    config.model.init_from = ""  # the base's workdir, set by the study per base
+    config = common.main_arm(tier, "")  # its stages below
     if arm == GRPO:
         config.stages = "eval_base,rl,eval_final"
         return config

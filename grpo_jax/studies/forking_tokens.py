@@ -39,20 +39,13 @@ SPECS = [(TOP, ALL, "pass@1"), (BOTTOM, ALL, "pass@1"), (ALL, EVEN, "kl_top20_sh
          (TOP, BOTTOM, "pass@1"), (ALL, "base", "pass@1")]
 
 
-def base_config(tier: str):
-    """The main job's pretraining (1500 steps; the smoke preset's 3 at the mini tier)."""
-    config = common.main_job(common.preset(tier))
-    config.stages = "pretrain"
-    return config
+base_config = common.main_base
 
 
 def arm_config(arm: str, tier: str = "full"):
     """One arm's run: the held-out evaluation, the main job's GRPO stage with the arm's
     token selection, the evaluation again, from the base in model.init_from."""
-    config = common.main_job(common.preset(tier))
-    config.stages = "eval_base,rl,eval_final"
-    del config.pretrain
-    config.model.init_from = ""  # the base's workdir, set by the study per base
+    config = common.main_arm(tier, "eval_base,rl,eval_final")
     config.rl.entropy_tokens, config.rl.entropy_side = SELECTION[arm]
     return config
 
@@ -131,8 +124,7 @@ def analyze(runs: common.StudyRuns) -> common.Analysis:
     arms = {name: arms[name] for name in SELECTION if name in arms}
     common.add_base_arm(arms, ALL, ("pass@1",))
     common.constant_arm(arms, ALL, EVEN, "kl_top20_share", FRACTION)
-    curves = {name: [common.training_rows(r) for r in runs.arm(name) if r.finished]
-              for name in SELECTION}
+    curves = common.arm_curves(runs, SELECTION)
     return common.Analysis(arms=arms, specs=SPECS, table=table(arms),
                            protocol={"notes": f"token measurement: the held-out problems, "
                                               f"{SAMPLES[runs.tier]} samples each from the "

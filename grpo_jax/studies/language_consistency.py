@@ -37,17 +37,12 @@ def _two_scripts(config):
 def base_config(tier: str):
     """The main job's pretraining on the two-script traces (1500 steps; the smoke preset's 3
     at the mini tier)."""
-    config = _two_scripts(common.main_job(common.preset(tier)))
-    config.stages = "pretrain"
-    return config
+    return _two_scripts(common.main_base(tier))
 
 
 def arm_config(arm: str, tier: str = "full"):
     """One arm's run from the base in model.init_from, evaluated before and after."""
-    config = _two_scripts(common.main_job(common.preset(tier)))
-    config.stages = "eval_base,rl,eval_final"
-    del config.pretrain
-    config.model.init_from = ""  # the base's workdir, set by the study per base
+    config = _two_scripts(common.main_arm(tier, "eval_base,rl,eval_final"))
     config.rl.fused_steps = 0  # the language reward is scored on the host
     config.rl.rewards = ml_collections.ConfigDict(REWARDS[arm])
     return config
@@ -61,8 +56,7 @@ def analyze(runs: common.StudyRuns) -> common.Analysis:
     arms = common.per_seed(runs, lambda r: common.eval_values(r, METRICS))
     arms = {name: arms[name] for name in REWARDS if name in arms}
     common.add_base_arm(arms, ACCURACY, METRICS)
-    curves = {name: [common.training_rows(r) for r in runs.arm(name) if r.finished]
-              for name in REWARDS}
+    curves = common.arm_curves(runs, REWARDS)
     return common.Analysis(arms=arms, specs=SPECS, table=table(arms),
                            plots=lambda out: common.curve_panels(
                                curves, (("reward/accuracy", "training accuracy"),

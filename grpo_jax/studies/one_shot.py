@@ -25,20 +25,13 @@ SPECS = [(ONE, "base", "pass@1"), (ONE, FULL, "pass@1"), ("16 problems", FULL, "
          ("4 problems", FULL, "pass@1"), (FULL, "base", "pass@1")]
 
 
-def base_config(tier: str):
-    """The main job's pretraining (1500 steps; the smoke preset's 3 at the mini tier)."""
-    config = common.main_job(common.preset(tier))
-    config.stages = "pretrain"
-    return config
+base_config = common.main_base
 
 
 def arm_config(arm: str, tier: str = "full"):
     """One arm's run from the base in model.init_from: the held-out evaluation, the main
     job's GRPO stage on the arm's training problems, the evaluation again."""
-    config = common.main_job(common.preset(tier))
-    config.stages = "eval_base,rl,eval_final"
-    del config.pretrain
-    config.model.init_from = ""  # the base's workdir, set by the study per base
+    config = common.main_arm(tier, "eval_base,rl,eval_final")
     config.task.train_size = SIZES[arm]
     return config
 
@@ -51,8 +44,7 @@ def analyze(runs: common.StudyRuns) -> common.Analysis:
     arms = common.per_seed(runs, lambda r: common.eval_values(r, METRICS))
     arms = {name: arms[name] for name in SIZES if name in arms}
     common.add_base_arm(arms, FULL, METRICS)
-    curves = {name: [common.training_rows(r) for r in runs.arm(name) if r.finished]
-              for name in SIZES}
+    curves = common.arm_curves(runs, SIZES)
     return common.Analysis(arms=arms, specs=SPECS, table=table(arms),
                            plots=lambda out: common.curve_panels(
                                curves, (("reward_mean", "training reward"),

@@ -29,11 +29,7 @@ SPECS = [(MAIN, PPO, "pass@1"), (MAIN, PPO, "update_time_s"), ("GRPO G=16", "GRP
          ("GRPO G=4", "GRPO G=2", "pass@1"), (PPO, "base", "pass@1")]
 
 
-def base_config(tier: str):
-    """The main job's pretraining (1500 steps; the smoke preset's 3 at the mini tier)."""
-    config = common.main_job(common.preset(tier))
-    config.stages = "pretrain"
-    return config
+base_config = common.main_base
 
 
 def arm_config(arm: str, tier: str = "full"):
@@ -42,9 +38,7 @@ def arm_config(arm: str, tier: str = "full"):
     same samples per step."""
     from grpo_jax.stages import default_section
 
-    config = common.main_job(common.preset(tier))
-    del config.pretrain
-    config.model.init_from = ""  # the base's workdir, set by the study per base
+    config = common.main_arm(tier, "")  # its stages below
     samples = config.rl.num_prompts * config.rl.group_size
     config.rl.fused_steps = 0  # the host loop for every arm, as PPO runs
     if arm in GROUPS:

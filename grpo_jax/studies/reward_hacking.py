@@ -32,11 +32,7 @@ SPECS = [(MODEL, ZERO, "rm_gain"), (MODEL, ZERO, "accuracy_gain"), (MODEL, RULE,
          (RULE, ZERO, "rm_gain")]
 
 
-def base_config(tier: str):
-    """The main job's pretraining (1500 steps; the smoke preset's 3 at the mini tier)."""
-    config = common.main_job(common.preset(tier))
-    config.stages = "pretrain"
-    return config
+base_config = common.main_base
 
 
 def arm_config(arm: str, tier: str = "full"):
@@ -44,9 +40,7 @@ def arm_config(arm: str, tier: str = "full"):
     evaluation, GRPO on the arm's reward, the evaluation again."""
     from grpo_jax.stages import default_section
 
-    config = common.main_job(common.preset(tier))
-    del config.pretrain
-    config.model.init_from = ""  # the base's workdir, set by the study per base
+    config = common.main_arm(tier, "")  # its stages below
     config.rm = default_section("reward_model")
     if tier != "full":
         config.rm.update(num_pairs=16, eval_pairs=8, steps=2, batch_size=8)
@@ -92,8 +86,7 @@ def analyze(runs: common.StudyRuns) -> common.Analysis:
     common.add_base_arm(arms, RULE, METRICS)
     for metric in ("rm_gain", "accuracy_gain"):
         common.constant_arm(arms, MODEL, ZERO, metric, 0.0)
-    curves = {name: [common.training_rows(r) for r in runs.arm(name) if r.finished]
-              for name in REWARDS}
+    curves = common.arm_curves(runs, REWARDS)
     return common.Analysis(arms=arms, specs=SPECS, table=table(arms),
                            plots=lambda out: common.curve_panels(
                                curves, (("reward/reward_model", "reward model score"),

@@ -32,20 +32,13 @@ SPECS = [(RANDOM, "base", "pass@1"), (FORMAT, "base", "pass@1"),
          (FORMAT, "base", "format_rate")]
 
 
-def base_config(tier: str):
-    """The main job's pretraining (1500 steps; the smoke preset's 3 at the mini tier)."""
-    config = common.main_job(common.preset(tier))
-    config.stages = "pretrain"
-    return config
+base_config = common.main_base
 
 
 def arm_config(arm: str, tier: str = "full"):
     """One arm's run: the held-out evaluation, the main job's GRPO stage on the arm's reward,
     the evaluation again, from the base in model.init_from."""
-    config = common.main_job(common.preset(tier))
-    config.stages = "eval_base,rl,eval_final"
-    del config.pretrain
-    config.model.init_from = ""  # the base's workdir, set by the study per base
+    config = common.main_arm(tier, "eval_base,rl,eval_final")
     config.rl.fused_steps = 0  # host rewards for every arm
     config.rl.rewards = ml_collections.ConfigDict(REWARDS[arm])
     return config
@@ -59,8 +52,7 @@ def analyze(runs: common.StudyRuns) -> common.Analysis:
     arms = common.per_seed(runs, lambda r: common.eval_values(r, METRICS))
     arms = {name: arms[name] for name in REWARDS if name in arms}
     common.add_base_arm(arms, TRUE, METRICS)
-    curves = {name: [common.training_rows(r) for r in runs.arm(name) if r.finished]
-              for name in REWARDS}
+    curves = common.arm_curves(runs, REWARDS)
     return common.Analysis(arms=arms, specs=SPECS, table=table(arms),
                            plots=lambda out: plot(curves, out))
 

@@ -31,20 +31,14 @@ SPECS = [(PPO, TRPO, "update_time_s"), (PPO, TRPO, "pass@1"), ("PPO lr 2e-3", PP
          ("PPO lr 2e-2", PPO, "pass@1"), (PPO, TRPO, "kl_step_max"), (TRPO, "base", "pass@1")]
 
 
-def base_config(tier: str):
-    """The main job's pretraining (1500 steps; the smoke preset's 3 at the mini tier)."""
-    config = common.main_job(common.preset(tier))
-    config.stages = "pretrain"
-    return config
+base_config = common.main_base
 
 
 def arm_config(arm: str, tier: str = "full"):
     """One arm's run from the base in model.init_from, evaluated before and after."""
     from grpo_jax.stages import default_section
 
-    config = common.main_job(common.preset(tier))
-    del config.pretrain
-    config.model.init_from = ""  # the base's workdir, set by the study per base
+    config = common.main_arm(tier, "")  # its stages below
     rl = config.rl
     samples = rl.num_prompts * rl.group_size
     shared = dict(steps=rl.steps, max_new_tokens=rl.max_new_tokens, rewards=rl.rewards)
@@ -80,8 +74,7 @@ def analyze(runs: common.StudyRuns) -> common.Analysis:
     arms = common.per_seed(runs, _values)
     arms = {name: arms[name] for name in ARMS if name in arms}
     common.add_base_arm(arms, TRPO, METRICS)
-    curves = {name: [common.training_rows(r) for r in runs.arm(name) if r.finished]
-              for name in ARMS}
+    curves = common.arm_curves(runs, ARMS)
     return common.Analysis(arms=arms, specs=SPECS, table=table(arms),
                            plots=lambda out: common.curve_panels(
                                curves, (("reward_mean", "training reward"),

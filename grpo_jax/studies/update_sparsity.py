@@ -28,11 +28,7 @@ SPECS = [(RL, SFT, "changed_bf16"), (RL, SFT, "changed_1e-5"), (RL, RANK_BAR, "r
          (RL, SFT, "relative_rank"), (RL, SFT, "pass@1")]
 
 
-def base_config(tier: str):
-    """The main job's pretraining (1500 steps; the smoke preset's 3 at the mini tier)."""
-    config = common.main_job(common.preset(tier))
-    config.stages = "pretrain"
-    return config
+base_config = common.main_base
 
 
 def arm_config(arm: str, tier: str = "full"):
@@ -40,9 +36,7 @@ def arm_config(arm: str, tier: str = "full"):
     SFT of the same steps, sequences per step and learning rate, the evaluation again."""
     from grpo_jax.stages import default_section
 
-    config = common.main_job(common.preset(tier))
-    del config.pretrain
-    config.model.init_from = ""  # the base's workdir, set by the study per base
+    config = common.main_arm(tier, "")  # its stages below
     if arm == RL:
         config.stages = "eval_base,rl,eval_final"
         return config

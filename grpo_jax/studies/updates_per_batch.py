@@ -30,21 +30,14 @@ SPECS = [("mu=2", "mu=1", "pass@1"), ("mu=4", "mu=1", "pass@1"),
          ("mu=1", "base", "pass@1")]
 
 
-def base_config(tier: str):
-    """The main job's pretraining (1500 steps; the smoke preset's 3 at the mini tier)."""
-    config = common.main_job(common.preset(tier))
-    config.stages = "pretrain"
-    return config
+base_config = common.main_base
 
 
 def arm_config(arm: str, tier: str = "full"):
     """One arm's run from the base in model.init_from: the held-out evaluation, GRPO with the
     arm's passes per batch and clip range, the evaluation again (host loop: several passes
     per batch)."""
-    config = common.main_job(common.preset(tier))
-    config.stages = "eval_base,rl,eval_final"
-    del config.pretrain
-    config.model.init_from = ""  # the base's workdir, set by the study per base
+    config = common.main_arm(tier, "eval_base,rl,eval_final")
     config.rl.num_iterations, config.rl.epsilon = ARMS[arm]
     config.rl.fused_steps = 0  # the device loop takes one update per iteration
     return config
@@ -67,8 +60,7 @@ def analyze(runs: common.StudyRuns) -> common.Analysis:
     arms = common.per_seed(runs, _values)
     arms = {name: arms[name] for name in ARMS if name in arms}
     common.add_base_arm(arms, "mu=1", METRICS)
-    curves = {name: [common.training_rows(r) for r in runs.arm(name) if r.finished]
-              for name in ARMS}
+    curves = common.arm_curves(runs, ARMS)
     return common.Analysis(arms=arms, specs=SPECS, table=table(arms),
                            plots=lambda out: common.curve_panels(
                                curves, (("reward_mean", "training reward"),

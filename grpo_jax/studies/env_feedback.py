@@ -201,9 +201,8 @@ STUDY = common.Study(
                             cost="about 35 min on 2 cores (estimated: 2 bases of 1500 steps, "
                                  "about 6 min each; 12 runs of 60 GRPO steps with four "
                                  "evaluations, about 2 min each)"),
-        "mini": common.Tier(bases=(0,), seeds=(0, 1),
-                            cost="about 30 s on 2 cores (estimated: 1 toy base of 60 steps, "
-                                 "4 toy runs of 2 steps)"),
+        "mini": common.Tier(bases=(0,), seeds=(0,),
+                            cost="seconds on 2 cores: one toy base, one seed"),
     },
     arms=(FEEDBACK, BLIND),
     base_config=base_config,

@@ -106,8 +106,8 @@ STUDY = common.Study(
         "full": common.Tier(bases=(0, 1), seeds=(0, 1, 2),
                             cost="about 25 min on 2 cores (estimated: the 2 main bases, "
                                  "shared with the other studies of the main base; 12 runs)"),
-        "mini": common.Tier(bases=(0,), seeds=(0, 1),
-                            cost="about 20 s on 2 cores (estimated: 4 toy runs)"),
+        "mini": common.Tier(bases=(0,), seeds=(0,),
+                            cost="seconds on 2 cores: one toy base, one seed"),
     },
     arms=(GRPO, EI),
     base_config=base_config,

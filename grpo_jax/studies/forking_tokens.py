@@ -193,8 +193,8 @@ STUDY = common.Study(
                                  "steps, shared with the other studies of the main base; 18 "
                                  "runs of the main job's GRPO stage with two evaluations and "
                                  "the token measurement)"),
-        "mini": common.Tier(bases=(0,), seeds=(0, 1),
-                            cost="about 20 s on 2 cores (estimated: 6 toy runs)"),
+        "mini": common.Tier(bases=(0,), seeds=(0,),
+                            cost="seconds on 2 cores: one toy base, one seed"),
     },
     arms=tuple(SELECTION),
     base_config=base_config,

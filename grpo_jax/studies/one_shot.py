@@ -86,8 +86,9 @@ STUDY = common.Study(
                             cost="about 35 min on 2 cores (estimated: the 2 main bases, "
                                  "shared with the other studies of the main base; 24 runs of "
                                  "the main job's GRPO stage with two evaluations)"),
-        "mini": common.Tier(bases=(0,), seeds=(0, 1),
-                            cost="about 20 s on 2 cores (estimated: 8 toy runs)"),
+        "mini": common.Tier(bases=(0,), seeds=(0,), arms=(ONE, FULL),
+                            cost="seconds on 2 cores: one toy base, one seed, "
+                                 "a subset of the arms"),
     },
     arms=tuple(SIZES),
     base_config=base_config,

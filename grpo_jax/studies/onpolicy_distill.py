@@ -123,8 +123,8 @@ STUDY = common.Study(
         "full": common.Tier(bases=(0, 1), seeds=(0, 1, 2),
                             cost="about 40 min on 2 cores (estimated: distill_vs_rl's bases, "
                                  "shared with it in one workdir; 18 runs)"),
-        "mini": common.Tier(bases=(0,), seeds=(0, 1),
-                            cost="about 25 s on 2 cores (estimated: 6 toy runs)"),
+        "mini": common.Tier(bases=(0,), seeds=(0,),
+                            cost="seconds on 2 cores: one toy base, one seed"),
     },
     arms=(OPD, R1, RL),
     base_config=base_config,

@@ -124,8 +124,9 @@ STUDY = common.Study(
                             cost="about 50 min on 2 cores (estimated: the 2 main bases, "
                                  "shared with the other studies of the main base; 30 runs, "
                                  "PPO's the longest)"),
-        "mini": common.Tier(bases=(0,), seeds=(0, 1),
-                            cost="about 30 s on 2 cores (estimated: 10 toy runs)"),
+        "mini": common.Tier(bases=(0,), seeds=(0,), arms=(PPO, "GRPO G=2", MAIN),
+                            cost="seconds on 2 cores: one toy base, one seed, "
+                                 "a subset of the arms"),
     },
     arms=ARMS,
     base_config=base_config,

@@ -126,8 +126,9 @@ STUDY = common.Study(
                             cost="about 50 min on 2 cores (estimated: the 2 main bases, "
                                  "shared with the other studies of the main base; 24 runs, "
                                  "18 of them PPO)"),
-        "mini": common.Tier(bases=(0,), seeds=(0, 1),
-                            cost="about 25 s on 2 cores (estimated: 8 toy runs)"),
+        "mini": common.Tier(bases=(0,), seeds=(0,), arms=(TRPO, PPO),
+                            cost="seconds on 2 cores: one toy base, one seed, "
+                                 "a subset of the arms"),
     },
     arms=ARMS,
     base_config=base_config,

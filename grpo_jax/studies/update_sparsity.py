@@ -153,8 +153,8 @@ STUDY = common.Study(
         "full": common.Tier(bases=(0, 1), seeds=(0, 1, 2),
                             cost="about 20 min on 2 cores (estimated: 2 main bases, shared "
                                  "with the other studies of the main base; 12 runs)"),
-        "mini": common.Tier(bases=(0,), seeds=(0, 1),
-                            cost="about 15 s on 2 cores (estimated: 4 toy runs)"),
+        "mini": common.Tier(bases=(0,), seeds=(0,),
+                            cost="seconds on 2 cores: one toy base, one seed"),
     },
     arms=(RL, SFT),
     base_config=base_config,

@@ -105,8 +105,9 @@ STUDY = common.Study(
                             cost="about 40 min on 2 cores (estimated: the 2 main bases, "
                                  "shared with the other studies of the main base; 24 runs on "
                                  "the host loop, the mu = 4 arms with four update passes)"),
-        "mini": common.Tier(bases=(0,), seeds=(0, 1),
-                            cost="about 20 s on 2 cores (estimated: 8 toy runs)"),
+        "mini": common.Tier(bases=(0,), seeds=(0,), arms=("mu=1", "mu=4"),
+                            cost="seconds on 2 cores: one toy base, one seed, "
+                                 "a subset of the arms"),
     },
     arms=tuple(ARMS),
     base_config=base_config,

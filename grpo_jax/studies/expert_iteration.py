@@ -14,6 +14,7 @@ own current policy (7,680: 60 x 128):
 
 from __future__ import annotations
 
+from grpo_jax.metrics import read_metrics
 from grpo_jax.studies import common
 
 GRPO, EI = "GRPO", "expert iteration"
@@ -54,8 +55,8 @@ def arm_configs(tier: str) -> dict:
 
 def _values(record) -> dict:
     values = common.eval_values(record, METRICS)
-    kept = [r.get("kept") for r in common.last_stage_rows(record).values()
-            if r.get("kept") is not None]  # expert iteration's rounds
+    kept = [r["kept"] for r in read_metrics(record.workdir)
+            if r.get("kept") is not None]  # each round's selection line
     values["kept"] = sum(kept) if kept else None
     return values
 

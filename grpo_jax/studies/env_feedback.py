@@ -171,7 +171,7 @@ def plot(arms: dict, curves: dict, out: str) -> None:
                                  ("tool_calls", "guesses per episode")), out)
 
 
-SOURCE = ("grpo_jax issue 42 (\"Agents\"), the study it asks for, quoted: \"does GRPO teach "
+SOURCE = ("the question this study was built to answer, as first posed: \"does GRPO teach "
           "the policy to use the environment's feedback (success rate up, turns to success "
           "down), against the same budget without feedback?\"")
 CLAIMS = (

@@ -532,6 +532,14 @@ def arm_curves(runs: StudyRuns, arms: Sequence[str]) -> dict[str, list[list[dict
     return {name: [training_rows(r) for r in runs.arm(name) if r.finished] for name in arms}
 
 
+def training_mean(rows: Sequence[dict], name: str, skip: int = 0) -> float | None:
+    """The mean of the finite values of `name` over the training rows after the first
+    `skip` (e.g. 1: the step that compiled), or None without any."""
+    values = [r[name] for r in rows[skip:] if r.get(name) is not None
+              and math.isfinite(r[name])]
+    return sum(values) / len(values) if values else None
+
+
 def figures(record: RunRecord) -> dict:
     """A finished run's final evaluation figures and its last RL step's train/ values
     (`sweep.final_figures`)."""

@@ -14,8 +14,6 @@ update (means over the steps; the runs of a study run one after another in one p
 
 from __future__ import annotations
 
-import math
-
 from grpo_jax.studies import common
 
 PPO = "PPO"
@@ -63,9 +61,7 @@ def _values(record) -> dict:
     values = common.eval_values(record, METRICS)
     rows = common.training_rows(record)
     for name in TIMES:
-        series = [r[name] for r in rows[1:] if r.get(name) is not None
-                  and math.isfinite(r[name])]  # the first step compiles
-        values[name] = sum(series) / len(series) if series else None
+        values[name] = common.training_mean(rows, name, skip=1)  # the first step compiles
     return values
 
 

@@ -65,8 +65,7 @@ def _values(record) -> dict:
     rows = common.training_rows(record)
     kl = [r["kl_step"] for r in rows if r.get("kl_step") is not None]
     values["kl_step_max"] = max(kl) if kl and all(math.isfinite(v) for v in kl) else None
-    times = [r["update_time_s"] for r in rows[1:] if r.get("update_time_s") is not None]
-    values["update_time_s"] = sum(times) / len(times) if times else None
+    values["update_time_s"] = common.training_mean(rows, "update_time_s", skip=1)
     return values
 
 

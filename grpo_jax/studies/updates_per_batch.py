@@ -17,8 +17,6 @@ training clip fraction and KL to the reference over the steps.
 
 from __future__ import annotations
 
-import math
-
 from grpo_jax.studies import common
 
 ARMS = {"mu=1": (1, 0.2), "mu=2": (2, 0.2), "mu=4": (4, 0.2), "mu=4, no clip": (4, 1e6)}
@@ -51,8 +49,7 @@ def _values(record) -> dict:
     values = common.eval_values(record, METRICS)
     rows = common.training_rows(record)
     for name in ("clip_frac", "kl_ref"):
-        series = [r[name] for r in rows if r.get(name) is not None and math.isfinite(r[name])]
-        values[name] = sum(series) / len(series) if series else None
+        values[name] = common.training_mean(rows, name)
     return values
 
 

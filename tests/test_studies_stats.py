@@ -180,6 +180,21 @@ def test_verdicts_follow_from_the_contrast_by_one_rule():
     assert verdict(same, _contrast(0.005, -0.01, 0.03, 0.6))[0] == "not resolved"
     assert verdict(same, _contrast(0.05, 0.03, 0.07, 0.01))[0] == "not reproduced"
     assert verdict(up, _contrast(math.nan, math.nan, math.nan, math.nan))[0] == "not resolved"
+    # "bounded by": x not above y by the margin (+2 points) or more, and its mirror
+    atmost = summary_lib.Claim("x bounded by y", "src", ("x", "y", "pass@1"), "<=", margin=0.02)
+    atleast = summary_lib.Claim("x keeps y", "src", ("x", "y", "pass@1"), ">=", margin=0.02)
+    v, why = verdict(atmost, _contrast(-0.05, -0.07, 0.015, 0.2))
+    assert v == "reproduced" and "below +2.0" in why
+    assert verdict(atmost, _contrast(-0.05, -0.07, -0.03, 0.01))[0] == "reproduced"
+    assert verdict(atmost, _contrast(0.02, 0.01, 0.03, 0.01))[0] == "not resolved"
+    v, why = verdict(atmost, _contrast(0.05, 0.03, 0.07, 0.01))
+    assert v == "not reproduced" and "above +2.0" in why
+    assert verdict(atleast, _contrast(0.05, -0.015, 0.07, 0.2))[0] == "reproduced"
+    v, why = verdict(atleast, _contrast(-0.05, -0.07, -0.03, 0.01))
+    assert v == "not reproduced" and "below -2.0" in why
+    assert verdict(atleast, _contrast(-0.02, -0.03, -0.01, 0.01))[0] == "not resolved"
+    with pytest.raises(ValueError, match="margin"):
+        summary_lib.Claim("x", "src", ("x", "y", "m"), "<=")
     untestable = summary_lib.Claim("at scale", "src", None, untestable="needs a 7B model")
     assert verdict(untestable, None) == ("not testable here", "needs a 7B model")
     with pytest.raises(ValueError, match="expect"):

@@ -21,8 +21,8 @@ import importlib
 # Every study of experiments/, in the order of experiments/README.md.
 NAMES = ("baselines", "length_bias", "difficulty_bias", "pass_at_k", "length_growth",
          "distill_vs_rl", "budget_forcing", "cold_start", "kl_beta", "off_policy", "tool_use",
-         "env_feedback", "forking_tokens", "spurious_rewards", "update_sparsity", "one_shot",
-         "updates_per_batch", "expert_iteration", "ppo_vs_grpo", "trpo_vs_ppo",
+         "env_feedback", "sharpening", "forking_tokens", "spurious_rewards", "update_sparsity",
+         "one_shot", "updates_per_batch", "expert_iteration", "ppo_vs_grpo", "trpo_vs_ppo",
          "language_consistency", "reward_hacking", "onpolicy_distill")
 
 __all__ = ["NAMES", "get"]

@@ -80,14 +80,17 @@ def held_out(workdir: str, problems: int) -> dict:
 
 def sample_problems(setup: dict, params, *, samples: int, seed: int, max_new_tokens: int,
                     batch_rows: int, forcing: dict | None = None,
-                    keep_texts: int = 0, key: int = KEY) -> list[dict]:
+                    keep_texts: int = 0, keep_answers: bool = False,
+                    key: int = KEY) -> list[dict]:
     """`samples` completions of each held-out problem of `setup` at temperature 1, scored by
     the task's accuracy and format rewards; per problem: its question, operators, and the
     count of correct and well-formed completions and their tokens. The key is a function of
     `seed` only (and of the row), so two models (or two forcings) sampled with one seed
     share it (`key` is its root). `forcing`: budget forcing (s1) as {min_thinking_tokens,
     max_thinking_tokens, end_thinking, continuation}. `keep_texts`: the first completions
-    kept as text."""
+    kept as text. `keep_answers`: each problem's samples' extracted answers in sample order
+    (`answer_key`; None where none was extracted) and their correctness, as "answers" and
+    "correct_flags" (a string of 0 and 1)."""
     import dataclasses
 
     import jax
@@ -119,6 +122,8 @@ def sample_problems(setup: dict, params, *, samples: int, seed: int, max_new_tok
     formatted = np.zeros(len(setup["examples"]), int)
     tokens = np.zeros(len(setup["examples"]), int)
     texts: list[str] = []
+    answers: list[list] = [[] for _ in setup["examples"]]
+    flags: list[list] = [[] for _ in setup["examples"]]
     for start in range(0, len(rows), batch_rows):
         chunk = rows[start:start + batch_rows]
         real = len(chunk)
@@ -137,13 +142,30 @@ def sample_problems(setup: dict, params, *, samples: int, seed: int, max_new_tok
         np.add.at(formatted, index, form.astype(int))
         np.add.at(tokens, index, length.astype(int))
         texts += list(ro.texts[:max(0, min(real, keep_texts - len(texts)))])
+        if keep_answers:
+            for i, text, good in zip(index, ro.texts[:real], ok):
+                answers[i].append(answer_key(setup["task"].extract_answer(text)))
+                flags[i].append("1" if good else "0")
     out = [{"question": ex.prompt, "answer": ex.answer,
             "operators": int(ex.meta.get("steps", 0)), "samples": samples,
             "correct": int(c), "formatted": int(f), "tokens": int(t)}
            for ex, c, f, t in zip(setup["examples"], correct, formatted, tokens)]
     if keep_texts:
         out[0]["texts"] = texts
+    if keep_answers:
+        for problem, mine, good in zip(out, answers, flags):
+            problem["answers"], problem["correct_flags"] = mine, "".join(good)
     return out
+
+
+def answer_key(answer: str | None) -> str | None:
+    """An extracted answer as a vote and as a point of the answer distribution: normalised
+    text (`rewards.accuracy.normalize_text`), None when absent or empty."""
+    from grpo_jax.rewards.accuracy import normalize_text
+
+    if answer is None or not answer.strip():
+        return None
+    return normalize_text(answer)
 
 
 # ---- the measurement --------------------------------------------------------------------------

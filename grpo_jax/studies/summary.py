@@ -32,8 +32,8 @@ Top-level keys (`check` enforces them; `SCHEMA_VERSION` is written as `schema`):
                      "across_bases": {"n", "diff", "ci95", "p"},  # one value per base
                      "between_base_sd": float | NaN}],
       "verdicts": [{"claim", "source", "a", "b", "metric",   # the study's claims, each
-                    "expect": ">" | "<" | "=",             # tested by one contrast by a
-                    "margin": float | null,                # rule fixed before the runs
+                    "expect": ">" | "<" | "=" | "<=" | ">=",  # tested by one contrast by
+                    "margin": float | null,                # a rule fixed before the runs
                     "verdict": "reproduced" | "not reproduced" | "not resolved"
                                | "not testable here",
                     "result": "...", "why": "..."}],
@@ -72,6 +72,9 @@ VERDICTS = ("reproduced", "not reproduced", "not resolved", "not testable here")
 ALPHA = 0.05
 
 
+EXPECTS = (">", "<", "=", "<=", ">=")
+
+
 @dataclasses.dataclass(frozen=True)
 class Claim:
     """A claim a study tests, fixed before its runs.
@@ -79,7 +82,8 @@ class Claim:
     `text`: the claim as its source states it (a quotation or a close paraphrase, said
     which in `source`); `source`: paper, section. `test`: the contrast (a, b, metric) that
     tests it, one of the study's contrasts. `expect`: what the claim predicts of a - b:
-    ">" (a above b), "<" (a below b) or "=" (no difference). `margin`: the smallest
+    ">" (a above b), "<" (a below b), "=" (no difference), "<=" (a not above b by the
+    margin or more: "bounded by") or ">=" (a not below b by the margin or more). `margin`: the smallest
     difference that would matter, in the metric's units: an interval inside (-margin,
     margin) reproduces "=" and refutes ">" / "<"; without it "=" can only be not resolved
     or not reproduced. `untestable`: why this miniature cannot test it (the verdict is then
@@ -94,8 +98,10 @@ class Claim:
     note: str = ""
 
     def __post_init__(self):
-        if self.expect not in (">", "<", "="):
-            raise ValueError(f"Claim.expect: '>', '<' or '=', got {self.expect!r}")
+        if self.expect not in EXPECTS:
+            raise ValueError(f"Claim.expect: one of {', '.join(EXPECTS)}, got {self.expect!r}")
+        if self.expect in ("<=", ">=") and self.margin is None:
+            raise ValueError(f"Claim {self.text[:40]!r}: expect {self.expect!r} needs a margin")
         if self.test is None and not self.untestable:
             raise ValueError(f"Claim {self.text[:40]!r}: no test and no reason it is "
                              "untestable")
@@ -205,7 +211,9 @@ def verdict_of(claim: Claim, contrast: dict | None) -> tuple[str, str]:
     when Holm's p < 0.05 with a negative difference, or the 95% interval lies inside
     (-margin, margin); otherwise not resolved (bases that disagree in sign say so). For
     "=": reproduced when the interval lies inside (-margin, margin); not reproduced when
-    Holm's p < 0.05; otherwise not resolved."""
+    Holm's p < 0.05; otherwise not resolved. For "<=" (mirrored for ">="): reproduced when
+    the interval's upper end is below +margin, not reproduced when its lower end is above
+    +margin, otherwise not resolved."""
     if claim.untestable:
         return "not testable here", claim.untestable
     if contrast is None:
@@ -225,6 +233,17 @@ def verdict_of(claim: Claim, contrast: dict | None) -> tuple[str, str]:
             return "not reproduced", f"Holm p {_p(p_holm)} < {ALPHA}: a difference"
         return "not resolved", ("the interval reaches past " + margin if margin
                                 else "no margin given: equality cannot be shown")
+    if claim.expect in ("<=", ">="):
+        sign = 1.0 if claim.expect == "<=" else -1.0
+        near, far = (hi, lo) if sign > 0 else (-lo, -hi)
+        bound = f"{'+' if sign > 0 else '-'}{margin[1:]}"
+        if near < claim.margin:
+            side = "below" if sign > 0 else "above"
+            return "reproduced", f"the 95% interval lies {side} {bound}"
+        if far > claim.margin:
+            side = "above" if sign > 0 else "below"
+            return "not reproduced", f"the 95% interval lies {side} {bound}"
+        return "not resolved", f"the 95% interval reaches past {bound}"
     sign = 1.0 if claim.expect == ">" else -1.0
     bases = [v["diff"] for v in contrast.get("per_base", {}).values()
              if v.get("diff") is not None and math.isfinite(v["diff"])]

@@ -123,8 +123,9 @@ CLAIMS = (
                  "score rises", SOURCE + "; R1's reason to use rule rewards",
                  (MODEL, ZERO, "rm_gain"), ">"),
     common.Claim("... while what it stands for, the true accuracy, does not", SOURCE +
-                 "; tested as the training accuracy falling under RL on the reward model",
-                 (MODEL, ZERO, "accuracy_gain"), "<", margin=0.03),
+                 "; tested as the training accuracy under RL on the reward model rising "
+                 "less than 3 points (one-sided)",
+                 (MODEL, ZERO, "accuracy_gain"), "<=", margin=0.03),
     common.Claim("rule rewards train a better policy than the neural reward model",
                  SOURCE + "; tested as held-out pass@1", (MODEL, RULE, "pass@1"), "<",
                  margin=PASS_MARGIN),

@@ -170,56 +170,72 @@ def answer_key(answer: str | None) -> str | None:
 
 # ---- the measurement --------------------------------------------------------------------------
 
-def _base_path(runs: common.StudyRuns, key: str, seed: int) -> str:
+FILE = "pass_at_k.json"
+
+
+def base_path(runs: common.StudyRuns, key: str, seed: int) -> str:
+    """Where a study keeps the base model's draw with `seed`'s key."""
     return storage.join(runs.root, "base_model", f"{key},seed={seed}.json")
 
 
-def _write(path: str, problems: list[dict], seed: int, setup: dict, model: str) -> None:
+def _write(path: str, problems: list[dict], seed: int, setup: dict, model: str,
+           indent: int | None) -> None:
     storage.write_text(path, json.dumps(
         {"model": model, "seed": seed, "key": KEY, "eval_seed": setup["eval_seed"],
-         "problems": problems}, indent=1))
+         "problems": problems}, indent=indent))
 
 
-def measure(runs: common.StudyRuns) -> None:
-    """pass_at_k.json for every finished RL run without one, and the base model's with each
-    seed's key."""
+def measure_samplings(runs: common.StudyRuns, sizes: dict, file: str, *,
+                      keep_answers: bool = False) -> None:
+    """`file` for every finished run without one (its policy's `sample_problems` of
+    sizes["problems"] held-out problems x sizes["samples"], with its seed's key), and the base
+    model's draw with each seed's key (`base_path`); a finished measurement is not made
+    again."""
     import time
 
-    sizes = _sizes(runs.tier)
     seeds = sorted({r.seed for r in runs.runs})
+    study = runs.study.name
     for key, base in runs.bases.items():
         members = [r for r in runs.runs if r.base == key and r.finished]
-        todo = [r for r in members
-                if not storage.isfile(storage.join(r.workdir, "pass_at_k.json"))]
-        base_todo = [s for s in seeds if not storage.isfile(_base_path(runs, key, s))]
+        todo = [r for r in members if not storage.isfile(storage.join(r.workdir, file))]
+        base_todo = [s for s in seeds if not storage.isfile(base_path(runs, key, s))]
         if not todo and not base_todo:
             continue
         setup = held_out(base["workdir"], sizes["problems"])
         max_new = int(setup["config"].eval_final.max_new_tokens)
+        indent = None if keep_answers else 1
 
         def sample(params, seed, setup=setup, max_new=max_new):
             return sample_problems(setup, params, samples=sizes["samples"], seed=seed,
-                                   max_new_tokens=max_new, batch_rows=sizes["batch_rows"])
+                                   max_new_tokens=max_new, batch_rows=sizes["batch_rows"],
+                                   keep_answers=keep_answers)
 
         storage.makedirs(storage.join(runs.root, "base_model"))
         for seed in base_todo:
             t0 = time.time()
-            _write(_base_path(runs, key, seed), sample(setup["params"], seed), seed, setup,
-                   base["workdir"])
-            print(f"[studies] pass_at_k: base model {key} seed={seed} sampled in "
+            _write(base_path(runs, key, seed), sample(setup["params"], seed), seed, setup,
+                   base["workdir"], indent)
+            print(f"[studies] {study}: base model {key} seed={seed} sampled in "
                   f"{time.time() - t0:.0f}s", flush=True)
         for record in todo:
             t0 = time.time()
             params = common.load_run_params(record.workdir, setup["tokenizer"])
-            _write(storage.join(record.workdir, "pass_at_k.json"), sample(params, record.seed),
-                   record.seed, setup, record.workdir)
-            print(f"[studies] pass_at_k: {record.arm} {key} seed={record.seed} sampled in "
+            _write(storage.join(record.workdir, file), sample(params, record.seed),
+                   record.seed, setup, record.workdir, indent)
+            print(f"[studies] {study}: {record.arm} {key} seed={record.seed} sampled in "
                   f"{time.time() - t0:.0f}s", flush=True)
+
+
+def measure(runs: common.StudyRuns) -> None:
+    """pass_at_k.json for every finished RL run without one, and the base model's draw with
+    each seed's key."""
+    measure_samplings(runs, _sizes(runs.tier), FILE)
 
 
 # ---- the analysis -----------------------------------------------------------------------------
 
-def _load(path: str) -> list[dict] | None:
+def load_problems(path: str) -> list[dict] | None:
+    """A measurement's problems (`measure_samplings`' files), None when not made yet."""
     if not storage.isfile(path):
         return None
     return json.loads(storage.read_text(path))["problems"]
@@ -256,8 +272,8 @@ def analyze(runs: common.StudyRuns) -> common.Analysis:
     for record in runs.arm(RL):
         if not record.finished:
             continue
-        rl = _load(storage.join(record.workdir, "pass_at_k.json"))
-        base = _load(_base_path(runs, record.base, record.seed))
+        rl = load_problems(storage.join(record.workdir, FILE))
+        base = load_problems(base_path(runs, record.base, record.seed))
         if rl is None or base is None:
             continue
         counts[(record.base, record.seed)] = {

@@ -36,7 +36,6 @@ answers per problem.
 from __future__ import annotations
 
 import collections
-import json
 
 from grpo_jax import storage
 from grpo_jax.studies import common, pass_at_k
@@ -71,51 +70,10 @@ arm_configs = pass_at_k.arm_configs  # {"rl": ...}: pass_at_k's runs
 FILE = "sharpening.json"
 
 
-def _base_path(runs: common.StudyRuns, key: str, seed: int) -> str:
-    return storage.join(runs.root, "base_model", f"{key},seed={seed}.json")
-
-
-def _write(path: str, problems: list[dict], seed: int, setup: dict, model: str) -> None:
-    storage.write_text(path, json.dumps(
-        {"model": model, "seed": seed, "key": pass_at_k.KEY, "eval_seed": setup["eval_seed"],
-         "problems": problems}))
-
-
 def measure(runs: common.StudyRuns) -> None:
-    """sharpening.json for every finished RL run without one, and the base model's draw with
-    each seed's key."""
-    import time
-
-    sizes = _sizes(runs.tier)
-    seeds = sorted({r.seed for r in runs.runs})
-    for key, base in runs.bases.items():
-        members = [r for r in runs.runs if r.base == key and r.finished]
-        todo = [r for r in members if not storage.isfile(storage.join(r.workdir, FILE))]
-        base_todo = [s for s in seeds if not storage.isfile(_base_path(runs, key, s))]
-        if not todo and not base_todo:
-            continue
-        setup = pass_at_k.held_out(base["workdir"], sizes["problems"])
-        max_new = int(setup["config"].eval_final.max_new_tokens)
-
-        def sample(params, seed, setup=setup, max_new=max_new):
-            return pass_at_k.sample_problems(
-                setup, params, samples=sizes["samples"], seed=seed, max_new_tokens=max_new,
-                batch_rows=sizes["batch_rows"], keep_answers=True)
-
-        storage.makedirs(storage.join(runs.root, "base_model"))
-        for seed in base_todo:
-            t0 = time.time()
-            _write(_base_path(runs, key, seed), sample(setup["params"], seed), seed, setup,
-                   base["workdir"])
-            print(f"[studies] sharpening: base model {key} seed={seed} sampled in "
-                  f"{time.time() - t0:.0f}s", flush=True)
-        for record in todo:
-            t0 = time.time()
-            params = common.load_run_params(record.workdir, setup["tokenizer"])
-            _write(storage.join(record.workdir, FILE), sample(params, record.seed),
-                   record.seed, setup, record.workdir)
-            print(f"[studies] sharpening: {record.arm} {key} seed={record.seed} sampled in "
-                  f"{time.time() - t0:.0f}s", flush=True)
+    """sharpening.json (each completion's answer and correctness) for every finished RL run
+    without one, and the base model's draw with each seed's key."""
+    pass_at_k.measure_samplings(runs, _sizes(runs.tier), FILE, keep_answers=True)
 
 
 # ---- per-problem figures ----------------------------------------------------------------------
@@ -199,12 +157,6 @@ def figures(mine: list[dict], reference: list[dict] | None, k: int = K) -> dict:
 
 # ---- the analysis -----------------------------------------------------------------------------
 
-def _load(path: str) -> list[dict] | None:
-    if not storage.isfile(path):
-        return None
-    return json.loads(storage.read_text(path))["problems"]
-
-
 def redraw_seed(seed: int, seeds) -> int:
     """The seed whose base draw is `seed`'s redraw: the next of the tier's seeds, cyclic."""
     order = sorted(seeds)
@@ -220,9 +172,9 @@ def analyze(runs: common.StudyRuns) -> common.Analysis:
     for record in runs.arm(RL):
         if not record.finished:
             continue
-        rl = _load(storage.join(record.workdir, FILE))
-        reference = _load(_base_path(runs, record.base, record.seed))
-        redraw = _load(_base_path(runs, record.base, redraw_seed(record.seed, seeds)))
+        rl = pass_at_k.load_problems(storage.join(record.workdir, FILE))
+        reference = pass_at_k.load_problems(pass_at_k.base_path(runs, record.base, record.seed))
+        redraw = pass_at_k.load_problems(pass_at_k.base_path(runs, record.base, redraw_seed(record.seed, seeds)))
         if rl is None or reference is None or redraw is None:
             continue
         for name, mine, ref in ((RL, rl, reference), (BASE, reference, None),

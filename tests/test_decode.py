@@ -54,16 +54,14 @@ class _Environment:
         return int(observation[1:-1]) % 2 == 1
 
 
-def test_the_sampling_package_has_its_two_loops_and_no_other():
-    """decode.run (every row at once: budget forcing, pauses, cache phases) and
-    continuous.run_slots (rows in slots, single-turn) are the package's only while loops.
-    The slot loop is to take forcing and pauses next, when the static core becomes its
-    case S = B; until then a third loop is a duplicate."""
+def test_the_sampling_package_has_one_loop():
+    """decode.run is the package's only while loop: every row at once (budget forcing,
+    pauses, cache phases) and rows in slots (continuous batching, single-turn or episodes)
+    are its two layouts."""
     package = pathlib.Path(decode.__file__).parent
     loops = {path.name: len(re.findall(r"lax\.while_loop\(", path.read_text()))
              for path in package.glob("*.py")}
-    assert {name: n for name, n in loops.items() if n} == {"decode.py": 1,
-                                                           "continuous.py": 1}, loops
+    assert {name: n for name, n in loops.items() if n} == {"decode.py": 1}, loops
 
 
 def test_a_run_without_pauses_or_forcing_carries_no_fields_for_them():

@@ -132,3 +132,51 @@ def test_cache_continuation_equals_a_full_teacher_forced_pass(episodes):
     # only an observation's target logit leaves the loss unchanged.
     grads = nnx.grad(loss)(model)
     assert any(np.any(np.asarray(g) != 0) for g in jax.tree.leaves(nnx.to_pure_dict(grads)))
+
+
+class _Counter:
+    """A stateful environment: answers a turn with its length and the turn number, rewards
+    each turn by its length parity, and ends an episode after its third call."""
+
+    stop_text = ""
+
+    def step(self, state, text):
+        state = (state or 0) + 1
+        return f"<{len(text)}.{state}>", float(len(text) % 2), state >= 3, state
+
+
+def test_episodes_in_slots_sample_what_any_other_slot_count_does(episodes):
+    """Continuous batching over episodes (`sampling.slots` S < rows: a slot whose episode
+    ended takes the next row; a slot whose row waits for the environment keeps it and
+    writes nothing): with 1, 3 and 5 slots every row gets the same tokens, log-probs,
+    observations, turns and turn rewards, since a row's columns depend on its own key,
+    index, parameters and answers only. The layout has no holes, and teacher-forcing it
+    reproduces the sampler's log-probs."""
+    model, tokenizer, tokens, mask, _, _, stop, _ = episodes
+    outs = {}
+    for slots in (1, 3, 5):
+        episode = EpisodeConfig(max_tokens=64, stop_ids=tuple(stop), max_turns=3,
+                                max_observation_tokens=6, max_wait_tokens=1,
+                                sampling=SamplingConfig(max_new_tokens=1, temperature=1.0,
+                                                        eos_ids=tokenizer.eos_ids,
+                                                        slots=slots))
+        outs[slots] = generate_episodes(*nnx.split(model), tokens, mask, jax.random.key(4),
+                                        config=episode, tokenizer=tokenizer, observe=_Counter())
+    reference = outs[1]
+    turns = np.asarray(reference.turns)
+    assert turns.sum() > 0 and len(set(turns.tolist())) >= 2  # rows differ in turns
+    assert np.asarray(reference.ended_by_environment).any()
+    for slots in (3, 5):
+        out = outs[slots]
+        for name in ("tokens", "generated", "observation", "turns", "turn_rewards",
+                     "ended_by_environment", "length"):
+            np.testing.assert_array_equal(getattr(out, name), getattr(reference, name),
+                                          err_msg=f"{name}, {slots} slots")
+        np.testing.assert_allclose(out.logp, reference.logp, rtol=1e-5, atol=1e-5)
+    generated, observation = np.asarray(reference.generated), np.asarray(reference.observation)
+    attended = generated | observation
+    # no holes: each row's written columns are a prefix
+    lengths = attended.sum(1)
+    assert all(attended[r, :lengths[r]].all() for r in range(len(lengths)))
+    assert int(reference.length) == lengths.max()
+    _parity(model, tokens, mask, reference)

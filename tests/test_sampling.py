@@ -138,12 +138,16 @@ def test_a_rows_completion_depends_on_its_id_not_its_place(setup):
 @pytest.mark.parametrize("kwargs", [dict(temperature=1.3, eos_ids=(26, 9)),
                                     dict(greedy=True, eos_ids=(26, 9)),
                                     dict(temperature=0.8, top_k=5, top_p=0.9, eos_ids=(7, 18)),
-                                    dict(temperature=1.3, eos_ids=(26, 9), prompt_group=2)])
+                                    dict(temperature=1.3, eos_ids=(26, 9), prompt_group=2),
+                                    dict(temperature=1.3, eos_ids=(26, 9), end_thinking_ids=(4,),
+                                         min_thinking_tokens=3, max_thinking_tokens=6,
+                                         continuation_ids=(11, 12))])
 def test_continuous_batching_samples_what_every_row_at_once_does(setup, kwargs):
     """Rows sampled 1, 3 or all at a time (`slots`: a slot takes the next row when its row
     ends) write the same tokens, log-probs and masks: a row's sample depends on its key,
     index and the parameters only; with prompt groups too (each group's prompt prefilled
-    once, its keys and values copied into the slot a row of the group takes)."""
+    once, its keys and values copied into the slot a row of the group takes), and with
+    budget forcing (a refilled slot starts its row's thinking count and queue afresh)."""
     graphdef, state, _, _, _ = setup
     rows = [[1, 2, 3], [4, 5, 6, 7, 8], [9], [3, 3], [7, 1, 2, 5], [6], [8, 8, 8], [5, 9]]
     if kwargs.get("prompt_group", 1) > 1:
@@ -162,7 +166,10 @@ def test_continuous_batching_samples_what_every_row_at_once_does(setup, kwargs):
         np.testing.assert_array_equal(out.tokens, reference.tokens, err_msg=str(slots))
         np.testing.assert_array_equal(out.mask, reference.mask, err_msg=str(slots))
         np.testing.assert_array_equal(out.lengths, reference.lengths, err_msg=str(slots))
+        np.testing.assert_array_equal(out.forced, reference.forced, err_msg=str(slots))
         np.testing.assert_allclose(out.logp, reference.logp, rtol=1e-5, atol=1e-5)
+    if "max_thinking_tokens" in kwargs:  # forcing wrote tokens, in rows that took a slot late
+        assert np.asarray(reference.forced)[3:].any()
 
 
 def test_eos_rows_stop_and_are_masked(setup):

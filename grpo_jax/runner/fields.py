@@ -79,9 +79,11 @@ def _add_sampling(s) -> None:
     s.top_k = 0  # 0 = off
     s.top_p = 1.0  # nucleus sampling; 1 = off
     s.max_new_tokens = 40  # completion budget (an episode's whole budget with tools)
-    # Continuous batching (`sampling.continuous`): the rollout's rows are sampled this many
-    # at a time, a slot taking the next row when its row ends, so the batch does not wait
-    # for its longest row; the same samples as 0 (every row at once). Single-turn only.
+    # Continuous batching (`sampling.decode`, `DecodeSpec.continuous`): the rollout's rows
+    # are sampled this many at a time, a slot taking the next row when its row ends, so the
+    # batch does not wait for its longest row; single-turn, the same samples as 0 (every row
+    # at once); with tools, a slot whose row waits for its answer keeps it, and the episodes
+    # carry no holes.
     s.slots = 0
 
 
@@ -89,9 +91,7 @@ def _check_sampling(check) -> None:
     check.integer("top_k", low=0)
     check.number("top_p", low=0.0, high=1.0, low_open=True)
     check.fits_context("max_new_tokens")
-    if check.integer("slots", low=0) and check.section.get("tools"):
-        check.fail("slots", "continuous batching samples single-turn rollouts; with tools "
-                            "set slots = 0")
+    check.integer("slots", low=0)
 
 
 # How the RL loop samples its rollouts (`LoopSettings.sampling`).

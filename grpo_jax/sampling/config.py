@@ -43,10 +43,10 @@ class SamplingConfig:
       prompt_group: rows come in contiguous groups of this many sharing one prompt (the G
         completions per prompt of an RL batch): the prefill runs once per group and its
         KV cache is broadcast to the group's rows. 1 prefills every row.
-      slots: continuous batching (`sampling.continuous`): the rows are sampled this many at
+      slots: continuous batching (`sampling.decode`, `DecodeSpec.continuous`): the rows are sampled this many at
         a time, a slot taking the next row when its row ends; 0 (or >= the rows): every
-        row at once. The samples are the same either way (to float rounding); budget
-        forcing needs 0.
+        row at once. The samples are the same either way (to float rounding), with budget
+        forcing too; multi-turn episodes take it as well (`sampling.episodes`).
     """
 
     max_new_tokens: int
@@ -86,9 +86,6 @@ class SamplingConfig:
             )
         if not isinstance(self.slots, int) or self.slots < 0:
             raise ValueError(f"SamplingConfig.slots must be an int >= 0, got {self.slots!r}")
-        if self.slots and (self.min_thinking_tokens or self.max_thinking_tokens):
-            raise ValueError("SamplingConfig.slots: continuous batching does not do budget "
-                             "forcing yet; set slots = 0")
         if self.top_k < 0:
             raise ValueError(f"SamplingConfig.top_k must be >= 0, got {self.top_k!r}")
         if not 0 < self.top_p <= 1:

@@ -18,6 +18,19 @@ grows in `SamplingConfig.cache_phases` phases (one `run` each), the weights are 
 compute dtype once (`rollout_state`), and on a mesh every row-major buffer keeps the
 rollout layout (rows over data x fsdp; no collective in a decode step).
 
+Continuous batching (`DecodeSpec.continuous`, `start_slots`) is the same loop over S < R
+slots instead of the R rows: each step first gives every free slot (its row ended, or none
+yet) the next pending row (its group's prompt keys and values copied into the slot's cache
+rows, its first token chosen from the group's prefill logits: a refill computes nothing),
+then decodes one token for every slot with a token to feed. Each slot writes at its own
+cache column (`models.KVCache` with a per-row index) and its own completion column `t`,
+into its row of the [R, N] outputs; a slot whose row waits for the host writes nothing (no
+holes), so a row's columns do not depend on the other rows. Row r chooses its column t with
+fold_in(fold_in(key, r), t) in both layouts, so its tokens depend on its key, index and the
+parameters only: with 1, 3 or R slots the samples are the same (to the float rounding of
+different batch shapes), and single-turn they equal the static layout's. The cache holds
+P + N columns per slot (no phases).
+
 Features are static: a spec without stop_ids carries no pause fields in its state and does
 no work for them in a step; one without budget forcing carries no forcing fields or queue.
 """
@@ -50,6 +63,8 @@ class DecodeSpec:
         pauses.
       max_wait_tokens: the most slots a waiting row waits before the loop stops.
       answer_width: O, the longest answer the host hands off, in tokens.
+      continuous: the state's rows are slots that take the next of the R rows as theirs end
+        (`start_slots`); False: every row has its own state row (`prefill`).
     """
 
     sampling: SamplingConfig
@@ -57,6 +72,7 @@ class DecodeSpec:
     stop_ids: tuple[int, ...] = ()
     max_wait_tokens: int = 0
     answer_width: int = 0
+    continuous: bool = False
 
     @property
     def pauses(self) -> bool:
@@ -85,14 +101,29 @@ class DecodeSpec:
 
 
 @flax.struct.dataclass
+class Prefilled:
+    """The prompts prefilled once per prompt group: what a refill copies into a slot.
+
+    Attributes:
+      cache: KVCache of the R / G group prompts, P columns each.
+      logits: [R / G, V] float32, the next-token logits after each group's prompt.
+      positions: [R / G] int32, the rotary position of each group's first new token.
+    """
+
+    cache: KVCache
+    logits: jax.Array
+    positions: jax.Array
+
+
+@flax.struct.dataclass
 class DecodeState:
     """The loop's carry. Fields of a feature the spec lacks are None.
 
     Attributes:
-      step: [] int32, the next slot.
+      step: [] int32, the next slot (continuous: the steps taken).
       row_ids: [B] int32, each row's index in the batch: its slot t is sampled with the key
         fold_in(fold_in(key, row id), t), so a row's tokens depend on its key and index, not
-        on the batch's other rows.
+        on the batch's other rows. Continuous: the row each of the B slots holds (R: none).
       last_token: [B] int32, the token to decode next.
       position: [B] int32, its rotary position.
       done: [B] bool, the row ended (EOS; or the host ended it).
@@ -111,6 +142,12 @@ class DecodeState:
       pending: [B] bool, last_token was written at the last step (pauses; else ~done).
       waiting: [B] bool, the row closed a call and waits for the host (pauses).
       first_wait: [] int32, the slot at which a row began to wait, or -1 (pauses).
+      t: [B] int32, the next completion column of each slot's row (continuous).
+      next_row: [] int32, the next row to start (continuous).
+      prompts: the `Prefilled` group prompts a refill copies (continuous).
+
+    Continuous, the outputs (tokens, logp, generated, forced, observation) are [R, N] by
+    row and every other field is per slot; `done` marks a free slot.
     """
 
     step: jax.Array
@@ -134,22 +171,28 @@ class DecodeState:
     pending: jax.Array | None = None
     waiting: jax.Array | None = None
     first_wait: jax.Array | None = None
+    t: jax.Array | None = None
+    next_row: jax.Array | None = None
+    prompts: Prefilled | None = None
 
 
-_SCALARS = ("step", "first_wait", "cache")
+_SCALARS = ("step", "first_wait", "cache", "next_row", "prompts")
 
 
-def initial_state(spec: DecodeSpec, cache: KVCache, position: jax.Array) -> DecodeState:
+def initial_state(spec: DecodeSpec, cache: KVCache, position: jax.Array,
+                  outputs: int | None = None) -> DecodeState:
     """The state before the first slot: empty buffers for `position.shape[0]` rows.
 
     Args:
       spec: the DecodeSpec.
       cache: the KVCache after the prefill.
       position: [B] int32, each row's first generated position (its prompt length).
+      outputs: the output buffers' rows (continuous: R; default B).
     """
     batch, n, q = position.shape[0], spec.slots, spec.queue_width
     rows = lambda dtype, fill=0: jnp.full((batch,), fill, dtype)
-    slots = lambda dtype, fill=0: jnp.full((batch, n), fill, dtype)
+    out_rows = batch if outputs is None else outputs
+    slots = lambda dtype, fill=0: jnp.full((out_rows, n), fill, dtype)
     has_queue = spec.forcing or spec.pauses
     return DecodeState(
         step=jnp.zeros((), jnp.int32), row_ids=jnp.arange(batch, dtype=jnp.int32),
@@ -215,7 +258,8 @@ def _write(s: DecodeState, logits, key, spec: DecodeSpec) -> DecodeState:
         token = argmax(scaled)
         logp = logp_at(unmasked, token)
     else:
-        token, logp = filter_and_sample(scaled, row_keys(key, s.row_ids, s.step),
+        column = s.t if spec.continuous else s.step
+        token, logp = filter_and_sample(scaled, row_keys(key, s.row_ids, column),
                                         top_k=sampling.top_k, top_p=sampling.top_p)
     forced = jnp.zeros(token.shape, bool)
 
@@ -273,9 +317,16 @@ def _write(s: DecodeState, logits, key, spec: DecodeSpec) -> DecodeState:
         completed = jnp.all(last(recent, len(end_ids)) == end, axis=-1)
         updates["thinking"] = s.thinking & ~at_max & ~completed
 
-    def write(buffer, value):
-        return jax.lax.dynamic_update_slice(buffer, value[:, None].astype(buffer.dtype),
-                                            (0, s.step))
+    if spec.continuous:  # the slots that write a column, each into its row at its column
+        advance = (feeding | policy) if spec.pauses else policy
+        out_rows = jnp.where(advance, s.row_ids, s.tokens.shape[0])  # others: dropped
+
+        def write(buffer, value):
+            return buffer.at[out_rows, s.t].set(value.astype(buffer.dtype), mode="drop")
+    else:
+        def write(buffer, value):
+            return jax.lax.dynamic_update_slice(buffer, value[:, None].astype(buffer.dtype),
+                                                (0, s.step))
 
     eos_token = is_eos(token)
     if spec.pauses:
@@ -293,8 +344,13 @@ def _write(s: DecodeState, logits, key, spec: DecodeSpec) -> DecodeState:
     else:
         token = jnp.where(policy, token, sampling.pad_id)
         updates.update(last_token=token, tokens=write(s.tokens, token))
+    done = s.done | (policy & eos_token)
+    if spec.continuous:  # a row ends when its columns run out (a waiting one: at the pause)
+        updates["t"] = s.t + advance.astype(jnp.int32)
+        full = updates["t"] >= spec.slots
+        done = done | ((full & ~updates["waiting"]) if spec.pauses else full)
     return s.replace(
-        step=s.step + 1, done=s.done | (policy & eos_token),
+        step=s.step + 1, done=done,
         logp=write(s.logp, jnp.where(policy, logp, 0.0)),
         generated=write(s.generated, policy), forced=write(s.forced, forced & policy),
         **updates)
@@ -383,21 +439,119 @@ def prefill(model, prompts, prompt_mask, key, spec: DecodeSpec,
 
 def step(model, s: DecodeState, key, spec: DecodeSpec) -> DecodeState:
     """One decode step: the last written tokens into the cache, then the next slot (the
-    body of `run`'s loop)."""
-    valid = s.pending if spec.pauses else ~s.done
+    body of `run`'s loop). Continuous: free slots take their next rows first (`_refill`);
+    a slot just filled feeds nothing and writes its first token from its group's prefill
+    logits."""
+    if not spec.continuous:
+        valid = s.pending if spec.pauses else ~s.done
+        hidden, cache = model.decode(s.last_token[:, None], s.position[:, None],
+                                     valid[:, None], s.cache)
+        advance = s.pending.astype(jnp.int32) if spec.pauses else 1
+        s = s.replace(cache=cache, position=s.position + advance)
+        logits = _rows(model, model.logits(hidden[:, 0]))
+        return _write(s, logits, key, spec)
+    s, fresh = _refill(model, s, spec)
+    valid = (s.pending if spec.pauses else ~s.done) & ~fresh
     hidden, cache = model.decode(s.last_token[:, None], s.position[:, None], valid[:, None],
                                  s.cache)
-    advance = s.pending.astype(jnp.int32) if spec.pauses else 1
-    s = s.replace(cache=cache, position=s.position + advance)
-    logits = _rows(model, model.logits(hidden[:, 0]))
-    return _write(s, logits, key, spec)
+    cache = cache.replace(index=jnp.where(valid, cache.index, s.cache.index))
+    s = s.replace(cache=cache, position=s.position + valid.astype(jnp.int32))
+    groups = s.prompts.logits.shape[0]
+    first = s.prompts.logits[jnp.minimum(s.row_ids // spec.sampling.prompt_group, groups - 1)]
+    logits = jnp.where(fresh[:, None], first, model.logits(hidden[:, 0]))
+    return _write(s, _rows(model, logits), key, spec)
+
+
+def _refill(model, s: DecodeState, spec: DecodeSpec) -> tuple[DecodeState, jax.Array]:
+    """Every free slot (`done`), in slot order, takes the next pending row: the row's state
+    reset, its group's prompt keys and values copied into the slot's cache rows (the slot's
+    later columns invalid, its cache index after the prompt). Returns (state, [S] bool: the
+    slots filled now)."""
+    total = s.tokens.shape[0]
+    new_row = s.next_row + jnp.cumsum(s.done.astype(jnp.int32)) - 1
+    take = s.done & (new_row < total)
+
+    def fill(s: DecodeState) -> DecodeState:
+        prompts = s.prompts
+        kv_heads = model.config.num_kv_heads
+        prompt_len = prompts.cache.key_valid.shape[1]
+        group = jnp.where(take, new_row, 0) // spec.sampling.prompt_group
+        source = (group[:, None] * kv_heads + jnp.arange(kv_heads)[None]).reshape(-1)
+        taken = jnp.repeat(take, kv_heads)
+
+        def copy(big, small, axis):  # the group's prompt into the first P columns
+            head = jax.lax.slice_in_dim(big, 0, prompt_len, axis=axis)
+            head = jnp.where(taken.reshape((-1,) + (1,) * (big.ndim - 1)),
+                             small[source].astype(big.dtype), head)
+            return jax.lax.dynamic_update_slice_in_dim(big, head, 0, axis)
+
+        width = s.cache.key_valid.shape[1]
+        valid = jnp.concatenate([prompts.cache.key_valid[group],
+                                 jnp.zeros((group.shape[0], width - prompt_len), bool)], 1)
+        cache = s.cache.replace(
+            keys=tuple(copy(big, small, 2) for big, small in zip(s.cache.keys,
+                                                                prompts.cache.keys)),
+            values=tuple(copy(big, small, 1) for big, small in zip(s.cache.values,
+                                                                  prompts.cache.values)),
+            key_valid=jnp.where(take[:, None], valid, s.cache.key_valid),
+            index=jnp.where(take, prompt_len, s.cache.index))
+        reset = lambda x, value: None if x is None else jnp.where(
+            take.reshape((-1,) + (1,) * (x.ndim - 1)), value, x)
+        return s.replace(
+            cache=_cache_rows(model, cache),
+            row_ids=jnp.where(take, new_row, jnp.where(s.done, total, s.row_ids)),
+            next_row=s.next_row + jnp.sum(take.astype(jnp.int32)),
+            t=reset(s.t, 0), done=reset(s.done, False),
+            position=reset(s.position, prompts.positions[group]),
+            last_token=reset(s.last_token, 0), queue_pos=reset(s.queue_pos, 0),
+            queue_len=reset(s.queue_len, 0), answering=reset(s.answering, False),
+            recent=reset(s.recent, -1), thinking=reset(s.thinking, True),
+            think_count=reset(s.think_count, 0), pending=reset(s.pending, False),
+            waiting=reset(s.waiting, False))
+
+    return jax.lax.cond(jnp.any(take), fill, lambda s: s, s), take
+
+
+def start_slots(model, prompts, prompt_mask, spec: DecodeSpec, slots: int) -> DecodeState:
+    """The continuous state before the first step: the R prompts prefilled once per prompt
+    group (`Prefilled`), `slots` empty slots with P + N cache columns each, [R, N] outputs.
+
+    Args:
+      model: the Transformer (weights from `rollout_state`).
+      prompts: [R, P] int32, left-padded; prompt_mask: [R, P] bool (rows in contiguous
+        groups of spec.sampling.prompt_group sharing one prompt).
+      spec: a DecodeSpec with continuous=True.
+      slots: S, 1 <= S <= R.
+    """
+    if not spec.continuous:
+        raise ValueError("start_slots: the DecodeSpec must have continuous=True")
+    total, prompt_len = prompts.shape
+    if not 1 <= slots <= total:
+        raise ValueError(f"start_slots: slots must be in [1, {total}], got {slots}")
+    g = spec.sampling.prompt_group
+    group_prompts = first_of_groups(prompts, g)
+    group_mask = first_of_groups(prompt_mask.astype(bool), g)
+    cache = model.init_cache(group_prompts.shape[0], prompt_len)
+    hidden, cache = model.decode(group_prompts, default_positions(group_mask), group_mask,
+                                 cache)
+    prefilled = Prefilled(cache=cache, logits=model.logits(hidden[:, -1]),
+                          positions=group_mask.sum(-1).astype(jnp.int32))
+    cache = model.init_cache(slots, prompt_len + spec.slots)
+    cache = cache.replace(index=jnp.full((slots,), prompt_len, jnp.int32))
+    s = initial_state(spec, _cache_rows(model, cache), jnp.zeros((slots,), jnp.int32),
+                      outputs=total)
+    return s.replace(row_ids=jnp.full((slots,), total, jnp.int32),
+                     done=jnp.ones((slots,), bool), t=jnp.zeros((slots,), jnp.int32),
+                     next_row=jnp.zeros((), jnp.int32), prompts=prefilled)
 
 
 def _going(s: DecodeState):
-    """[] bool: some row can write a slot without the host."""
-    if s.waiting is None:
-        return ~jnp.all(s.done)
-    return jnp.any(~s.done & ~s.waiting)
+    """[] bool: some row can write a slot without the host (continuous: or a free slot can
+    take a pending row)."""
+    going = ~jnp.all(s.done) if s.waiting is None else jnp.any(~s.done & ~s.waiting)
+    if s.next_row is not None:
+        going = going | (jnp.any(s.done) & (s.next_row < s.tokens.shape[0]))
+    return going
 
 
 def paused(s: DecodeState, spec: DecodeSpec) -> jax.Array:
@@ -406,7 +560,9 @@ def paused(s: DecodeState, spec: DecodeSpec) -> jax.Array:
     if not spec.pauses:
         return jnp.zeros((), bool)
     waited = (s.first_wait >= 0) & (s.step - s.first_wait >= spec.max_wait_tokens)
-    return jnp.any(s.waiting & ~s.done) & (waited | (s.step >= spec.slots) | ~_going(s))
+    waits = s.waiting & ~s.done
+    full = jnp.any(waits & (s.t >= spec.slots)) if spec.continuous else s.step >= spec.slots
+    return jnp.any(waits) & (waited | full | ~_going(s))
 
 
 def run(model, s: DecodeState, key, spec: DecodeSpec, end: int) -> DecodeState:
@@ -418,12 +574,15 @@ def run(model, s: DecodeState, key, spec: DecodeSpec, end: int) -> DecodeState:
       s: the state; its cache holds P + end slots.
       key: PRNG key (row r chooses slot t with fold_in(fold_in(key, r), t)).
       spec: the DecodeSpec.
-      end: the phase's last slot + 1 (static).
+      end: the phase's last slot + 1 (static; continuous: unused, the loop runs until
+        every row is done or it pauses).
 
     Returns:
       The state after the last slot written.
     """
-    if spec.pauses:
+    if spec.continuous:  # no phases: every slot holds P + N columns
+        cond = lambda s: _going(s) & ~paused(s, spec)
+    elif spec.pauses:
         cond = lambda s: (s.step < end) & _going(s) & ~paused(s, spec)
     else:
         cond = lambda s: (s.step < end) & _going(s)

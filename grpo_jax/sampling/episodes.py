@@ -116,14 +116,19 @@ class EpisodeOutput:
         return self.generated | self.observation
 
 
-def _spec(config: EpisodeConfig) -> DecodeSpec:
+def _spec(config: EpisodeConfig, continuous: bool = False) -> DecodeSpec:
     return DecodeSpec(sampling=config.sampling, slots=config.max_tokens,
                       stop_ids=config.stop_ids, max_wait_tokens=config.max_wait_tokens,
-                      answer_width=config.max_observation_tokens)
+                      answer_width=config.max_observation_tokens, continuous=continuous)
 
 
 def _start(graphdef, weights, prompts, prompt_mask, key, spec: DecodeSpec) -> DecodeState:
     return decode.prefill(nnx.merge(graphdef, weights), prompts, prompt_mask, key, spec)
+
+
+def _start_slots(graphdef, weights, prompts, prompt_mask, spec: DecodeSpec,
+                 slots: int) -> DecodeState:
+    return decode.start_slots(nnx.merge(graphdef, weights), prompts, prompt_mask, spec, slots)
 
 
 def _run(graphdef, weights, s: DecodeState, key, spec: DecodeSpec, end: int) -> DecodeState:
@@ -136,6 +141,7 @@ def _grow(graphdef, weights, s: DecodeState, size: int) -> DecodeState:
 
 _weights_jit = jax.jit(decode.rollout_state, static_argnames=("graphdef",))
 _start_jit = jax.jit(_start, static_argnames=("graphdef", "spec"))
+_start_slots_jit = jax.jit(_start_slots, static_argnames=("graphdef", "spec", "slots"))
 _run_jit = jax.jit(_run, static_argnames=("graphdef", "spec", "end"), donate_argnums=(2,))
 _grow_jit = jax.jit(_grow, static_argnames=("graphdef", "size"))
 _hand_off_jit = jax.jit(decode.hand_off, donate_argnums=(0,))
@@ -170,8 +176,9 @@ def generate_episodes(graphdef, state, prompts, prompt_mask, key, *, config: Epi
                          f"{type(config).__name__}")
     prompts, prompt_mask = checked_prompts(prompts, prompt_mask, config.sampling.prompt_group,
                                            "generate_episodes")
-    spec = _spec(config)
     batch, prompt_len = prompts.shape
+    continuous = 0 < config.sampling.slots < batch
+    spec = _spec(config, continuous)
     n, ends = config.max_tokens, spec.phase_ends
     is_error = getattr(observe, "is_error", None)
     is_parse_failure = getattr(observe, "is_parse_failure", None)
@@ -188,36 +195,73 @@ def generate_episodes(graphdef, state, prompts, prompt_mask, key, *, config: Epi
     turn_rewards = np.zeros((batch, n), np.float32)
     env_done = np.zeros(batch, bool)
     weights = _weights_jit(graphdef, state)
-    s = _start_jit(graphdef, weights, prompts, prompt_mask, key, spec=spec)
-    run_key, phase = jax.random.fold_in(key, 1), 0
+    if continuous:  # the core over config.sampling.slots slots; one key for every column
+        s = _start_slots_jit(graphdef, weights, prompts, prompt_mask, spec=spec,
+                             slots=config.sampling.slots)
+        run_key = key
+    else:
+        s = _start_jit(graphdef, weights, prompts, prompt_mask, key, spec=spec)
+        run_key = jax.random.fold_in(key, 1)
+    phase = 0
     while True:  # each pause answers or ends every waiting row; each phase ends once
-        s = _run_jit(graphdef, weights, s, run_key, spec=spec, end=ends[phase])
+        s = _run_jit(graphdef, weights, s, run_key, spec=spec,
+                     end=n if continuous else ends[phase])
         if bool(_paused_jit(s, spec=spec)):
-            waiting = np.asarray(s.waiting & ~s.done)
+            slots = _Slots(s, batch, n) if continuous else None
+            waiting = slots.waiting if continuous else np.asarray(s.waiting & ~s.done)
             answers, lengths, errors, failed, done = _answers(
                 s, waiting, tokenizer, step, states, turn_rewards, (is_error, is_parse_failure),
                 render, spec.queue_width, config.max_observation_tokens,
                 getattr(observe, "parallel_steps", 1))
             parse_failures += waiting & failed
             env_done |= done
-            room = n - int(s.step)
+            room = slots.room if continuous else n - int(s.step)
             answered = waiting & ~done & (turns < config.max_turns) & (lengths > 0) \
                 & (lengths < room)
             turns += answered
             tool_errors += answered & errors
-            s = _hand_off_jit(s, jnp.asarray(answers), jnp.asarray(lengths),
-                              jnp.asarray(answered), jnp.asarray(waiting & ~answered))
-        elif int(s.step) >= ends[phase] and phase + 1 < len(ends) and bool(jnp.any(~s.done)):
+            handed = (answers, lengths, answered, waiting & ~answered)
+            if continuous:  # by row -> by the slot holding the row
+                handed = tuple(slots.of_rows(x) for x in handed)
+            s = _hand_off_jit(s, *map(jnp.asarray, handed))
+        elif not continuous and int(s.step) >= ends[phase] and phase + 1 < len(ends) \
+                and bool(jnp.any(~s.done)):
             phase += 1
             s = _grow_jit(graphdef, weights, s, size=prompt_len + ends[phase])
         else:
             break
+    if continuous:  # no holes: the columns written are those of the longest row
+        written = np.asarray(s.generated | s.observation).any(0)
+        length = jnp.asarray(int(np.flatnonzero(written)[-1]) + 1 if written.any() else 0)
+    else:
+        length = jnp.minimum(s.step, n)
     return EpisodeOutput(tokens=s.tokens, logp=s.logp, generated=s.generated,
                          observation=s.observation, turns=jnp.asarray(turns),
-                         length=jnp.minimum(s.step, n), tool_errors=jnp.asarray(tool_errors),
+                         length=length, tool_errors=jnp.asarray(tool_errors),
                          forced=s.forced, turn_rewards=jnp.asarray(turn_rewards),
                          ended_by_environment=jnp.asarray(env_done),
                          parse_failures=jnp.asarray(parse_failures))
+
+
+class _Slots:
+    """A paused continuous state read by row: which rows wait for the host, the columns
+    each has left, and by-row arrays put back by slot for `decode.hand_off`."""
+
+    def __init__(self, s: DecodeState, batch: int, n: int):
+        self.rows = np.asarray(s.row_ids)
+        self.live = self.rows < batch
+        held = self.rows[self.live]
+        self.waiting = np.zeros(batch, bool)
+        self.waiting[held] = np.asarray(s.waiting & ~s.done)[self.live]
+        self.room = np.zeros(batch, np.int64)
+        self.room[held] = n - np.asarray(s.t)[self.live]
+        self.batch = batch
+
+    def of_rows(self, values: np.ndarray) -> np.ndarray:
+        """[R, ...] by row -> [S, ...] by slot (zero / False for an empty slot)."""
+        out = values[np.minimum(self.rows, self.batch - 1)]
+        keep = self.live.reshape((-1,) + (1,) * (out.ndim - 1))
+        return np.where(keep, out, np.zeros_like(out))
 
 
 def turn_texts(tokens, generated, observation, tokenizer) -> list[str]:

@@ -11,7 +11,7 @@ import jax.numpy as jnp
 import numpy as np
 from flax import nnx
 
-from grpo_jax.sampling import continuous, decode
+from grpo_jax.sampling import decode
 from grpo_jax.sampling.config import SamplingConfig
 from grpo_jax.sampling.decode import DecodeSpec
 
@@ -40,17 +40,16 @@ class SampleOutput:
 def _generate_core(graphdef, state, prompts, prompt_mask, key, config: SamplingConfig):
     model = nnx.merge(graphdef, decode.rollout_state(graphdef, state))
     if 0 < config.slots < prompts.shape[0]:  # continuous batching
-        tokens, logp, mask = continuous.run_slots(model, prompts, prompt_mask, key, config,
-                                                  config.slots)
-        return SampleOutput(tokens=tokens, logp=logp, mask=mask,
-                            lengths=mask.sum(-1).astype(jnp.int32),
-                            forced=jnp.zeros(mask.shape, bool))
-    spec = DecodeSpec(sampling=config, slots=config.max_new_tokens)
-    s = decode.prefill(model, prompts, prompt_mask, key, spec)
-    for phase, end in enumerate(spec.phase_ends):
-        if phase:
-            s = decode.grow(model, s, prompts.shape[1] + end)
-        s = decode.run(model, s, key, spec, end)
+        spec = DecodeSpec(sampling=config, slots=config.max_new_tokens, continuous=True)
+        s = decode.start_slots(model, prompts, prompt_mask, spec, config.slots)
+        s = decode.run(model, s, key, spec, config.max_new_tokens)
+    else:
+        spec = DecodeSpec(sampling=config, slots=config.max_new_tokens)
+        s = decode.prefill(model, prompts, prompt_mask, key, spec)
+        for phase, end in enumerate(spec.phase_ends):
+            if phase:
+                s = decode.grow(model, s, prompts.shape[1] + end)
+            s = decode.run(model, s, key, spec, end)
     return SampleOutput(tokens=s.tokens, logp=s.logp, mask=s.generated,
                         lengths=s.generated.sum(-1).astype(jnp.int32), forced=s.forced)
 

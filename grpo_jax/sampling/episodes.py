@@ -19,6 +19,11 @@ rows still generating. No turn re-reads the history: the prompt is prefilled onc
 prompt group and every later token is decoded once, into the cache column of its slot; the
 cache grows in `sampling.cache_phases` phases (the host grows it between runs).
 
+With `sampling.slots` S < B (continuous batching, `decode.DecodeSpec.continuous`) the rows
+take S slots in turn: an episode that ends frees its slot for the next row, one waiting for
+its answer keeps it and writes nothing, so the layout has no holes and a row's slots depend
+on its own key, index, parameters and answers only (the same for any S).
+
 The layout keeps teacher forcing exact: a generated token always directly follows the
 token it was sampled after (its previous generated token, the answer's last token, or the
 prompt's), never a hole, so the trainer's log-probs of `[prompt | slots]` under the

@@ -21,6 +21,13 @@ tokens (prompt and completion) per second of an update. step_speedup is (static 
 padded update) / (continuous sampling + packed update), medians. The matmul chain (fwd+bwd)
 measured in the same run gives the update's fraction of the machine's throughput.
 
+With `--episodes`, the same rows as multi-turn episodes (`sampling.generate_episodes`): the
+static samples' most frequent token (EOS and pad aside) closes a "call", a stub environment
+answers each with 4 tokens, at most 3 turns; `static_episodes` runs every row at once (a
+waiting row writes holes until the pause), `continuous_episodes` in `--slots` slots (a
+waiting row keeps its slot and writes nothing); tokens_per_s counts the tokens written
+(generated and observation) per second, host answers included.
+
 With `--trl_python` (a venv with trl: benchmarks/README.md), TRL's GRPOTrainer runs the same
 workload shape (`peers/trl_grpo.py --eos_ids 16`: its own random weights, prompts of 16
 tokens, beta 0 so no reference pass, one AdamW step on the padded batch) in a subprocess
@@ -28,7 +35,7 @@ between the two halves of the rounds; `mode=trl_step` is its sampled tokens per 
 whole iteration, and `step/trl` ours (continuous sampling + packed update) against it.
 
     JAX_PLATFORMS=cpu python benchmarks/bench_rollouts.py [--hidden 128] [--slots 16]
-        [--rounds 5] [--trl_python /work/peers/trl/bin/python]
+        [--rounds 5] [--episodes] [--trl_python /work/peers/trl/bin/python]
 """
 
 from __future__ import annotations
@@ -63,6 +70,20 @@ PROMPTS, GROUP, PROMPT_LEN, MAX_NEW = 8, 8, 16, 192
 EOS_IDS = tuple(range(grpo.VOCAB - 4 - 16, grpo.VOCAB - 4))  # 16 of the word ids
 
 
+class _IdTokenizer:
+    """The episodes' stub tokenizer: a turn's text is its ids; an answer is 4 ids."""
+
+    def decode(self, ids):
+        return " ".join(map(str, ids))
+
+    def encode(self, text):
+        return [10 + len(text) % 100, 11, 12, 13]
+
+
+def _answer(text):
+    return f"<{len(text)}>"
+
+
 def timed(fn, *args):
     start = time.perf_counter()
     jax.block_until_ready(fn(*args))
@@ -74,6 +95,8 @@ def main(argv=None) -> None:
     parser.add_argument("--hidden", type=int, default=128)
     parser.add_argument("--slots", type=int, default=16)
     parser.add_argument("--rounds", type=int, default=5)
+    parser.add_argument("--episodes", action="store_true",
+                        help="also the rows as multi-turn episodes, static and in slots")
     parser.add_argument("--trl_python", default="",
                         help="a python with trl installed: TRL's GRPOTrainer on the workload")
     args = parser.parse_args(argv)
@@ -137,6 +160,24 @@ def main(argv=None) -> None:
           f"packed into {blocks} blocks of {width}; continuous ({args.slots} slots) and static "
           f"tokens {'identical' if same else 'DIFFER'}")
     arms = {**sample, **update}
+    episode_tokens = 0
+    if args.episodes:
+        sampled = np.asarray(out.tokens)[np.asarray(out.mask)]
+        counts = np.bincount(sampled, minlength=grpo.VOCAB)
+        counts[list(EOS_IDS) + [grpo.PAD_ID]] = 0
+        stop = int(counts.argmax())
+        print(f"episodes: token {stop} closes a call ({counts[stop]} of {sampled.size} "
+              "sampled tokens)")
+        episodes = _episode_arms(graphdef, state, prompts, prompt_mask, key, args.slots, stop)
+        outs = {name: fn() for name, fn in episodes.items()}  # compile
+        written = {name: int(np.asarray(o.attention_mask).sum()) for name, o in outs.items()}
+        turns = np.asarray(outs["continuous_episodes"].turns)
+        print(f"episodes: {written} tokens written (generated + observation), turns per row "
+              f"mean {turns.mean():.2f} max {turns.max()}; static slots written "
+              f"{int(outs['static_episodes'].length)}, continuous "
+              f"{int(outs['continuous_episodes'].length)}")
+        episode_tokens = written
+        arms.update(episodes)
     times = {name: [] for name in arms}
     names = list(arms)
     trl = None
@@ -150,7 +191,8 @@ def main(argv=None) -> None:
     useful = 3 * sum(2 * flops.weights_per_token(config) * int(m.sum())
                      + flops.attention_flops(config, int(m.sum())) for m in mask)
     for name in arms:
-        count = generated if name in sample else real
+        count = (generated if name in sample else episode_tokens[name]
+                 if name.endswith("episodes") else real)
         extra = (f" fraction={useful / median[name] / chain:.2f}" if name in update else "")
         print(f"mode={name} tokens_per_s={count / median[name]:.0f} s={median[name]:.4f}"
               f"{extra} (rounds {min(times[name]):.4f}-{max(times[name]):.4f})")
@@ -160,6 +202,9 @@ def main(argv=None) -> None:
     print(f"continuous/static={median['static'] / median['continuous']:.2f} "
           f"packed/padded={median['padded_update'] / median['packed_update']:.2f} "
           f"step_speedup={step_speedup:.2f}")
+    if args.episodes:
+        print(f"continuous/static episodes="
+              f"{median['static_episodes'] / median['continuous_episodes']:.2f}")
     if trl is not None:
         ours = generated / (median["continuous"] + median["packed_update"])
         print(f"mode=trl_step tokens_per_s={trl['tokens_per_s']:.0f} s={trl['s']:.4f} "
@@ -167,6 +212,22 @@ def main(argv=None) -> None:
               f"{trl['tokens_min']}-{trl['tokens_max']}, generate {trl['generate_s']:.4f} s)")
         print(f"step/trl={ours / trl['tokens_per_s']:.2f} (ours {ours:.0f} sampled tokens/s of "
               f"continuous sampling + packed update)")
+
+
+def _episode_arms(graphdef, state, prompts, prompt_mask, key, slots: int, stop: int) -> dict:
+    """The rows as episodes, every row at once and in `slots` slots (both host loops)."""
+    from grpo_jax.sampling.episodes import EpisodeConfig, generate_episodes
+
+    arms = {}
+    for name, count in (("static_episodes", 0), ("continuous_episodes", slots)):
+        config = EpisodeConfig(
+            max_tokens=MAX_NEW, stop_ids=(stop,), max_turns=3, max_observation_tokens=4,
+            sampling=SamplingConfig(max_new_tokens=1, eos_ids=EOS_IDS, pad_id=grpo.PAD_ID,
+                                    prompt_group=GROUP if not count else 1, slots=count))
+        arms[name] = (lambda c=config: generate_episodes(
+            graphdef, state, prompts, prompt_mask, key, config=c, tokenizer=_IdTokenizer(),
+            observe=_answer))
+    return arms
 
 
 def _trl(args) -> dict:

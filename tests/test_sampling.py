@@ -172,6 +172,26 @@ def test_continuous_batching_samples_what_every_row_at_once_does(setup, kwargs):
         assert np.asarray(reference.forced)[3:].any()
 
 
+def test_continuous_batching_grows_its_cache_in_phases(setup):
+    """Slots with a cache that grows in phases (16, 32, 40 columns: a run stops when a
+    slot's row reaches the phase's last column) sample what every row at once does with the
+    whole cache, rows refilled after a growth included."""
+    graphdef, state, _, _, _ = setup
+    rows = [[1, 2, 3], [4, 5, 6, 7, 8], [9], [3, 3], [7, 1, 2, 5], [6], [8, 8, 8], [5, 9]]
+    prompts, mask = map(jnp.asarray, pad_prompts(rows, 5))
+    common = dict(max_new_tokens=40, temperature=1.3, eos_ids=(26, 9, 14))
+    reference = generate(graphdef, state, prompts, mask, jax.random.key(2),
+                         config=SamplingConfig(**common, cache_phases=1))
+    lengths = np.asarray(reference.lengths)
+    assert lengths.max() > 16 and lengths.min() < 16  # a row crosses a phase, another not
+    for slots in (2, 3):
+        out = generate(graphdef, state, prompts, mask, jax.random.key(2),
+                       config=SamplingConfig(**common, cache_phases=3, slots=slots))
+        np.testing.assert_array_equal(out.tokens, reference.tokens, err_msg=str(slots))
+        np.testing.assert_array_equal(out.mask, reference.mask, err_msg=str(slots))
+        np.testing.assert_allclose(out.logp, reference.logp, rtol=1e-5, atol=1e-5)
+
+
 def test_eos_rows_stop_and_are_masked(setup):
     greedy = run(setup, greedy=True)
     eos = int(greedy.tokens[0, 2])

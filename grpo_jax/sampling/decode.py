@@ -28,8 +28,10 @@ into its row of the [R, N] outputs; a slot whose row waits for the host writes n
 holes), so a row's columns do not depend on the other rows. Row r chooses its column t with
 fold_in(fold_in(key, r), t) in both layouts, so its tokens depend on its key, index and the
 parameters only: with 1, 3 or R slots the samples are the same (to the float rounding of
-different batch shapes), and single-turn they equal the static layout's. The cache holds
-P + N columns per slot (no phases).
+different batch shapes), and single-turn they equal the static layout's. The cache grows in
+the same phases (`SamplingConfig.cache_phases`): a run stops when a slot's row reaches the
+last column of the phase (`at_edge`) and `grow` widens every slot's cache, so early steps
+attend over a short buffer; a row refilled later starts again at the prompt's end.
 
 Features are static: a spec without stop_ids carries no pause fields in its state and does
 no work for them in a step; one without budget forcing carries no forcing fields or queue.
@@ -514,7 +516,8 @@ def _refill(model, s: DecodeState, spec: DecodeSpec) -> tuple[DecodeState, jax.A
 
 def start_slots(model, prompts, prompt_mask, spec: DecodeSpec, slots: int) -> DecodeState:
     """The continuous state before the first step: the R prompts prefilled once per prompt
-    group (`Prefilled`), `slots` empty slots with P + N cache columns each, [R, N] outputs.
+    group (`Prefilled`), `slots` empty slots with the first cache phase's P + E columns
+    each (`grow` widens them), [R, N] outputs.
 
     Args:
       model: the Transformer (weights from `rollout_state`).
@@ -536,7 +539,7 @@ def start_slots(model, prompts, prompt_mask, spec: DecodeSpec, slots: int) -> De
                                  cache)
     prefilled = Prefilled(cache=cache, logits=model.logits(hidden[:, -1]),
                           positions=group_mask.sum(-1).astype(jnp.int32))
-    cache = model.init_cache(slots, prompt_len + spec.slots)
+    cache = model.init_cache(slots, prompt_len + spec.phase_ends[0])
     cache = cache.replace(index=jnp.full((slots,), prompt_len, jnp.int32))
     s = initial_state(spec, _cache_rows(model, cache), jnp.zeros((slots,), jnp.int32),
                       outputs=total)
@@ -574,19 +577,26 @@ def run(model, s: DecodeState, key, spec: DecodeSpec, end: int) -> DecodeState:
       s: the state; its cache holds P + end slots.
       key: PRNG key (row r chooses slot t with fold_in(fold_in(key, r), t)).
       spec: the DecodeSpec.
-      end: the phase's last slot + 1 (static; continuous: unused, the loop runs until
-        every row is done or it pauses).
+      end: the phase's last slot + 1 (static; continuous: unused, the loop stops when a
+        slot's row reaches the cache's last column, `at_edge`).
 
     Returns:
       The state after the last slot written.
     """
-    if spec.continuous:  # no phases: every slot holds P + N columns
-        cond = lambda s: _going(s) & ~paused(s, spec)
+    if spec.continuous:  # until a slot with a row reaches the cache phase's last column
+        cond = lambda s: _going(s) & ~paused(s, spec) & ~at_edge(s)
     elif spec.pauses:
         cond = lambda s: (s.step < end) & _going(s) & ~paused(s, spec)
     else:
         cond = lambda s: (s.step < end) & _going(s)
     return jax.lax.while_loop(cond, lambda s: step(model, s, key, spec), s)
+
+
+def at_edge(s: DecodeState) -> jax.Array:
+    """[] bool, continuous: a slot holding a row has reached its cache's last column (the
+    cache must grow before it can feed its next token)."""
+    width = s.cache.key_valid.shape[1]
+    return jnp.any(~s.done & (s.cache.index >= width))
 
 
 def grow(model, s: DecodeState, size: int) -> DecodeState:

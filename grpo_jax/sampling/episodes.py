@@ -151,6 +151,7 @@ _run_jit = jax.jit(_run, static_argnames=("graphdef", "spec", "end"), donate_arg
 _grow_jit = jax.jit(_grow, static_argnames=("graphdef", "size"))
 _hand_off_jit = jax.jit(decode.hand_off, donate_argnums=(0,))
 _paused_jit = jax.jit(decode.paused, static_argnames=("spec",))
+_at_edge_jit = jax.jit(decode.at_edge)
 
 
 def generate_episodes(graphdef, state, prompts, prompt_mask, key, *, config: EpisodeConfig,
@@ -209,8 +210,7 @@ def generate_episodes(graphdef, state, prompts, prompt_mask, key, *, config: Epi
         run_key = jax.random.fold_in(key, 1)
     phase = 0
     while True:  # each pause answers or ends every waiting row; each phase ends once
-        s = _run_jit(graphdef, weights, s, run_key, spec=spec,
-                     end=n if continuous else ends[phase])
+        s = _run_jit(graphdef, weights, s, run_key, spec=spec, end=ends[phase])
         if bool(_paused_jit(s, spec=spec)):
             slots = _Slots(s, batch, n) if continuous else None
             waiting = slots.waiting if continuous else np.asarray(s.waiting & ~s.done)
@@ -229,8 +229,9 @@ def generate_episodes(graphdef, state, prompts, prompt_mask, key, *, config: Epi
             if continuous:  # by row -> by the slot holding the row
                 handed = tuple(slots.of_rows(x) for x in handed)
             s = _hand_off_jit(s, *map(jnp.asarray, handed))
-        elif not continuous and int(s.step) >= ends[phase] and phase + 1 < len(ends) \
-                and bool(jnp.any(~s.done)):
+        elif phase + 1 < len(ends) and (
+                bool(_at_edge_jit(s)) if continuous
+                else int(s.step) >= ends[phase] and bool(jnp.any(~s.done))):
             phase += 1
             s = _grow_jit(graphdef, weights, s, size=prompt_len + ends[phase])
         else:

@@ -42,7 +42,10 @@ def _generate_core(graphdef, state, prompts, prompt_mask, key, config: SamplingC
     if 0 < config.slots < prompts.shape[0]:  # continuous batching
         spec = DecodeSpec(sampling=config, slots=config.max_new_tokens, continuous=True)
         s = decode.start_slots(model, prompts, prompt_mask, spec, config.slots)
-        s = decode.run(model, s, key, spec, config.max_new_tokens)
+        for phase, end in enumerate(spec.phase_ends):
+            if phase:
+                s = decode.grow(model, s, prompts.shape[1] + end)
+            s = decode.run(model, s, key, spec, end)
     else:
         spec = DecodeSpec(sampling=config, slots=config.max_new_tokens)
         s = decode.prefill(model, prompts, prompt_mask, key, spec)

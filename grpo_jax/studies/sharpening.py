@@ -335,10 +335,11 @@ STUDY = common.Study(
              "correct answers, against a second draw of the base, paired by (base, seed)?",
     tiers={
         "full": common.Tier(bases=(0, 1), seeds=(0, 1, 2),
-                            cost="about 30 min on 2 cores (estimated: 12 samplings of 128 x "
-                                 "256 completions, about 2 min each; pass_at_k's 6 RL runs, "
-                                 "shared when both run in one workdir; plus the shared main "
-                                 "bases when not built yet)"),
+                            cost="about 20 min on 2 cores (measured: 1202 s beside another "
+                                 "study process, the 6 RL runs (pass_at_k's, shared in one "
+                                 "workdir) about 80 s each, 12 samplings of 128 x 256 "
+                                 "completions 35-57 s each, the analysis about 5 min; plus "
+                                 "the shared main bases when not built yet)"),
         "mini": common.Tier(bases=(0,), seeds=(0, 1),
                             cost="seconds on 2 cores: one toy base, two seeds (the redraw "
                                  "needs two), 4 problems x 64 samples"),

@@ -100,8 +100,9 @@ STUDY = common.Study(
              "pass@1, paired by seed?",
     tiers={
         "full": common.Tier(bases=(0, 1), seeds=(0, 1, 2),
-                            cost="about 30 min on 2 cores (estimated: 2 two-script bases of "
-                                 "1500 steps, 12 runs on host rewards)"),
+                            cost="about 60 min on 2 cores (measured: 3661 s, mostly beside "
+                                 "other processes: 2 two-script bases of 1500 steps, about 13 "
+                                 "min each, and 12 runs on host rewards of about 3 min)"),
         "mini": common.Tier(bases=(0,), seeds=(0,),
                             cost="seconds on 2 cores: one toy base, one seed"),
     },

@@ -121,8 +121,9 @@ STUDY = common.Study(
              "paired by seed?",
     tiers={
         "full": common.Tier(bases=(0, 1), seeds=(0, 1, 2),
-                            cost="about 40 min on 2 cores (estimated: distill_vs_rl's bases, "
-                                 "shared with it in one workdir; 18 runs)"),
+                            cost="about 25 min on 2 cores (measured: 1465 s beside another "
+                                 "study process, distill_vs_rl's bases built in (the main "
+                                 "base already built); 18 runs of the tiny-300k student)"),
         "mini": common.Tier(bases=(0,), seeds=(0,),
                             cost="seconds on 2 cores: one toy base, one seed"),
     },

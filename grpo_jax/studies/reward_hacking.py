@@ -137,9 +137,10 @@ STUDY = common.Study(
              "accuracy falls, against the rule reward, paired by seed?",
     tiers={
         "full": common.Tier(bases=(0, 1), seeds=(0, 1, 2),
-                            cost="about 30 min on 2 cores (estimated: the 2 main bases, "
-                                 "shared with the other studies of the main base; 12 runs, "
-                                 "each with its reward model)"),
+                            cost="about 70 min on 2 cores (measured: 4253 s beside another "
+                                 "study process, the 2 main bases already built (shared with "
+                                 "the other studies of the main base); 12 runs of about 6 "
+                                 "min, each with its reward model)"),
         "mini": common.Tier(bases=(0,), seeds=(0,),
                             cost="seconds on 2 cores: one toy base, one seed"),
     },

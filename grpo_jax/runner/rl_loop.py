@@ -65,7 +65,7 @@ class LoopSettings:
     max_sampling_rounds: int = 1
     fused_steps: int = 0  # > 0: the device source, this many iterations per program
     pack_blocks: int = 0  # > 0: the host source packs each batch's rows (`rl.packing`)
-    slots: int = 0  # > 0: continuous batching in the sampler (`sampling.decode`, `DecodeSpec.continuous`)
+    slots: int = 0  # > 0: continuous batching in the sampler (`DecodeSpec.continuous`)
 
     @classmethod
     def of(cls, section, groups, **kind) -> LoopSettings:

@@ -43,9 +43,9 @@ class SamplingConfig:
       prompt_group: rows come in contiguous groups of this many sharing one prompt (the G
         completions per prompt of an RL batch): the prefill runs once per group and its
         KV cache is broadcast to the group's rows. 1 prefills every row.
-      slots: continuous batching (`sampling.decode`, `DecodeSpec.continuous`): the rows are sampled this many at
-        a time, a slot taking the next row when its row ends; 0 (or >= the rows): every
-        row at once. The samples are the same either way (to float rounding), with budget
+      slots: continuous batching (`sampling.decode`, `DecodeSpec.continuous`): the rows are
+        sampled this many at a time, a slot taking the next row when its row ends; 0 (or
+        >= the rows): every row at once. The samples are the same either way (to float rounding), with budget
         forcing too; multi-turn episodes take it as well (`sampling.episodes`).
     """
 

@@ -45,8 +45,9 @@ class SamplingConfig:
         KV cache is broadcast to the group's rows. 1 prefills every row.
       slots: continuous batching (`sampling.decode`, `DecodeSpec.continuous`): the rows are
         sampled this many at a time, a slot taking the next row when its row ends; 0 (or
-        >= the rows): every row at once. The samples are the same either way (to float rounding), with budget
-        forcing too; multi-turn episodes take it as well (`sampling.episodes`).
+        >= the rows): every row at once. The samples are the same either way (to float
+        rounding), with budget forcing too; multi-turn episodes take it as well
+        (`sampling.episodes`).
     """
 
     max_new_tokens: int

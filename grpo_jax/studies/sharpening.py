@@ -174,7 +174,8 @@ def analyze(runs: common.StudyRuns) -> common.Analysis:
             continue
         rl = pass_at_k.load_problems(storage.join(record.workdir, FILE))
         reference = pass_at_k.load_problems(pass_at_k.base_path(runs, record.base, record.seed))
-        redraw = pass_at_k.load_problems(pass_at_k.base_path(runs, record.base, redraw_seed(record.seed, seeds)))
+        redraw = pass_at_k.load_problems(
+            pass_at_k.base_path(runs, record.base, redraw_seed(record.seed, seeds)))
         if rl is None or reference is None or redraw is None:
             continue
         for name, mine, ref in ((RL, rl, reference), (BASE, reference, None),

@@ -83,11 +83,12 @@ class Claim:
     which in `source`); `source`: paper, section. `test`: the contrast (a, b, metric) that
     tests it, one of the study's contrasts. `expect`: what the claim predicts of a - b:
     ">" (a above b), "<" (a below b), "=" (no difference), "<=" (a not above b by the
-    margin or more: "bounded by") or ">=" (a not below b by the margin or more). `margin`: the smallest
-    difference that would matter, in the metric's units: an interval inside (-margin,
-    margin) reproduces "=" and refutes ">" / "<"; without it "=" can only be not resolved
-    or not reproduced. `untestable`: why this miniature cannot test it (the verdict is then
-    "not testable here", `test` may be None). `note`: a caveat fixed with the claim (e.g.
+    margin or more: "bounded by") or ">=" (a not below b by the margin or more).
+    `margin`: the smallest difference that would matter, in the metric's units: an
+    interval inside (-margin, margin) reproduces "=" and refutes ">" / "<"; without it "="
+    can only be not resolved or not reproduced; "<=" / ">=" need it. `untestable`: why
+    this miniature cannot test it (the verdict is then "not testable here", `test` may be
+    None). `note`: a caveat fixed with the claim (e.g.
     "the base already does this")."""
     text: str
     source: str

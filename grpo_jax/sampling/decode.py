@@ -399,6 +399,16 @@ def rollout_state(graphdef, state):
     return state
 
 
+def _prefill_groups(model, prompts, prompt_mask, group: int, size: int):
+    """Each prompt group's first row through the model once: (KVCache of `size` columns,
+    [B / G, V] next-token logits, [B / G] positions of the first new token)."""
+    group_prompts = first_of_groups(prompts, group)
+    group_mask = first_of_groups(prompt_mask, group)
+    cache = model.init_cache(group_prompts.shape[0], size)
+    hidden, cache = model.decode(group_prompts, default_positions(group_mask), group_mask, cache)
+    return cache, model.logits(hidden[:, -1]), group_mask.sum(-1).astype(jnp.int32)
+
+
 def prefill(model, prompts, prompt_mask, key, spec: DecodeSpec,
             row_ids=None) -> DecodeState:
     """Runs the prompts through the model once per prompt group and writes slot 0.
@@ -417,12 +427,10 @@ def prefill(model, prompts, prompt_mask, key, spec: DecodeSpec,
       The DecodeState after slot 0, its cache sized for the first phase.
     """
     prompts, prompt_mask = _rows(model, (prompts, prompt_mask.astype(bool)))
-    batch, prompt_len = prompts.shape
+    prompt_len = prompts.shape[1]
     g = spec.sampling.prompt_group
-    group_prompts, group_mask = first_of_groups(prompts, g), first_of_groups(prompt_mask, g)
-    cache = model.init_cache(batch // g, prompt_len + spec.phase_ends[0])
-    hidden, cache = model.decode(group_prompts, default_positions(group_mask), group_mask, cache)
-    logits = model.logits(hidden[:, -1])
+    cache, logits, _ = _prefill_groups(model, prompts, prompt_mask, g,
+                                       prompt_len + spec.phase_ends[0])
     if g > 1:  # each group's prefill, broadcast to its rows (cache rows are b * K + k)
         kv_heads = model.config.num_kv_heads
         cache = cache.replace(
@@ -458,9 +466,14 @@ def step(model, s: DecodeState, key, spec: DecodeSpec) -> DecodeState:
                                  s.cache)
     cache = cache.replace(index=jnp.where(valid, cache.index, s.cache.index))
     s = s.replace(cache=cache, position=s.position + valid.astype(jnp.int32))
-    groups = s.prompts.logits.shape[0]
-    first = s.prompts.logits[jnp.minimum(s.row_ids // spec.sampling.prompt_group, groups - 1)]
-    logits = jnp.where(fresh[:, None], first, model.logits(hidden[:, 0]))
+    logits = model.logits(hidden[:, 0])
+
+    def first_tokens(logits):  # a slot filled now: its group's prefill logits
+        groups = s.prompts.logits.shape[0]
+        group = jnp.minimum(s.row_ids // spec.sampling.prompt_group, groups - 1)
+        return jnp.where(fresh[:, None], s.prompts.logits[group], logits)
+
+    logits = jax.lax.cond(jnp.any(fresh), first_tokens, lambda logits: logits, logits)
     return _write(s, _rows(model, logits), key, spec)
 
 
@@ -532,13 +545,8 @@ def start_slots(model, prompts, prompt_mask, spec: DecodeSpec, slots: int) -> De
     if not 1 <= slots <= total:
         raise ValueError(f"start_slots: slots must be in [1, {total}], got {slots}")
     g = spec.sampling.prompt_group
-    group_prompts = first_of_groups(prompts, g)
-    group_mask = first_of_groups(prompt_mask.astype(bool), g)
-    cache = model.init_cache(group_prompts.shape[0], prompt_len)
-    hidden, cache = model.decode(group_prompts, default_positions(group_mask), group_mask,
-                                 cache)
-    prefilled = Prefilled(cache=cache, logits=model.logits(hidden[:, -1]),
-                          positions=group_mask.sum(-1).astype(jnp.int32))
+    prefilled = Prefilled(*_prefill_groups(model, prompts, prompt_mask.astype(bool), g,
+                                           prompt_len))
     cache = model.init_cache(slots, prompt_len + spec.phase_ends[0])
     cache = cache.replace(index=jnp.full((slots,), prompt_len, jnp.int32))
     s = initial_state(spec, _cache_rows(model, cache), jnp.zeros((slots,), jnp.int32),

@@ -19,7 +19,9 @@ from __future__ import annotations
 
 from grpo_jax.studies import common
 
-ARMS = {"mu=1": (1, 0.2), "mu=2": (2, 0.2), "mu=4": (4, 0.2), "mu=4, no clip": (4, 1e6)}
+# (passes per batch, clip epsilon); None keeps the algorithm's own epsilon (0.2), so the mu=1
+# arm is the same run as ppo_vs_grpo's G=8 and is computed once in a shared workdir
+ARMS = {"mu=1": (1, None), "mu=2": (2, None), "mu=4": (4, None), "mu=4, no clip": (4, 1e6)}
 METRICS = ("pass@1", "format_rate")
 PASS_MARGIN = 0.03
 

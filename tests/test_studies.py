@@ -77,6 +77,31 @@ def test_bases_are_keyed_by_their_resolved_config(tmp_path):
         common.build_base(config, str(tmp_path), 0)
 
 
+def test_an_arms_readable_link_follows_its_current_config(tmp_path):
+    """A study's readable path of a run (<study>/runs/<arm>/<base>,seed=<s>) points at the
+    directory of the arm's current config, also after the arm's config changed."""
+    config = common.main_job("smoke")
+    link = str(tmp_path / "study" / "runs" / "arm" / "seed=0")
+
+    def record(cfg):
+        run = str(tmp_path / "runs" / common.config_hash(cfg)[:16])
+        return common.RunRecord("arm", "", 0, run, cfg, link)
+
+    first = record(config)
+    common.link_run(first)
+    common.link_run(first)  # again: unchanged
+    assert os.path.realpath(link) == os.path.realpath(first.workdir)
+    changed = common.main_job("smoke")
+    changed.rl.epsilon = 0.3
+    second = record(changed)
+    common.link_run(second)
+    assert second.workdir != first.workdir
+    assert os.path.realpath(link) == os.path.realpath(second.workdir)
+    # the earlier run is left where it was, still marked with its own config's hash
+    assert (open(os.path.join(first.workdir, "run_config_hash")).read().strip()
+            == common.config_hash(config))
+
+
 def _bases(summary: dict, workdir: str) -> dict:
     """The bases a summary.json names, as `common.plan` takes them (their roles' dirs)."""
     bases = {}

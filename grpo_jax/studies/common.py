@@ -304,7 +304,8 @@ def plan(study: Study, tier: str, workdir: str, bases: dict[str, dict]) -> list[
 def link_run(record: RunRecord) -> None:
     """Makes the study's readable path of a run (`record.link`) a symbolic link to the run's
     directory, keyed by its config (local workdirs only), and marks the directory with the
-    hash it was made for: a directory made for another config is never reused."""
+    hash it was made for: a directory made for another config is never reused. A link left by
+    an earlier config of the arm is pointed at the current run."""
     digest = config_hash(record.config)
     storage.makedirs(record.workdir)
     marker = storage.join(record.workdir, "run_config_hash")
@@ -313,8 +314,12 @@ def link_run(record: RunRecord) -> None:
                            f"{storage.read_text(marker).strip()[:10]}, asked {digest[:10]})")
     storage.write_text(marker, digest + "\n")
     link, target = storage.local_path(record.link), storage.local_path(record.workdir)
-    if link is None or target is None or os.path.islink(link):
+    if link is None or target is None:
         return
+    if os.path.islink(link):
+        if os.path.realpath(link) == os.path.realpath(target):
+            return
+        os.remove(link)
     os.makedirs(os.path.dirname(link), exist_ok=True)
     os.symlink(os.path.relpath(target, os.path.dirname(link)), link)
 

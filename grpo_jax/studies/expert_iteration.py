@@ -19,6 +19,7 @@ from grpo_jax.studies import common
 
 GRPO, EI = "GRPO", "expert iteration"
 ROUNDS, PROBLEMS, SAMPLES, SFT_STEPS = 4, 240, 8, 15
+GRPO_STEPS, GRPO_PROMPTS = 60, 16  # x 8 completions: 7,680 samples, as the four rounds draw
 METRICS = ("pass@1", "pass@8", "format_rate")
 PASS_MARGIN = 0.03
 SPECS = [(EI, GRPO, "pass@1"), (EI, "base", "pass@1"), (GRPO, "base", "pass@1"),
@@ -35,6 +36,8 @@ def arm_config(arm: str, tier: str = "full"):
     config = common.main_arm(tier, "")  # its stages below
     if arm == GRPO:
         config.stages = "eval_base,rl,eval_final"
+        if tier == "full":  # the design's 7,680 samples (the main job's own stage: 20,480)
+            config.rl.steps, config.rl.num_prompts = GRPO_STEPS, GRPO_PROMPTS
         return config
     rounds = []
     problems, steps, batch = (PROBLEMS, SFT_STEPS, 32) if tier == "full" else (8, 1, 8)

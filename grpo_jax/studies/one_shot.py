@@ -1,7 +1,7 @@
 """How few training problems does GRPO need: RL on 1, 4 and 16 problems against the full set?
 
 The main job (configs/default.py: arithmetic, the tiny-1m model) from the main base (1500
-pretraining steps; seeds 0 and 1), four arms of the same GRPO stage (60 steps, 16 prompts x
+pretraining steps; seeds 0 and 1), four arms of the same GRPO stage (80 steps, 32 prompts x
 8 completions) that differ only in the training problems the prompts are drawn from
 (`task.train_size`; the held-out problems are the same 128 for every arm):
 
@@ -73,7 +73,7 @@ CLAIMS = (
                  (ONE, FULL, "pass@1"), "=", margin=PASS_MARGIN),
     common.Claim("test performance keeps improving after the training accuracy on the one "
                  "example saturates (post-saturation generalization)", SOURCE, None,
-                 untestable="the held-out problems are evaluated once, after the 60 steps; "
+                 untestable="the held-out problems are evaluated once, after the 80 steps; "
                             "a curve would need evaluations during the stage"),
 )
 

@@ -1,11 +1,11 @@
 """PPO with a critic against GRPO at equal samples, and GRPO's group size.
 
 From the main base (configs/default.py's pretraining, 1500 steps; seeds 0 and 1), arms that
-each sample 60 batches of 128 completions:
+each sample 80 batches of 256 completions (20,480):
 
 * `PPO`: configs/ppo.py's stage (a critic initialised from the policy, GAE, a per-token KL
-  reward, 2 epochs x 2 minibatches per batch), on 128 prompts x 1 completion;
-* `GRPO G=2`, `G=4`, `G=8`, `G=16`: the main job's GRPO stage on 128 / G prompts x G
+  reward, 2 epochs x 2 minibatches per batch), on 256 prompts x 1 completion;
+* `GRPO G=2`, `G=4`, `G=8`, `G=16`: the main job's GRPO stage on 256 / G prompts x G
   completions (G = 8 is the main job).
 
 Measured per run: held-out pass@1, and per training step the seconds of sampling and of the
@@ -113,7 +113,7 @@ CLAIMS = (
 
 STUDY = common.Study(
     name="ppo_vs_grpo",
-    question="does GRPO (G in 2, 4, 8, 16) match PPO with a critic at the same 7,680 samples, "
+    question="does GRPO (G in 2, 4, 8, 16) match PPO with a critic at the same 20,480 samples, "
              "and at what cost per step, paired by seed?",
     tiers={
         "full": common.Tier(bases=(0, 1), seeds=(0, 1, 2),

@@ -1,13 +1,13 @@
 """Does PPO keep TRPO's stability at first-order cost?
 
 From the main base (configs/default.py's pretraining, 1500 steps; seeds 0 and 1), arms that
-each sample 60 batches of 128 completions on the host loop:
+each sample 80 batches of 256 completions (20,480) on the host loop:
 
 * `TRPO`: one natural-gradient step per batch (conjugate gradient on Fisher-vector
-  products, a line search under a mean KL of 0.01), on 16 prompts x 8 completions with
+  products, a line search under a mean KL of 0.01), on 32 prompts x 8 completions with
   group-normalised advantages (configs/trpo.py's stage);
 * `PPO lr 2e-4`, `PPO lr 2e-3`, `PPO lr 2e-2`: configs/ppo.py's stage (critic, GAE, 2 epochs
-  x 2 minibatches of the clipped surrogate) on 128 prompts x 1 completion, at its learning
+  x 2 minibatches of the clipped surrogate) on 256 prompts x 1 completion, at its learning
   rate and 10x and 100x it.
 
 Measured per run: held-out pass@1, the largest per-step KL between consecutive policies over
@@ -108,7 +108,7 @@ CLAIMS = (
                  note="PPO here runs four optimizer steps per batch and a critic; TRPO one "
                       "natural step with 10 conjugate-gradient iterations and a line search"),
     common.Claim("PPO has better sample complexity than TRPO (empirically)", SOURCE +
-                 "; tested as held-out pass@1 at the same 7,680 samples",
+                 "; tested as held-out pass@1 at the same 20,480 samples",
                  (PPO, TRPO, "pass@1"), ">", margin=PASS_MARGIN),
     common.Claim("PPO keeps TRPO's stability: the clipped updates stay reliable when the step "
                  "size grows", SOURCE + "; tested as pass@1 at 10x PPO's learning rate within "
@@ -119,7 +119,7 @@ CLAIMS = (
 STUDY = common.Study(
     name="trpo_vs_ppo",
     question="does PPO match TRPO's stability (per-step KL, learning rates 1x to 100x) at "
-             "first-order cost per step, at the same 7,680 samples, paired by seed?",
+             "first-order cost per step, at the same 20,480 samples, paired by seed?",
     tiers={
         "full": common.Tier(bases=(0, 1), seeds=(0, 1, 2),
                             cost="about 50 min on 2 cores (estimated: the 2 main bases, "

@@ -1,7 +1,7 @@
 """When does reusing a rollout batch help, and when does the clip start to bind?
 
 The main job (configs/default.py: arithmetic, the tiny-1m model) from the main base (1500
-pretraining steps; seeds 0 and 1), arms of the same GRPO stage (60 rollout batches of 16
+pretraining steps; seeds 0 and 1), arms of the same GRPO stage (80 rollout batches of 32
 prompts x 8 completions) that differ in mu, the passes over each batch (`rl.num_iterations`,
 one optimizer step per pass), and in the clip:
 
@@ -10,7 +10,7 @@ one optimizer step per pass), and in the clip:
 * `mu=4, no clip`: four steps with epsilon 1e6 (the ratio unclipped: the plain importance-
   weighted policy gradient).
 
-Every arm sees the same rollouts' budget (60 x 128 completions); the learning-rate schedule
+Every arm sees the same rollouts' budget (80 x 256 completions); the learning-rate schedule
 spans each arm's own number of optimizer steps. Logged per run: held-out pass@1 and the
 training clip fraction and KL to the reference over the steps.
 """

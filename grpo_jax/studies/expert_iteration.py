@@ -5,7 +5,8 @@ The main job (configs/default.py: arithmetic, the tiny-1m model) from the main b
 pretraining steps; seeds 0 and 1), two arms that draw the same number of samples from their
 own current policy (7,680: 60 x 128):
 
-* `GRPO`: the main job's GRPO stage (60 steps of 16 prompts x 8 completions);
+* `GRPO`: the main job's GRPO stage at 60 steps of 16 prompts x 8 completions (the main
+  job itself runs 80 x 32 x 8);
 * `expert iteration`: four rounds of rejection-sampling SFT (`rejection_sft`), each sampling
   8 completions of 240 training problems from the current policy (1,920 samples), keeping
   the verified-correct, well-formed, distinct ones, and fine-tuning on them for 15 steps of

@@ -117,9 +117,10 @@ STUDY = common.Study(
              "and at what cost per step, paired by seed?",
     tiers={
         "full": common.Tier(bases=(0, 1), seeds=(0, 1, 2),
-                            cost="about 50 min on 2 cores (estimated: the 2 main bases, "
-                                 "shared with the other studies of the main base; 30 runs, "
-                                 "PPO's the longest)"),
+                            cost="about 2 hours on 2 cores (measured: 7404 s beside another "
+                                 "study process, the 2 main bases already built; 30 runs: "
+                                 "PPO's about 11 min each, GRPO's about 3 min, G=8's six "
+                                 "shared with updates_per_batch's mu=1)"),
         "mini": common.Tier(bases=(0,), seeds=(0,), arms=(PPO, "GRPO G=2", MAIN),
                             cost="seconds on 2 cores: one toy base, one seed, "
                                  "a subset of the arms"),

@@ -101,9 +101,9 @@ STUDY = common.Study(
              "clip do at 4, paired by seed?",
     tiers={
         "full": common.Tier(bases=(0, 1), seeds=(0, 1, 2),
-                            cost="about 40 min on 2 cores (estimated: the 2 main bases, "
-                                 "shared with the other studies of the main base; 24 runs on "
-                                 "the host loop, the mu = 4 arms with four update passes)"),
+                            cost="about 2.5 hours on 2 cores (measured beside another study "
+                                 "process, the 2 main bases already built: 24 runs on the "
+                                 "host loop, about 3 min at mu = 1, 5 at mu = 2, 8 at mu = 4)"),
         "mini": common.Tier(bases=(0,), seeds=(0,), arms=("mu=1", "mu=4"),
                             cost="seconds on 2 cores: one toy base, one seed, "
                                  "a subset of the arms"),

@@ -70,12 +70,53 @@ def test_trpo_step_keeps_kl_within_bound_and_improves():
         assert measured == pytest.approx(max_kl, rel=0.3)
 
 
+def test_fisher_rows_spread_over_the_batch():
+    assert trpo.fisher_rows(8, 1.0) is None
+    np.testing.assert_array_equal(trpo.fisher_rows(8, 0.5), [0, 2, 5, 7])
+    rows = trpo.fisher_rows(256, 0.2)
+    assert len(rows) == 51 and rows[0] == 0 and rows[-1] == 255
+    assert len(set(rows // 8)) >= 30  # spread over 30+ of the 32 prompt groups of 8
+    assert list(trpo.fisher_rows(4, 0.01)) == [0]
+    with pytest.raises(ValueError, match="fisher_fraction must be in"):
+        trpo.fisher_rows(8, 0.0)
+
+
+def test_trpo_step_on_a_fisher_subsample_is_the_natural_step_of_that_subsample():
+    # expected_gain = g.d: g from every row, d = the natural step under the Fisher of the
+    # subsample's rows only; computed here by forward-over-reverse on the subsample's KL.
+    config = named_config("tiny-1m", vocab_size=12, hidden_size=32, num_layers=1, num_heads=2,
+                          num_kv_heads=1, head_dim=16, mlp_size=64, max_seq_len=16)
+    policy, params = Policy.from_model(Transformer(config, rngs=nnx.Rngs(0)))
+    batch = _batch()
+    step = trpo.make_trpo_step(policy, prompt_len=3, max_kl=1e-3, damping=0.01, cg_iters=10,
+                               fisher_fraction=0.5)
+    _, m = jax.device_get(step(params, batch))
+    rows = trpo.fisher_rows(8, 0.5)
+    sub = jax.tree.map(lambda x: x[rows] if getattr(x, "ndim", 0) else x, batch)
+    surrogate, _ = trpo.trpo_objectives(policy, params, batch, prompt_len=3)
+    _, sub_kl = trpo.trpo_objectives(policy, params, sub, prompt_len=3)
+    grad = jax.grad(surrogate)(params)
+    fvp = lambda v: losses.fisher_vector_product(sub_kl, params, v, damping=0.01)
+    d = losses.natural_gradient_step(grad, fvp, max_kl=1e-3, cg_iters=10)
+    expected = sum(float(jnp.vdot(a, b)) for a, b in zip(jax.tree.leaves(grad),
+                                                         jax.tree.leaves(d)))
+    assert m["expected_gain"] == pytest.approx(expected, rel=2e-3)
+    full = trpo.make_trpo_step(policy, prompt_len=3, max_kl=1e-3, damping=0.01, cg_iters=10)
+    assert abs(float(full(params, batch)[1]["expected_gain"]) - expected) > 1e-3 * expected
+    assert m["accepted"] == 1.0
+    assert 0 < _exact_mean_kl(policy, params, step(params, batch)[0], batch, 3) <= 1e-3 * 1.0001
+
+
 def test_trpo_section_errors_name_the_field():
     config = default_config.get_config("smoke")
     config.stages = "trpo"
     config.trpo = default_section("trpo")
     config.trpo.group_size = 1
     with pytest.raises(ConfigError, match=r"trpo\.group_size"):
+        validate(config, KINDS)
+    config.trpo = default_section("trpo")
+    config.trpo.fisher_fraction = 0.0
+    with pytest.raises(ConfigError, match=r"trpo\.fisher_fraction"):
         validate(config, KINDS)
     config.trpo = default_section("trpo")
     config.trpo.max_kl = 0.0

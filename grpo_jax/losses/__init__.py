@@ -25,6 +25,7 @@ from grpo_jax.losses.surrogate import cispo_surrogate, clipped_surrogate, value_
 from grpo_jax.losses.trpo import (
     LineSearchResult,
     backtracking_line_search,
+    categorical_fisher_operator,
     conjugate_gradient,
     fisher_vector_product,
     natural_gradient_step,
@@ -35,6 +36,7 @@ __all__ = [
     "LineSearchResult",
     "aggregate",
     "backtracking_line_search",
+    "categorical_fisher_operator",
     "cispo_surrogate",
     "clipped_surrogate",
     "conjugate_gradient",

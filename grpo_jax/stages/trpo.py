@@ -27,6 +27,9 @@ def default_section() -> ml_collections.ConfigDict:
     s.max_kl = 0.01  # delta: trust-region radius in mean KL per token
     s.damping = 0.1  # Tikhonov damping of the Fisher-vector product
     s.cg_iters = 10  # conjugate gradient iterations
+    # Fraction of the batch's rows the Fisher-vector products use (evenly spaced; 1.0 =
+    # all; Schulman's thesis, EECS-2016-217, uses 0.1: the Fisher only sets the metric).
+    s.fisher_fraction = 1.0
     s.backtrack_ratio = 0.5  # line-search shrink factor
     s.max_backtracks = 10  # line-search candidates
     s.accept_ratio = 0.1  # smallest actual / expected improvement accepted
@@ -45,6 +48,7 @@ def validate(check) -> None:
     check.positive("adv_eps")
     check.positive("max_kl")
     check.number("damping", low=0.0)
+    check.number("fisher_fraction", low=0.0, high=1.0, low_open=True)
     check.number("backtrack_ratio", low=0.0, high=1.0, low_open=True, high_open=True)
     check.number("accept_ratio", low=0.0)
 
@@ -60,7 +64,7 @@ class TRPOLearner(Learner):
             run.policy, prompt_len=run.config.task.prompt_len, max_kl=section.max_kl,
             damping=section.damping, cg_iters=section.cg_iters,
             backtrack_ratio=section.backtrack_ratio, max_backtracks=section.max_backtracks,
-            accept_ratio=section.accept_ratio)
+            accept_ratio=section.accept_ratio, fisher_fraction=section.fisher_fraction)
 
     def iteration(self, state, batch):
         advantages = losses.group_advantages(batch.rewards, group_size=self.section.group_size,

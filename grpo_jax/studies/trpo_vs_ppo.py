@@ -127,10 +127,9 @@ STUDY = common.Study(
              "first-order cost per step, at the same 20,480 samples, paired by seed?",
     tiers={
         "full": common.Tier(bases=(0, 1), seeds=(0, 1, 2),
-                            cost="about 5 hours on 2 cores (measured in part, beside another "
-                                 "study process: a TRPO step about 38 s, so about 50 min a "
-                                 "TRPO run; PPO about 11 min a run; 24 runs, PPO lr 2e-4's "
-                                 "six shared with ppo_vs_grpo)"),
+                            cost="about 4 hours on 2 cores (measured beside another study "
+                                 "process: 11 min a TRPO run, 9-10.5 min a PPO run; 24 runs, "
+                                 "PPO lr 2e-4's six shared with ppo_vs_grpo)"),
         "mini": common.Tier(bases=(0,), seeds=(0,), arms=(TRPO, PPO),
                             cost="seconds on 2 cores: one toy base, one seed, "
                                  "a subset of the arms"),

@@ -83,7 +83,8 @@ STUDY = common.Study(
              "the full 20,000, paired by seed?",
     tiers={
         "full": common.Tier(bases=(0, 1), seeds=(0, 1, 2),
-                            cost="about 35 min on 2 cores (estimated: the 2 main bases, "
+                            cost="about an hour on 2 cores (measured: 61 min beside "
+                                 "another study process and the test suite; the 2 main bases "
                                  "shared with the other studies of the main base; 24 runs of "
                                  "the main job's GRPO stage with two evaluations)"),
         "mini": common.Tier(bases=(0,), seeds=(0,), arms=(ONE, FULL),

@@ -5,9 +5,10 @@ g = grad of the token-mean surrogate L(theta) = mean_t ratio_t A_t at theta_old;
 Fisher-vector product is the Hessian-vector product of the exact mean KL(pi_old || pi_theta)
 over the vocabulary at the sampled completion positions, computed in its Gauss-Newton form
 on the network linearised once per step (`losses.categorical_fisher_operator`); the full
-step d = sqrt(2 delta / x^T F x) x with x = F^{-1} g by conjugate gradient; the backtracking line search accepts the
-first theta + beta^k d that improves L and keeps the true KL <= delta. The exact KL needs
-the [B, N, V] logits, so this is for small vocabularies / models. The stage kind "trpo"
+step d = sqrt(2 delta / x^T F x) x with x = F^{-1} g by conjugate gradient; the
+backtracking line search accepts the first theta + beta^k d that improves L and keeps the
+true KL <= delta. The exact KL needs the [B, N, V] logits, so this is for small
+vocabularies / models. The stage kind "trpo"
 (grpo_jax/stages/trpo.py) runs it in the shared RL loop.
 """
 

@@ -34,6 +34,13 @@ def _batch(rows=8, prompt_len=3, new=5, vocab=12, seed=0):
     return batch.with_advantages(losses.group_advantages(rewards, group_size=4))
 
 
+def _tiny_policy():
+    """A one-block model over the 12-token vocabulary of `_batch` (policy, params)."""
+    config = named_config("tiny-1m", vocab_size=12, hidden_size=32, num_layers=1, num_heads=2,
+                          num_kv_heads=1, head_dim=16, mlp_size=64, max_seq_len=16)
+    return Policy.from_model(Transformer(config, rngs=nnx.Rngs(0)))
+
+
 def _exact_mean_kl(policy, old, new, batch, prompt_len):
     """Independent KL(pi_old || pi_new) per valid completion token, in float64 numpy."""
     def log_softmax(params):
@@ -50,9 +57,7 @@ def _exact_mean_kl(policy, old, new, batch, prompt_len):
 
 def test_trpo_step_keeps_kl_within_bound_and_improves():
     max_kl = 1e-3
-    config = named_config("tiny-1m", vocab_size=12, hidden_size=32, num_layers=1, num_heads=2,
-                          num_kv_heads=1, head_dim=16, mlp_size=64, max_seq_len=16)
-    policy, params = Policy.from_model(Transformer(config, rngs=nnx.Rngs(0)))
+    policy, params = _tiny_policy()
     batch = _batch()
     step = trpo.make_trpo_step(policy, prompt_len=3, max_kl=max_kl, damping=0.01, cg_iters=10)
     new_params, m = jax.device_get(step(params, batch))
@@ -84,9 +89,7 @@ def test_fisher_rows_spread_over_the_batch():
 def test_trpo_step_on_a_fisher_subsample_is_the_natural_step_of_that_subsample():
     # expected_gain = g.d: g from every row, d = the natural step under the Fisher of the
     # subsample's rows only; computed here by forward-over-reverse on the subsample's KL.
-    config = named_config("tiny-1m", vocab_size=12, hidden_size=32, num_layers=1, num_heads=2,
-                          num_kv_heads=1, head_dim=16, mlp_size=64, max_seq_len=16)
-    policy, params = Policy.from_model(Transformer(config, rngs=nnx.Rngs(0)))
+    policy, params = _tiny_policy()
     batch = _batch()
     step = trpo.make_trpo_step(policy, prompt_len=3, max_kl=1e-3, damping=0.01, cg_iters=10,
                                fisher_fraction=0.5)

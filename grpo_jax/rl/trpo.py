@@ -8,8 +8,8 @@ on the network linearised once per step (`losses.categorical_fisher_operator`); 
 step d = sqrt(2 delta / x^T F x) x with x = F^{-1} g by conjugate gradient; the
 backtracking line search accepts the first theta + beta^k d that improves L and keeps the
 true KL <= delta. The exact KL needs the [B, N, V] logits, so this is for small
-vocabularies / models. The stage kind "trpo"
-(grpo_jax/stages/trpo.py) runs it in the shared RL loop.
+vocabularies / models. The stage kind "trpo" (grpo_jax/stages/trpo.py) runs it in the
+shared RL loop.
 """
 
 from __future__ import annotations

@@ -7,7 +7,7 @@ each sample 80 batches of 256 completions (20,480) on the host loop:
   products, a line search under a mean KL of 0.01), on 32 prompts x 8 completions with
   group-normalised advantages (configs/trpo.py's stage), the Fisher-vector products on a
   fifth of the rows (`FISHER_FRACTION`) as OpenAI Baselines' TRPO takes every fifth sample
-  (`trpo_mpi`, after Schulman's thesis): the exact products made a step 4x as costly here;
+  (`trpo_mpi`, after Schulman's thesis): on every row a step costs 3x as much here;
 * `PPO lr 2e-4`, `PPO lr 2e-3`, `PPO lr 2e-2`: configs/ppo.py's stage (critic, GAE, 2 epochs
   x 2 minibatches of the clipped surrogate) on 256 prompts x 1 completion, at its learning
   rate and 10x and 100x it.

@@ -23,6 +23,8 @@ setup(
         "chex>=0.1.92,<0.2",
         "ml-collections>=1.1,<2",
         "absl-py>=2.1,<3",
+        # the code sandbox's seccomp filter (libseccomp through ctypes; with bubblewrap)
+        "pyseccomp>=0.1.2,<0.2; sys_platform == 'linux'",
         "numpy>=2.0,<3",
         "sentencepiece>=0.2,<0.3",
         "grain>=0.2.18,<0.3",

@@ -1,11 +1,13 @@
 """What one turn of tool answers costs on the host: R rows each waiting for a python call
 (one sandbox process each), answered one at a time and `parallel_steps` at a time, as
-`sampling.episodes` does at a pause; the guessing game's answers beside them.
+`sampling.episodes` does at a pause; the guessing game's answers beside them. The python
+calls run under each sandbox isolation in turn (bubblewrap's namespaces and seccomp filter,
+and the weaker audit_hook mode), alternated in one run.
 
     python benchmarks/bench_tool_turns.py [--rows 16] [--rounds 3]
 
-Prints one line per mode (`mode=python_sequential seconds=... per_call_s=...`, ...), then
-`parallel/sequential=R` (the wall-time ratio, alternated in one run).
+Prints one line per mode (`mode=python_sequential isolation=bwrap seconds=... per_call_s=...`,
+...), then `parallel/sequential=R` and `bwrap/audit_hook=R` (wall-time ratios).
 """
 
 from __future__ import annotations
@@ -17,6 +19,7 @@ import time
 from grpo_jax.tasks.base import Example
 from grpo_jax.tools import make_environment
 from grpo_jax.tools.calls import call_text
+from grpo_jax.tools.sandbox import configure_sandbox
 
 
 def main() -> None:
@@ -37,22 +40,31 @@ def main() -> None:
             return list(pool.map(environment.step, states, turns))
 
     answer(python[:2], 1)  # warm the imports
-    times = {"python_sequential": [], "python_parallel": [], "guess_sequential": []}
+    isolations = ("bwrap", "audit_hook")
+    modes = [(f"python_{how}", isolation, python, workers) for isolation in isolations
+             for how, workers in (("sequential", 1), ("parallel", environment.parallel_steps))]
+    modes.append(("guess_sequential", "-", guess, 1))
+    times = {(mode, isolation): [] for mode, isolation, _, _ in modes}
     for _ in range(args.rounds):  # alternated
-        for mode, turns, workers in (("python_sequential", python, 1),
-                                     ("python_parallel", python, environment.parallel_steps),
-                                     ("guess_sequential", guess, 1)):
+        for mode, isolation, turns, workers in modes:
+            if isolation != "-":
+                configure_sandbox(isolation=isolation)
             start = time.perf_counter()
             out = answer(turns, workers)
-            times[mode].append(time.perf_counter() - start)
+            times[mode, isolation].append(time.perf_counter() - start)
             assert all(not environment.is_error(o[0]) for o in out), out[0]
-    best = {mode: min(values) for mode, values in times.items()}
-    for mode, seconds in best.items():
-        print(f"mode={mode} rows={args.rows} seconds={seconds:.3f} "
+    configure_sandbox(isolation="bwrap")
+    best = {key: min(values) for key, values in times.items()}
+    for (mode, isolation), seconds in best.items():
+        print(f"mode={mode} isolation={isolation} rows={args.rows} seconds={seconds:.3f} "
               f"per_call_s={seconds / args.rows:.4f}")
-    print(f"parallel/sequential={best['python_parallel'] / best['python_sequential']:.2f} "
-          f"(workers={environment.parallel_steps})")
-
+    for isolation in isolations:
+        print(f"isolation={isolation} parallel/sequential="
+              f"{best['python_parallel', isolation] / best['python_sequential', isolation]:.2f}"
+              f" (workers={environment.parallel_steps})")
+    for how in ("sequential", "parallel"):
+        print(f"{how}: bwrap/audit_hook="
+              f"{best[f'python_{how}', 'bwrap'] / best[f'python_{how}', 'audit_hook']:.2f}")
 
 if __name__ == "__main__":
     main()

@@ -4,9 +4,13 @@ directory, no secret read, no process left behind); benign programs run; the com
 
 from __future__ import annotations
 
+import glob
+import json
 import os
+import shutil
 import subprocess
 import sys
+import tempfile
 import time
 
 import pytest
@@ -17,103 +21,207 @@ from grpo_jax.tools.sandbox import run_python
 DEADLINE = 0.5
 ROOT = os.geteuid() == 0
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
-MARK = "{mark}"  # replaced by a path outside the sandbox that must never be written
-
-# name -> (program, the start of the line that stops it)
-HOSTILE = {
-    "fork_bomb": ("import os\nwhile True:\n    os.fork()\n", "blocked: os.fork"),
-    "infinite_loop": ("while True:\n    pass\n", "timeout:"),
-    "sleep_forever": ("import time\ntime.sleep(100)\n", "timeout:"),
-    "ignores_sigterm": ("import _signal, time\n_signal.signal(15, _signal.SIG_IGN)\n"
-                        "while True:\n    time.sleep(0.01)\n", "timeout:"),
-    "memory_bomb": ("x = 'a' * (10 ** 10)\n", "memory:"),
-    "memory_growth": ("x = []\nwhile True:\n    x.append([0] * 10 ** 6)\n", "memory:"),
-    "os_system": (f"import os\nos.system('echo pwned > {MARK}')\n", "blocked: os.system"),
-    "subprocess": (f"import subprocess\nsubprocess.run(['sh', '-c', 'echo pwned > {MARK}'])\n",
-                   ""),  # no subprocess module (locked in) or blocked (_posixsubprocess)
-    "posix_spawn": (f"import os\nos.posix_spawn('/bin/sh', ['sh', '-c', 'echo x > {MARK}'], "
-                    "{})\n", "blocked: os.posix_spawn"),
-    "exec": (f"import os\nos.execv('/bin/sh', ['sh', '-c', 'echo x > {MARK}'])\n",
-             "blocked: os.exec"),
-    "socket": ("import socket\nsocket.socket().connect(('127.0.0.1', 22))\n",
-               "blocked: import socket"),
-    "ctypes": (f"import ctypes\nctypes.CDLL(None).system(b'echo x > {MARK}')\n",
-               "blocked: import ctypes"),
-    "kill_the_trainer": ("import os\nos.kill(os.getppid(), 9)\n", "blocked: os.kill"),
-    "read_etc_passwd": ("print(open('/etc/passwd').read())\n", ""),
-    "read_trainer_files": (f"print(open({os.path.join(REPO, 'setup.py')!r}).read())\n", ""),
-    "list_trainer_files": (f"import os\nprint(os.listdir({REPO!r}))\n", ""),
-    "write_outside": (f"open('{MARK}', 'w').write('x')\n", ""),
-    "symlink_out": ("import os\nos.symlink('/etc/passwd', 'l')\nprint(open('l').read())\n", ""),
-    "huge_output": ("while True:\n    print('x' * 1000)\n", "output: more than"),
-    "one_huge_print": ("print('y' * 10 ** 6)\n", "output: more than"),
-    "huge_file": ("open('big', 'wb').write(b'0' * (10 ** 8))\n", "error: OSError"),
-    "threads": ("import _thread\nfor _ in range(10000):\n"
-                "    _thread.start_new_thread(lambda: [None for _ in iter(int, 1)], ())\n",
-                ""),  # stopped by the process limit or the CPU time
-    "recursion": ("def f():\n    return f()\nf()\n", "error: RecursionError"),
-}
-# Gets around the audit hook (a fresh posix module from the importer's internals): only
-# the lock-in (chroot, user nobody) stops it, which is why the trainer runs it as root.
-AROUND_THE_HOOK = (f"import sys\nm = sys.modules['_imp'].create_builtin("
-                   f"type('S', (), {{'name': 'posix'}})())\nm.mkfifo('{MARK}')\n")
-SECRETS = ("root:", "setup(", "grpo_jax")
+CORPUS_SCRIPT = os.path.join(REPO, "tests", "sandbox_corpus.py")
+SECRET = "grpo-secret-7f3a"
+NOBODY = 65534
+SYSTEM_PYTHON = "/usr/bin/python3"
+# Gets around the audit hook (a fresh posix module from the importer's internals): in the
+# audit_hook mode only the lock-in (chroot, user nobody, as root) stops it.
+AROUND_THE_HOOK = ("import sys\nm = sys.modules['_imp'].create_builtin("
+                   "type('S', (), {'name': 'posix'})())\nm.mkfifo('{mark}')\n")
 
 
-def _modes():
-    return [pytest.param(True, id="locked_in", marks=pytest.mark.skipif(
-        not ROOT, reason="locking in needs root")), pytest.param(False, id="hook_only")]
+def _run_corpus(as_user: bool, tmp_path) -> list[dict]:
+    """The corpus's results, run by a trainer process of its own (root, or the user nobody
+    with the system's interpreter and copies of the sandbox module and pyseccomp)."""
+    marks = tmp_path / "marks"
+    marks.mkdir()
+    env = {"PATH": os.environ.get("PATH", "/usr/bin:/bin"), "GRPO_SECRET": SECRET}
+    if as_user:
+        import pyseccomp
+
+        folder = tempfile.mkdtemp(prefix="grpo_corpus_")
+        os.chmod(folder, 0o755)
+        for path in (sandbox.__file__, CORPUS_SCRIPT, pyseccomp.__file__):
+            shutil.copy(path, folder)
+        marks = os.path.join(folder, "marks")
+        os.mkdir(marks)
+        os.chmod(marks, 0o777)
+        command = [SYSTEM_PYTHON, os.path.join(folder, "sandbox_corpus.py"),
+                   os.path.join(folder, "sandbox.py"), marks, str(DEADLINE)]
+        extra = {"user": NOBODY, "group": NOBODY, "extra_groups": []}
+    else:
+        folder = None
+        command = [sys.executable, CORPUS_SCRIPT, sandbox.__file__, str(marks), str(DEADLINE)]
+        extra = {}
+    try:
+        done = subprocess.run(command, capture_output=True, text=True, env=env, timeout=240,
+                              **extra)
+    finally:
+        if folder is not None:
+            shutil.rmtree(folder, ignore_errors=True)
+    assert done.returncode == 0, done.stderr[-2000:]  # the trainer is alive to the end
+    return [json.loads(line) for line in done.stdout.splitlines()]
 
 
-@pytest.mark.parametrize("lock_in", _modes())
-@pytest.mark.parametrize("name", sorted(HOSTILE))
-def test_a_hostile_program_is_stopped_with_one_line_and_nothing_escapes(name, lock_in,
-                                                                          tmp_path):
-    program, expected = HOSTILE[name]
+def _corpus_users():
+    user = pytest.mark.skipif(not ROOT or not os.path.exists(SYSTEM_PYTHON),
+                              reason="running the corpus as another user needs root and "
+                                     f"{SYSTEM_PYTHON}")
+    return [pytest.param(False, id="as_root" if ROOT else "as_trainer_user"),
+            pytest.param(True, id="as_unprivileged_user", marks=user)]
+
+
+@pytest.mark.parametrize("as_user", _corpus_users())
+def test_the_hostile_corpus_is_stopped_with_one_line_and_nothing_escapes(as_user, tmp_path):
+    """Each program of tests/sandbox_corpus.py (the audit hook's refusals, and what goes
+    around the hook: pidfd signals, renice, affinity, mknod, the hook switched off, then the
+    trainer's environment, os.system, ctypes, sockets, fork + setsid + fork, a full disk)
+    ends its call within the deadline plus a second, with one line naming why, nothing
+    written outside, no secret read, no process left (by PID), and the trainer alive with
+    its priority and affinity unchanged."""
+    from sandbox_corpus import CORPUS
+
+    results = _run_corpus(as_user, tmp_path)
+    trainer = results.pop()["trainer"]
+    assert trainer["before"] == trainer["after"]
+    assert trainer["uid"] == (NOBODY if as_user else os.geteuid())
+    assert sorted(r["name"] for r in results) == sorted(CORPUS)
+    for r in results:
+        assert r["seconds"] <= DEADLINE + 1.0, r
+        if r["expected"] is None:
+            assert r["stopped"] is None, r
+        else:
+            assert r["stopped"] is not None and "\n" not in r["stopped"], r
+            assert r["stopped"].startswith(r["expected"]), r
+        assert not r["mark"] and not r["left"], r
+        assert SECRET not in r["output"] and "root:" not in r["output"], r
+
+
+def test_every_descendant_dies_with_the_call():
+    """A grandchild in its own session (after the hook is switched off) is gone when the
+    call returns: the PID namespace's init takes it down; nothing is left in /tmp."""
+    from sandbox_corpus import HOOK_OFF
+
+    before = set(glob.glob(os.path.join(tempfile.gettempdir(), "grpo_sandbox_*")))
+    code = (HOOK_OFF + "import os, time\nif os.fork() == 0:\n    os.setsid()\n"
+            "    if os.fork() == 0:\n        time.sleep(30)\n    os._exit(0)\n"
+            "os.wait()\nos.mkdir('d')\nos.chmod('d', 0)\nprint('parent done')\n")
+    children = _descendants(os.getpid())
+    result = run_python(code, deadline_seconds=DEADLINE, isolation="bwrap")
+    assert (result.output, result.stopped) == ("parent done\n", None)
+    assert _descendants(os.getpid()) <= children
+    assert set(glob.glob(os.path.join(tempfile.gettempdir(), "grpo_sandbox_*"))) <= before
+
+
+def _descendants(pid: int) -> set[int]:
+    parents = {}
+    for entry in os.listdir("/proc"):
+        try:
+            with open(f"/proc/{entry}/stat") as file:
+                parents[int(entry)] = int(file.read().rsplit(")", 1)[1].split()[1])
+        except (OSError, ValueError, IndexError):
+            pass
+    found, frontier = set(), {pid}
+    while frontier:
+        frontier = {child for child, parent in parents.items() if parent in frontier}
+        found |= frontier
+    return found
+
+
+def test_a_program_cannot_forge_its_stop_line():
+    forged = run_python("import os\nos.write(2, b'timeout: forged\\n')\n"
+                        "print('error: also forged')\n")
+    assert forged.stopped is None
+    assert forged.output == "timeout: forged\nerror: also forged\n"
+    exits = run_python("import os\nos._exit(3)\n")
+    assert exits.stopped == "error: the program exited with status 3"
+
+
+def test_without_bubblewrap_the_sandbox_refuses_with_one_line(monkeypatch):
+    monkeypatch.setattr(sandbox.shutil, "which", lambda name: None)
+    sandbox._bwrap_works.cache_clear()
+    try:
+        with pytest.raises(sandbox.SandboxUnavailable) as err:
+            run_python("print(1)")
+        assert "\n" not in str(err.value)
+        assert "apt-get install bubblewrap" in str(err.value)
+        assert "sandbox.isolation=audit_hook" in str(err.value)
+        with pytest.raises(sandbox.SandboxUnavailable):
+            sandbox.check_isolation("bwrap")
+        sandbox.check_isolation("audit_hook")  # the weaker mode needs nothing
+        assert run_python("print(1)", isolation="audit_hook").output == "1\n"
+    finally:
+        sandbox._bwrap_works.cache_clear()
+
+
+def test_the_weaker_mode_is_only_taken_when_asked_and_logged(caplog):
+    with pytest.raises(ValueError, match="sandbox.isolation: expected one of"):
+        sandbox.configure_sandbox(isolation="none")
+    try:
+        with caplog.at_level("WARNING"):
+            sandbox.configure_sandbox(isolation="audit_hook")
+        assert "isolation=audit_hook" in caplog.text
+        assert run_python("import os\nprint(os.getcwd())\n").output != "/sandbox\n"
+    finally:
+        sandbox.configure_sandbox(isolation="bwrap")
+    assert run_python("import os\nprint(os.getcwd())\n").output == "/sandbox\n"
+
+
+@pytest.mark.skipif(not ROOT, reason="the audit_hook mode locks in only as root")
+def test_audit_hook_mode_locked_in_a_program_around_the_hook_cannot_write_outside(tmp_path):
     mark = tmp_path / "pwned"
-    start = time.monotonic()
-    result = run_python(program.replace(MARK, str(mark)), deadline_seconds=DEADLINE,
-                        lock_in=lock_in)
-    assert time.monotonic() - start <= DEADLINE + 1.0
-    assert result.stopped is not None and "\n" not in result.stopped, result
-    assert result.stopped.startswith(expected), result.stopped
-    assert not mark.exists()
-    assert not any(secret in result.output for secret in SECRETS), result.output[:200]
-
-
-@pytest.mark.skipif(not ROOT, reason="locking in needs root")
-def test_locked_in_even_a_program_around_the_audit_hook_cannot_write_outside(tmp_path):
-    mark = tmp_path / "pwned"
-    result = run_python(AROUND_THE_HOOK.replace(MARK, str(mark)), deadline_seconds=DEADLINE,
-                        lock_in=True)
+    result = run_python(AROUND_THE_HOOK.replace("{mark}", str(mark)),
+                        deadline_seconds=DEADLINE, isolation="audit_hook")
     assert result.stopped is not None and not mark.exists()
 
 
-def test_no_process_is_left_behind(tmp_path):
-    result = run_python("import os, time\nprint(os.getpid(), flush=True)\ntime.sleep(60)\n",
+def test_audit_hook_mode_removes_its_directory_and_stale_ones(tmp_path):
+    """An unreadable directory inside is removed with the call's; a directory left by a
+    trainer that died mid-call (its PID in the name) is collected at the next start."""
+    stale = os.path.join(tempfile.gettempdir(), f"grpo_sandbox_{_dead_pid()}_x")
+    os.makedirs(os.path.join(stale, "d", "e"))
+    os.chmod(os.path.join(stale, "d"), 0)
+    before = set(glob.glob(os.path.join(tempfile.gettempdir(), "grpo_sandbox_*")))
+    sandbox._collected.clear()
+    result = run_python("import os\nos.mkdir('d')\nopen('d/f', 'w').write('x')\n"
+                        "os.chmod('d', 0)\n", isolation="audit_hook")
+    assert result.stopped is None
+    assert not os.path.exists(stale)
+    assert set(glob.glob(os.path.join(tempfile.gettempdir(), "grpo_sandbox_*"))) <= before
+
+
+def _dead_pid() -> int:
+    process = subprocess.Popen(["true"])
+    process.wait()
+    return process.pid
+
+
+def test_no_process_is_left_behind():
+    children = _descendants(os.getpid())
+    result = run_python("import time\nprint('up', flush=True)\ntime.sleep(60)\n",
                         deadline_seconds=DEADLINE)
-    assert result.stopped.startswith("timeout:")
-    pid = int(result.output.split()[0])
-    with pytest.raises(ProcessLookupError):
-        os.kill(pid, 0)
+    assert result.stopped.startswith("timeout:") and result.output == "up\n"
+    assert _descendants(os.getpid()) <= children
 
 
-@pytest.mark.parametrize("lock_in", _modes())
-def test_benign_programs_run(lock_in):
+@pytest.mark.parametrize("isolation", sandbox.ISOLATIONS)
+def test_benign_programs_run(isolation):
     ok = run_python("import math, json, collections\nprint(math.factorial(10))\n"
                     "print(json.dumps(collections.Counter('abca').most_common(1)))\n",
-                    lock_in=lock_in)
+                    isolation=isolation)
     assert (ok.output, ok.stopped) == ('3628800\n[["a", 2]]\n', None)
     files = run_python("open('a.txt', 'w').write('hi')\nprint(open('a.txt').read())\n",
-                       lock_in=lock_in)
+                       isolation=isolation)
     assert (files.output, files.stopped) == ("hi\n", None)
-    env = run_python("import os\nprint(sorted(os.environ))\n", lock_in=lock_in)
+    env = run_python("import os\nprint(sorted(os.environ))\n", isolation=isolation)
     assert env.output == "['HOME', 'LANG', 'PATH', 'PYTHONIOENCODING', 'TMPDIR']\n"
-    fds = run_python("import os\nopen_fds = []\nfor fd in range(3, 64):\n    try:\n"
-                     "        os.fstat(fd)\n        open_fds.append(fd)\n"
-                     "    except OSError:\n        pass\nprint(open_fds)\n", lock_in=lock_in)
-    assert (fds.output, fds.stopped) == ("[]\n", None)  # nothing of the trainer's is open
-    partial = run_python("print('before')\nraise ValueError('bad input')\n", lock_in=lock_in)
+    fds = run_python("import os, stat\nopen_fds = []\nfor fd in range(3, 64):\n    try:\n"
+                     "        open_fds.append(stat.S_ISFIFO(os.fstat(fd).st_mode))\n"
+                     "    except OSError:\n        pass\nprint(open_fds)\n", isolation=isolation)
+    # nothing of the trainer's is open: only the pipe the status line goes back on
+    assert (fds.output, fds.stopped) == ("[True]\n", None)
+    partial = run_python("print('before')\nraise ValueError('bad input')\n", isolation=isolation)
     assert partial.output == "before\n"
     assert partial.stopped == "error: ValueError: bad input (line 2)"
     assert partial.observation == "before\nerror: ValueError: bad input (line 2)"
@@ -154,3 +262,35 @@ def test_the_python_tool_answers_a_turn_and_counts_stopped_programs_as_errors():
         assert line in observation and environment.is_error(observation), observation
     long = environment("<python>print('z' * 10000)</python>")
     assert "output: more than 150" in long and len(long) < 250
+
+
+def test_a_job_that_runs_code_checks_its_sandbox_at_start(monkeypatch):
+    """Before anything is written: an unknown isolation names the field; a job that runs
+    code (the code task, a python tool) refuses to start without bubblewrap, in one line;
+    a job that runs none starts without it."""
+    from configs import code, tools
+    from grpo_jax.config_presets import main_job
+    from grpo_jax.runner.checks import ConfigError
+    from grpo_jax.runner.validation import check_sandbox, uses_sandbox
+
+    code_job, main = code.get_config("smoke"), main_job("smoke")
+    python_tool = tools.get_config("smoke")
+    python_tool.rl.tools = "json:guess,python"
+    assert uses_sandbox(code_job) and uses_sandbox(python_tool) and not uses_sandbox(main)
+    check_sandbox(code_job)
+    code_job.sandbox.isolation = "none"
+    with pytest.raises(ConfigError, match=r"^sandbox.isolation: expected one of"):
+        check_sandbox(code_job)
+    code_job.sandbox.isolation = "bwrap"
+    monkeypatch.setattr(sandbox.shutil, "which", lambda name: None)
+    sandbox._bwrap_works.cache_clear()
+    try:
+        for job in (code_job, python_tool):
+            with pytest.raises(ConfigError, match="bubblewrap") as err:
+                check_sandbox(job)
+            assert "\n" not in str(err.value)
+        check_sandbox(main)
+        code_job.sandbox.isolation = "audit_hook"
+        check_sandbox(code_job)
+    finally:
+        sandbox._bwrap_works.cache_clear()

@@ -1,10 +1,14 @@
 """Stateful environments (`tools.Environment`): the guessing game by hand, the task's worked
 solutions and rewards, episodes that the environment ends with per-turn rewards on the
-turn's last token, and the agents job's smoke run with real gradients."""
+turn's last token, the agents job's smoke run with real gradients, and the guard every
+reset and step goes through (a failing, hanging or out-of-bounds call is an error
+observation)."""
 
 from __future__ import annotations
 
 import dataclasses
+import threading
+import time
 
 import jax
 import numpy as np
@@ -18,6 +22,7 @@ from grpo_jax.tasks import Example, get_task
 from grpo_jax.tasks.guess_number import bisection, trace
 from grpo_jax.text import CharTokenizer
 from grpo_jax.tools import Environment, make_environment
+from grpo_jax.tools.guard import NotStarted, guarded_reset, guarded_step, judge
 
 
 def test_the_guessing_game_by_hand():
@@ -183,3 +188,80 @@ def test_a_rollouts_token_rewards_reach_the_batch():
     np.testing.assert_array_equal(ro.to_batch().token_rewards, turns)
     assert ro.replace(token_rewards=None).to_batch().token_rewards is None
     np.testing.assert_array_equal(ro.take_rows([1]).to_batch().token_rewards, turns[1:])
+
+
+class _Unruly(Environment):
+    """A user's environment that misbehaves as `self.how` says (reset: "reset"; step: an
+    exception, a hang, a huge or non-text observation, a bad reward or return)."""
+
+    stop_text = "?"
+    call_seconds = 0.2
+
+    def __init__(self, how):
+        self.how, self.release, self.steps = how, threading.Event(), 0
+
+    def reset(self, problem):
+        if self.how == "reset":
+            raise RuntimeError("no such problem")
+        return "<start>", 7
+
+    def step(self, state, action_text):
+        self.steps += 1
+        answers = {"huge": ("x" * 10**6, 0.0, False, 8), "nan": ("ok", float("nan"), False, 8),
+                   "inf32": ("ok", 1e300, False, 8), "array": ("ok", np.ones(2), False, 8),
+                   "text": ("ok", "1", False, 8), "bytes": (b"ok", 0.0, False, 8),
+                   "short": ("ok", 0.0), "fine": ("ok", np.float32(0.5), np.True_, 8)}
+        if self.how == "raise":
+            raise ValueError("bad\naction " + "y" * 500)
+        if self.how == "exit":
+            raise SystemExit(0)
+        if self.how == "interrupt":
+            raise KeyboardInterrupt
+        if self.how == "hang":
+            self.release.wait(30)
+        return answers[self.how]
+
+
+@pytest.mark.parametrize("how,reason", [
+    ("raise", "error: environment step raised ValueError: bad action yyy"),
+    ("exit", "error: environment step raised SystemExit: 0"),
+    ("hang", "error: environment step gave no answer within 0.2 s"),
+    ("huge", "error: environment step answered 1000000 characters, over 8192"),
+    ("bytes", "error: environment step gave a bytes, not text"),
+    ("nan", "error: environment step's reward nan is not a finite float32 number"),
+    ("inf32", "error: environment step's reward 1e+300 is not a finite float32 number"),
+    ("array", "error: environment step's reward array([1., 1.]) is not a finite"),
+    ("text", "error: environment step's reward '1' is not a finite float32 number"),
+    ("short", "error: environment step returned tuple, not (observation, reward, done, "),
+])
+def test_a_step_that_fails_is_an_error_observation_and_the_episode_goes_on(how, reason):
+    environment = _Unruly(how)
+    start = guarded_reset(environment, None)
+    assert start == ("<start>", 7, False)
+    began = time.monotonic()
+    answer = guarded_step(environment, 7, "turn?")
+    environment.release.set()
+    assert time.monotonic() - began < 1.5  # the bound holds: 0.2 s
+    assert answer.observation.startswith("<result>" + reason) and answer.failed
+    assert "\n" not in answer.observation and len(answer.observation) < 200
+    assert (answer.reward, answer.done, answer.state) == (0.0, False, 7)
+
+
+def test_a_good_step_passes_the_guard_and_keyboard_interrupt_is_the_runs_stop():
+    answer = guarded_step(_Unruly("fine"), 7, "turn?")
+    assert answer == ("ok", 0.5, True, 8, False) and type(answer.done) is bool
+    with pytest.raises(KeyboardInterrupt):
+        guarded_step(_Unruly("interrupt"), 7, "turn?")
+    assert judge(None, "x") is False and judge(lambda text: 1 / 0, "x") is None
+
+
+def test_a_failed_reset_starts_an_episode_whose_calls_answer_its_error():
+    """No observation (the prompt bucket is fixed), a state the environment's step never
+    sees: each call is answered with the reset's error line and counted."""
+    environment = _Unruly("reset")
+    start = guarded_reset(environment, None)
+    assert start.observation == "" and start.failed and isinstance(start.state, NotStarted)
+    answer = guarded_step(environment, start.state, "turn?")
+    assert answer.observation == ("<result>error: environment reset raised RuntimeError: no "
+                                  "such problem</result>")
+    assert answer.failed and answer.state is start.state and environment.steps == 0

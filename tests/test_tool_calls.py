@@ -47,6 +47,26 @@ def test_malformed_calls_say_why(text, reason):
         parse_call(text, TOOLS)
 
 
+@pytest.mark.parametrize("payload,reason", [
+    ("[" * 995 + "]" * 995, "not JSON (nested too deeply)"),
+    ("[" * 100_000, "not JSON (nested too deeply)"),
+    ('{"name": "calc", "arguments": {"expression": ' + "1" * 4301 + "}}",
+     "not JSON (ValueError: Exceeds the limit (4300 digits) for integer string conversion)"),
+    ('{"name": "calc", "arguments": "{\\"expression\\": ' + "1" * 4301 + '}"}',
+     "arguments is a string that is not a JSON object"),
+])
+def test_calls_past_the_json_parsers_limits_are_parse_failures(payload, reason):
+    """Nesting past the recursion limit (RecursionError) and an integer past Python's digit
+    limit (ValueError) are calls that do not parse, answered and counted like the others."""
+    with pytest.raises(ToolCallError) as error:
+        parse_call(OPEN + payload + CLOSE, TOOLS)
+    assert str(error.value) == reason
+    environment = JsonToolEnvironment(tools=TOOLS)
+    answer = environment(OPEN + payload + CLOSE)
+    assert answer == f"<result>error: tool call not parsed: {reason}</result>"
+    assert environment.is_parse_failure(answer)
+
+
 def test_the_environment_answers_and_counts_parse_failures():
     environment = make_environment("json:calc,python")
     assert isinstance(environment, JsonToolEnvironment) and environment.tools == TOOLS

@@ -5,6 +5,8 @@ calls, real gradients, exact log-prob parity) and resume mid-stage bit-exactly."
 
 from __future__ import annotations
 
+import dataclasses
+
 import jax
 import jax.numpy as jnp
 import numpy as np
@@ -21,7 +23,7 @@ from grpo_jax.stages import KINDS, default_section
 from grpo_jax.tasks import get_task
 from grpo_jax.text import CharTokenizer
 from grpo_jax.text.chat import tool_response_renderer
-from grpo_jax.tools import ToolEnvironment
+from grpo_jax.tools import Environment, ToolEnvironment
 
 
 def test_tool_task_traces_agree_with_the_environment():
@@ -289,3 +291,75 @@ def test_ppo_on_episodes_on_4_devices_as_on_one(smoke, tmp_path):
     assert one[0]["grad_norm"] > 0 and one[0]["logp_diff_max"] < 1e-4
     _same_episodes_and_update(one, rows)
     assert rows[0]["critic_grad_norm"] == pytest.approx(one[0]["critic_grad_norm"], rel=1e-4)
+
+
+class _Flaky(Environment):
+    """A user's environment whose every third call (reset or step) raises; the others answer
+    "<result>ok</result>" with reward 0.25. The calculator's closing tag ends a turn."""
+
+    stop_text = "</calc>"
+    gives_rewards = True
+
+    def __init__(self, render):
+        self.render, self.calls = render, 0
+
+    def _count(self):
+        self.calls += 1
+        if self.calls % 3 == 0:
+            raise ValueError(f"flaky call {self.calls}")
+
+    def reset(self, problem):
+        self._count()
+        return "", 0
+
+    def step(self, state, action_text):
+        self._count()
+        return self.render("ok"), 0.25, False, state + 1
+
+
+def _tool_run(tmp_path, monkeypatch, name, factory, rewards):
+    """A 2-step RL run from a random tiny policy (no pretraining, no evaluations, no
+    checkpoints) whose calls `tools.ENVIRONMENTS[name]` answers; its rl metrics rows."""
+    from grpo_jax import tools
+
+    monkeypatch.setitem(tools.ENVIRONMENTS, name, factory)
+    config = tools_config.get_config("smoke")
+    config.mesh.num_devices = 1
+    config.stages = "rl"
+    config.rl.update(tools=name, rewards=rewards, checkpoint_every=0)
+    train_and_evaluate(config, str(tmp_path))
+    return _rows(tmp_path, "rl")
+
+
+def test_a_run_whose_environment_raises_on_every_third_call_finishes(tmp_path, monkeypatch):
+    """The failed resets and steps are error observations counted in tool_errors; the run
+    trains on."""
+    rows = _tool_run(tmp_path, monkeypatch, "flaky", _Flaky,
+                     {"accuracy": 1.0, "environment": 1.0})
+    assert len(rows) == 2 and all(r["tool_errors"] > 0 for r in rows)
+    assert max(r["tool_calls"] for r in rows) > 0
+    assert max(r["reward/environment"] for r in rows) > 0  # the calls that went through
+
+
+def test_a_run_whose_policy_writes_a_995_deep_call_finishes(tmp_path, monkeypatch):
+    """JSON calls (`JsonToolEnvironment`) whose every turn the policy is forced to end with
+    a call nested 995 deep: each is a parse failure, answered and counted."""
+    from grpo_jax.sampling import episodes
+    from grpo_jax.tools.calls import CLOSE, OPEN, JsonToolEnvironment
+
+    @dataclasses.dataclass(frozen=True)
+    class AtCalcTag(JsonToolEnvironment):
+        @property
+        def stop_text(self):  # one token of the run's vocabulary: a random policy writes it
+            return "</calc>"
+
+    deep = OPEN + '{"name": "calc", "arguments": {"expression": ' + "[" * 995 + "]" * 995 \
+        + "}}" + CLOSE
+    turn_texts = episodes.turn_texts
+    monkeypatch.setattr(episodes, "turn_texts",
+                        lambda *args: [text + deep for text in turn_texts(*args)])
+    rows = _tool_run(tmp_path, monkeypatch, "deep_json",
+                     lambda render: AtCalcTag(tools=("calc",), render=render),
+                     {"accuracy": 1.0})
+    assert len(rows) == 2 and all(r["tool_parse_failures"] > 0 for r in rows)
+    assert max(r["tool_calls"] for r in rows) > 0

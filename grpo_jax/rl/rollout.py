@@ -19,6 +19,7 @@ from grpo_jax.rl.batch import RolloutBatch
 from grpo_jax.sampling import SamplingConfig, generate
 from grpo_jax.sampling.episodes import EpisodeConfig, episode_texts, generate_episodes
 from grpo_jax.text import prompt_ids
+from grpo_jax.tools.guard import guarded_reset
 from grpo_jax.training import Params, Policy
 
 
@@ -292,16 +293,20 @@ def episode_rollout(policy: Policy, params: Params, tokenizer, examples: Sequenc
     reproduces the sampler's log-probs; `loss_mask` is the generated tokens.
 
     An `Environment` starts each episode with `reset(example)` (its observation appended
-    to the prompt); with the reward name "environment" in `weights`, the sum of its turns'
-    rewards is that component (weighted like the others).
+    to the prompt), through `tools.guard.guarded_reset`: a reset that fails starts its
+    episode with no observation, every call of it answered with the error, and counts one
+    in the row's `tool_errors`. With the reward name "environment" in `weights`, the sum of
+    its turns' rewards is that component (weighted like the others).
     """
     weights = dict(weights)
     environment_weight = weights.pop(ENVIRONMENT_REWARD, None)
     states = None
+    reset_failures = np.zeros(len(examples), np.int32)
     if hasattr(environment, "reset"):
-        started = [environment.reset(example) for example in examples]
-        prompts = [prompt + observation for prompt, (observation, _) in zip(prompts, started)]
-        states = [state for _, state in started]
+        started = [guarded_reset(environment, example) for example in examples]
+        prompts = [prompt + start.observation for prompt, start in zip(prompts, started)]
+        states = [start.state for start in started]
+        reset_failures = np.asarray([start.failed for start in started], np.int32)
     ids = [getattr(e, "id", None) for e in examples]
     prompt_tokens, prompt_mask = encode_prompts(tokenizer, prompts, prompt_len=prompt_len,
                                                 ids=ids)
@@ -333,7 +338,7 @@ def episode_rollout(policy: Policy, params: Params, tokenizer, examples: Sequenc
         components=components, lengths=generated.sum(1).astype(np.int32),
         truncated=~eos.any(axis=1), texts=texts,
         turns=np.asarray(out.turns, np.int32),
-        tool_errors=np.asarray(out.tool_errors, np.int32),
+        tool_errors=np.asarray(out.tool_errors, np.int32) + reset_failures,
         tool_parse_failures=np.asarray(out.parse_failures, np.int32),
         token_rewards=token_rewards)
 

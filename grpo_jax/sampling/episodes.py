@@ -47,6 +47,7 @@ from grpo_jax.sampling import decode
 from grpo_jax.sampling.config import SamplingConfig
 from grpo_jax.sampling.decode import DecodeSpec, DecodeState
 from grpo_jax.sampling.sampler import checked_prompts
+from grpo_jax.tools.guard import guarded_step, judge
 
 
 @dataclasses.dataclass(frozen=True)
@@ -93,8 +94,10 @@ class EpisodeOutput:
       observation: [B, N] bool, the environment's tokens.
       turns: [B] int32, observations each row received.
       length: [] int32, the slots written (the rest of the N are empty).
-      tool_errors: [B] int32, the observations the environment called errors (its
-        `is_error`; zeros for an environment without one).
+      tool_errors: [B] int32, the answers the environment called errors (its `is_error`)
+        and the calls that failed (`tools.guard`: an exception, no answer within the
+        deadline, an answer too long or malformed; counted even where no answer could
+        follow).
       forced: [B, N] bool, the generated tokens budget forcing wrote.
       turn_rewards: [B, N] float32, each turn's reward (a stateful environment's `step`)
         on the turn's last generated token; zeros elsewhere.
@@ -170,6 +173,9 @@ def generate_episodes(graphdef, state, prompts, prompt_mask, key, *, config: Epi
         since its last observation (its call included) -> the text appended to its context
         (e.g. "<result>27</result>"; no reward, never done). With an `is_error(observation)
         -> bool` attribute, the answers it calls errors are counted in `tool_errors`.
+        Every call goes through `tools.guard.guarded_step`: a call that raises, hangs past
+        the environment's `call_seconds` or answers out of bounds is answered with an
+        error observation and counted in `tool_errors`; the run goes on.
       states: each row's episode state (`Environment.reset`), for an Environment; None:
         None for every row.
 
@@ -189,9 +195,13 @@ def generate_episodes(graphdef, state, prompts, prompt_mask, key, *, config: Epi
     is_error = getattr(observe, "is_error", None)
     is_parse_failure = getattr(observe, "is_parse_failure", None)
     render = getattr(observe, "render", None)
-    step = getattr(observe, "step", None)
-    if step is None:  # a function of the turn's text: no state, no reward, never done
-        step = lambda state, text: (observe(text), 0.0, False, state)  # noqa: E731
+    environment_step = getattr(observe, "step", None)
+    if environment_step is None:  # a function of the turn's text: no state, no reward
+        environment_step = lambda state, text: (observe(text), 0.0, False, state)  # noqa: E731
+
+    def step(state, text):  # every call through the guard: it can neither raise nor hang
+        return guarded_step(observe, state, text, environment_step)
+
     states = [None] * batch if states is None else list(states)
     if len(states) != batch:
         raise ValueError(f"generate_episodes: {len(states)} states for {batch} rows")
@@ -214,7 +224,7 @@ def generate_episodes(graphdef, state, prompts, prompt_mask, key, *, config: Epi
         if bool(_paused_jit(s, spec=spec)):
             slots = _Slots(s, batch, n) if continuous else None
             waiting = slots.waiting if continuous else np.asarray(s.waiting & ~s.done)
-            answers, lengths, errors, failed, done = _answers(
+            answers, lengths, errors, failed, done, broke = _answers(
                 s, waiting, tokenizer, step, states, turn_rewards, (is_error, is_parse_failure),
                 render, spec.queue_width, config.max_observation_tokens,
                 getattr(observe, "parallel_steps", 1))
@@ -224,7 +234,7 @@ def generate_episodes(graphdef, state, prompts, prompt_mask, key, *, config: Epi
             answered = waiting & ~done & (turns < config.max_turns) & (lengths > 0) \
                 & (lengths < room)
             turns += answered
-            tool_errors += answered & errors
+            tool_errors += (answered & errors) | (waiting & broke)
             handed = (answers, lengths, answered, waiting & ~answered)
             if continuous:  # by row -> by the slot holding the row
                 handed = tuple(slots.of_rows(x) for x in handed)
@@ -288,7 +298,10 @@ def answer_ids(text: str, tokenizer, width: int, render=None) -> list[int]:
     ids = list(tokenizer.encode(text))
     if len(ids) <= width or render is None:
         return ids[:width]
-    before, after = render("\x00").split("\x00", 1)
+    try:  # the environment's render: one that fails here only loses the careful cut
+        before, after = render("\x00").split("\x00", 1)
+    except Exception:  # noqa: BLE001
+        return ids[:width]
     if not (text.startswith(before) and text.endswith(after)) or \
             len(text) < len(before) + len(after):
         return ids[:width]
@@ -302,16 +315,17 @@ def answer_ids(text: str, tokenizer, width: int, render=None) -> list[int]:
 
 def _answers(s: DecodeState, waiting, tokenizer, step, states: list, turn_rewards, judges,
              render, queue_width: int, width: int, parallel: int = 1):
-    """The environment's answers to the waiting rows (`step(state, turn text)`); each
-    row's state advanced in `states`, its turn's reward added to `turn_rewards` on its last
-    generated token. `parallel` > 1: that many rows' steps run at once, in threads (each
-    row's answer depends only on its state and text, so the results do not change).
+    """The environment's answers to the waiting rows (`step(state, turn text)` ->
+    `tools.guard.Answer`); each row's state advanced in `states`, its turn's reward added to
+    `turn_rewards` on its last generated token. `parallel` > 1: that many rows' steps run at
+    once, in threads (each row's answer depends only on its state and text, so the results
+    do not change).
 
     Returns:
       (answers [B, Q] int32 left-aligned, cut to `width` tokens (`answer_ids`); lengths [B]
-      int32, 0 for the other rows; errors [B] bool, `is_error` of each answer's text;
-      failed [B] bool, `is_parse_failure` of it; done [B] bool, the environment ended the
-      row's episode).
+      int32, 0 for the other rows; errors [B] bool, `is_error` of each answer's text (or it
+      raised); failed [B] bool, `is_parse_failure` of it; done [B] bool, the environment
+      ended the row's episode; broke [B] bool, the call failed (`tools.guard`)).
     """
     is_error, is_parse_failure = judges
     tokens, generated, observation = (np.asarray(x) for x in
@@ -322,24 +336,25 @@ def _answers(s: DecodeState, waiting, tokenizer, step, states: list, turn_reward
     errors = np.zeros(len(texts), bool)
     failed = np.zeros(len(texts), bool)
     done = np.zeros(len(texts), bool)
+    broke = np.zeros(len(texts), bool)
     rows = np.flatnonzero(waiting)
     if parallel > 1 and len(rows) > 1:  # e.g. sandbox processes: their waits overlap
         with concurrent.futures.ThreadPoolExecutor(min(parallel, len(rows))) as pool:
             results = list(pool.map(lambda r: step(states[r], texts[r]), rows))
     else:
         results = [step(states[r], texts[r]) for r in rows]
-    for row, (text, reward, done[row], states[row]) in zip(rows, results):
+    for row, (text, reward, done[row], states[row], broke[row]) in zip(rows, results):
         last = np.flatnonzero(generated[row])
         if len(last):
             turn_rewards[row, last[-1]] += np.float32(reward)
-        failed[row] = bool(is_parse_failure(text)) if is_parse_failure is not None else False
+        failed[row] = bool(judge(is_parse_failure, text))
         if done[row]:
             continue
         ids = answer_ids(text, tokenizer, width, render)
         answers[row, :len(ids)] = ids
         lengths[row] = len(ids)
-        errors[row] = bool(is_error(text)) if is_error is not None else False
-    return answers, lengths, errors, failed, done
+        errors[row] = judge(is_error, text) is not False
+    return answers, lengths, errors, failed, done, broke
 
 
 def episode_texts(out: EpisodeOutput, tokenizer) -> list[str]:

@@ -6,7 +6,9 @@ come back as observations. An environment (`Environment`: reset / step) keeps st
 turns, gives rewards and may end the episode; each tool is one (`ToolEnvironment`, called
 as `<calc>...</calc>`), "json:python,calc" calls tools as JSON function calls in the
 checkpoint's format (`JsonToolEnvironment`), and `ENVIRONMENTS` has the stateful ones.
-`make_environment(name)` builds any of them by name (the config's `tools` field).
+`make_environment(name)` builds any of them by name (the config's `tools` field). The
+sampler calls every environment's `reset` and `step` through `guard`, so an environment,
+built in or a user's, never crashes or stalls a run either.
 """
 
 from collections.abc import Callable

@@ -16,7 +16,9 @@ object with a string "name" naming one of the environment's tools and an object 
 (a JSON string holding one is accepted, as some templates write it) with the tool's one
 required parameter. A call that does not parse is never dropped silently: it is answered
 with an error observation ("error: tool call not parsed: ...") and counted
-(`is_parse_failure`; `tool_parse_failures` in the training and evaluation metrics).
+(`is_parse_failure`; `tool_parse_failures` in the training and evaluation metrics); so is
+JSON nested too deeply for the parser or an integer past Python's digit limit. Like every
+environment, it is called through `tools.guard`.
 """
 
 from __future__ import annotations
@@ -31,6 +33,7 @@ from grpo_jax.tools.base import (DEADLINE_SECONDS, MAX_OBSERVATION_CHARS, TOOLS,
                                  render_observation)
 from grpo_jax.tools.environment import Environment
 from grpo_jax.tools.games import GuessEnvironment
+from grpo_jax.tools.guard import CALL_SECONDS
 from grpo_jax.tools.sandbox import STOP_PREFIXES
 
 OPEN, CLOSE = "<tool_call>", "</tool_call>"
@@ -68,16 +71,28 @@ class ToolCallError(ValueError):
     """A tool call that does not parse (its message says why, in a few words)."""
 
 
+def _json(text: str):
+    """json.loads, every failure a ToolCallError: besides malformed text, nesting deeper
+    than the interpreter's recursion allows (RecursionError) and integers past Python's
+    digit limit (ValueError) are what a policy can write."""
+    try:
+        return json.loads(text)
+    except json.JSONDecodeError as err:
+        raise ToolCallError(f"not JSON ({err.msg} at character {err.pos})") from None
+    except RecursionError:
+        raise ToolCallError("not JSON (nested too deeply)") from None
+    except Exception as err:  # noqa: BLE001  (e.g. ValueError: an integer of 4,301 digits)
+        reason = str(err).split(":")[0][:80]  # its first clause: the limit it passed
+        raise ToolCallError(f"not JSON ({type(err).__name__}: {reason})") from None
+
+
 def parse_call(text: str, tools) -> tuple[str, str]:
     """(tool name, its argument) of the last complete call in `text`; ToolCallError when
     there is none or it is not a JSON object with a known "name" and its "arguments"."""
     calls = _CALL.findall(text)
     if not calls:
         raise ToolCallError(f"no {OPEN}...{CLOSE}")
-    try:
-        call = json.loads(calls[-1])
-    except json.JSONDecodeError as err:
-        raise ToolCallError(f"not JSON ({err.msg} at character {err.pos})") from None
+    call = _json(calls[-1])
     if not isinstance(call, dict):
         raise ToolCallError("not a JSON object")
     name = call.get("name")
@@ -86,8 +101,8 @@ def parse_call(text: str, tools) -> tuple[str, str]:
     arguments = call.get("arguments", call.get("parameters"))
     if isinstance(arguments, str):
         try:
-            arguments = json.loads(arguments)
-        except json.JSONDecodeError:
+            arguments = _json(arguments)
+        except ToolCallError:
             raise ToolCallError("arguments is a string that is not a JSON object") from None
     parameter = PARAMETERS[name][0]
     if not isinstance(arguments, dict) or not isinstance(arguments.get(parameter), str):
@@ -129,6 +144,11 @@ class JsonToolEnvironment(Environment):
     def parallel_steps(self) -> int:
         """Rows answered at once: python calls are each a sandbox process."""
         return 4 if "python" in self.tools else 1
+
+    @property
+    def call_seconds(self) -> float:
+        """The guard's bound on a step: the tool's own deadline and the default's slack."""
+        return self.deadline_seconds + CALL_SECONDS
 
     @property
     def stop_text(self) -> str:

@@ -13,6 +13,11 @@ into the episode's return as the reward component "environment", and placed on t
 last token for per-token credit), and `done` ends the episode there. An episode also ends
 when the policy ends its answer (EOS) or runs out of turns or tokens.
 
+The sampler calls `reset` and `step` through `tools.guard` only, so an environment cannot
+stop or stall a run: an exception (SystemExit included), a call slower than `call_seconds`,
+an observation longer than `max_answer_chars`, or a reward that is not a finite number
+becomes an error observation with reward 0, counted in `tool_errors`.
+
 `ToolEnvironment` is the stateless kind: each turn's last call is run under
 `tools.call_tool`'s deadline and output cap, with no reward and never done; tools are
 bounded, so the same turn text always gets the same observation. `tools.games` has a
@@ -27,6 +32,7 @@ from typing import Any
 
 from grpo_jax.tools.base import (DEADLINE_SECONDS, MAX_OBSERVATION_CHARS, TOOLS, answer,
                                  render_observation)
+from grpo_jax.tools.guard import CALL_SECONDS, MAX_ANSWER_CHARS
 from grpo_jax.tools.sandbox import STOP_PREFIXES
 
 
@@ -40,6 +46,10 @@ class Environment:
     # how many rows' turns may be answered at once (threads: `step` must then be safe to
     # call concurrently, as a pure function of its state and text is)
     parallel_steps = 1
+    # the wall bound on one reset or step call, and the longest observation (characters)
+    # one may return: past either the call is answered with an error (`tools.guard`)
+    call_seconds = CALL_SECONDS
+    max_answer_chars = MAX_ANSWER_CHARS
 
     def reset(self, problem) -> tuple[str, Any]:
         """(the observation appended to the problem's prompt, the episode's first state)."""
@@ -99,6 +109,11 @@ class ToolEnvironment(StatelessEnvironment):
     def parallel_steps(self) -> int:
         """Rows answered at once: python calls are each a sandbox process."""
         return 4 if self.tool == "python" else 1
+
+    @property
+    def call_seconds(self) -> float:
+        """The guard's bound on a step: the tool's own deadline and the default's slack."""
+        return self.deadline_seconds + CALL_SECONDS
 
     def __call__(self, turn_text: str) -> str:
         return answer(turn_text, tools={self.tool: TOOLS[self.tool]},

@@ -42,6 +42,10 @@ def main_job(preset: str | None = None) -> ml_collections.ConfigDict:
     # each comparison gets at most deadline_seconds (then it scores 0 and is counted as
     # reward_undecided); a stuck worker is replaced without blocking the others.
     config.math_verify = ml_collections.ConfigDict({"deadline_seconds": 2.0, "workers": 2})
+    # A Python reward ("module:function") whose call takes longer than budget_seconds per
+    # completion it scores is counted per step as reward_slow and named once in the log; it
+    # is not stopped (grpo_jax/rewards/python.py).
+    config.python_rewards = ml_collections.ConfigDict({"budget_seconds": 1.0})
     # Stages run in order and share one workdir. Each name is a section of this config
     # whose `kind` says what it does: pretrain | sft | eval | rl | ppo | trpo | reward_model |
     # rejection_sft | distill. Every field of a kind, with its comment, is in

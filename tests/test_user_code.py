@@ -167,3 +167,295 @@ def test_readme_task_recipe_runs_from_another_folder(tmp_path):
     assert recorded["task"]["name"] == "digit_sum"
     samples = (elsewhere / "runs" / "digit_sum" / "samples.jsonl").read_text()
     assert "digitsum" in samples
+
+
+# ---- the guard every Python reward is called behind (grpo_jax/rewards/python.py) ----------
+
+GUARD_CASES = '''
+import sys
+import numpy as np
+
+def _exit():
+    sys.exit(0)
+
+def _raise():
+    raise ValueError("no answer here")
+
+def _interrupt():
+    raise KeyboardInterrupt("from the reward")
+
+RETURNS = {
+    "huge_int": lambda: 10**400, "huge_negative_int": lambda: -10**400,
+    "float_1e300": lambda: 1e300, "inf": lambda: float("inf"), "nan": lambda: float("nan"),
+    "numpy_1e300": lambda: np.float64(1e300), "numpy_array": lambda: np.array([1.0, 2.0]),
+    "numpy_0d_array": lambda: np.array(1.0), "str": lambda: "1.0", "none": lambda: None,
+    "dict": lambda: {"reward": 1.0}, "complex": lambda: 1j, "exit": _exit, "raise": _raise,
+    "interrupt": _interrupt, "true": lambda: True, "numpy_float32": lambda: np.float32(0.5),
+    "numpy_int64": lambda: np.int64(3), "float32_max": lambda: 3.0e38,
+}
+for _name, _make in RETURNS.items():
+    globals()["case_" + _name] = lambda prompt, completion, answer, _make=_make: _make()
+
+def batch_of(completions, **meta):  # the first completion names what this call returns
+    n = len(completions)
+    kind = completions[0]
+    if kind == "dict":
+        return {c: 1.0 for c in completions}
+    if kind == "short_generator":
+        return (1.0 for _ in range(n - 1))
+    if kind == "endless_generator":
+        return (1.0 for _ in iter(int, 1))
+    if kind == "str":
+        return "1" * n
+    if kind == "none":
+        return None
+    if kind == "matrix":
+        return np.ones((n, 1))
+    if kind == "set":
+        return {float(i) for i in range(n)}
+    if kind == "raising_generator":
+        return (1.0 / (i - 1) for i in range(n))
+    if kind == "array":
+        return np.arange(n, dtype=np.float32)
+    return [1.0, np.array([1.0, 2.0]), 10**400, 1e300, None, sys.exit] + [0.5] * (n - 6)
+
+def sleepy(prompt, completion, answer):
+    import time
+    time.sleep(0.05)
+    return 1.0
+
+def sleepy_batch(completions, **meta):
+    import time
+    time.sleep(0.05 * len(completions))
+    return [1.0] * len(completions)
+'''
+
+
+@pytest.fixture(scope="module")
+def guard_cases(tmp_path_factory):
+    """The module `guard_cases` (GUARD_CASES), importable."""
+    folder = tmp_path_factory.mktemp("guard_cases")
+    (folder / "guard_cases.py").write_text(GUARD_CASES, encoding="utf-8")
+    sys.path.insert(0, str(folder))
+    yield Example(id="p1", prompt="2+2", answer="4", difficulty=1)
+    sys.path.remove(str(folder))
+    sys.modules.pop("guard_cases", None)
+
+
+def _delta(before: dict) -> dict:
+    return {k: v - before[k] for k, v in python_rewards.reward_error_counts().items()
+            if v != before[k]}
+
+
+@pytest.mark.parametrize("case, reason", [
+    ("huge_int", "non_finite"), ("huge_negative_int", "non_finite"),
+    ("float_1e300", "non_finite"), ("inf", "non_finite"), ("nan", "non_finite"),
+    ("numpy_1e300", "non_finite"), ("numpy_array", "non_number"),
+    ("numpy_0d_array", "non_number"), ("str", "non_number"), ("none", "non_number"),
+    ("dict", "non_number"), ("complex", "non_number"), ("exit", "exception"),
+    ("raise", "exception")])
+def test_a_bad_value_or_exception_scores_0_is_counted_by_reason_and_named_once(
+        guard_cases, capsys, case, reason):
+    fn = python_rewards.load_python_reward(f"guard_cases:case_{case}")
+    before = python_rewards.reward_error_counts()
+    assert fn("x", guard_cases) == 0.0 and fn("y", guard_cases) == 0.0
+    assert _delta(before) == {reason: 2}
+    warned = [line for line in capsys.readouterr().out.splitlines() if "warning" in line]
+    assert len(warned) == 1, warned
+    assert f"reward guard_cases:case_{case}: " in warned[0]
+    assert f"(counted in reward_errors/{reason})" in warned[0]
+    assert python_rewards.reward_error_record(before)[f"reward_errors/{reason}"] == 2.0
+
+
+@pytest.mark.parametrize("case, value", [("true", 1.0), ("numpy_float32", 0.5),
+                                         ("numpy_int64", 3.0), ("float32_max", 3.0e38)])
+def test_numbers_within_float32_range_are_scored_as_they_are(guard_cases, case, value):
+    fn = python_rewards.load_python_reward(f"guard_cases:case_{case}")
+    before = python_rewards.reward_error_counts()
+    score = fn("x", guard_cases)
+    assert score == value and type(score) is float
+    assert _delta(before) == {}
+
+
+@pytest.mark.parametrize("kind, reason", [
+    ("dict", "bad_batch"), ("short_generator", "bad_batch"), ("endless_generator", "bad_batch"),
+    ("str", "bad_batch"), ("none", "bad_batch"), ("matrix", "bad_batch"), ("set", "bad_batch"),
+    ("raising_generator", "exception")])
+def test_a_malformed_batch_scores_the_whole_batch_0(guard_cases, kind, reason):
+    fn = python_rewards.load_python_reward("guard_cases:batch_of")
+    before = python_rewards.reward_error_counts()
+    assert fn.batched([kind] + ["x"] * 7, [guard_cases] * 8) == [0.0] * 8
+    assert _delta(before) == {reason: 8}
+
+
+def test_a_batch_is_checked_value_by_value(guard_cases):
+    fn = python_rewards.load_python_reward("guard_cases:batch_of")
+    before = python_rewards.reward_error_counts()
+    assert fn.batched(["mixed"] + ["x"] * 7, [guard_cases] * 8) == \
+        [1.0, 0.0, 0.0, 0.0, 0.0, 0.0, 0.5, 0.5]
+    assert _delta(before) == {"non_number": 3, "non_finite": 2}
+    assert fn.batched(["array"] * 4, [guard_cases] * 4) == [0.0, 1.0, 2.0, 3.0]
+    assert fn("array", guard_cases) == 0.0  # one completion through the batched form
+
+
+def test_keyboard_interrupt_in_a_reward_is_the_runs_stop(guard_cases, capsys):
+    """With the run's SIGINT handler (guards.StopRequest) a KeyboardInterrupt from a reward
+    scores 0, is counted and requests the run's stop, as a Ctrl-C does; a second one stops
+    at once (KeyboardInterrupt, as a second Ctrl-C); without the run's handler it is a
+    plain KeyboardInterrupt."""
+    from grpo_jax.runner.guards import StopRequest
+
+    fn = python_rewards.load_python_reward("guard_cases:case_interrupt")
+    before = python_rewards.reward_error_counts()
+    with StopRequest() as stop:
+        assert fn("x", guard_cases) == 0.0
+        assert stop.requested == "SIGINT" and stop.received == 1
+        assert _delta(before) == {"interrupt": 1}
+        out = capsys.readouterr().out
+        assert "reward guard_cases:case_interrupt: KeyboardInterrupt: from the reward; the " \
+               "run stops as on SIGINT" in out and "SIGINT received" in out
+        with pytest.raises(KeyboardInterrupt):
+            fn("x", guard_cases)
+    with pytest.raises(KeyboardInterrupt, match="from the reward"):
+        fn("x", guard_cases)
+
+
+def test_a_reward_over_its_budget_is_counted_and_kept(guard_cases, capsys):
+    fn = python_rewards.load_python_reward("guard_cases:sleepy", budget_seconds=0.01)
+    before = python_rewards.reward_error_counts()
+    assert fn("x", guard_cases) == 1.0 and fn("y", guard_cases) == 1.0
+    assert _delta(before) == {"slow": 2}
+    assert python_rewards.reward_error_record(before)["reward_slow"] == 2.0
+    assert capsys.readouterr().out.count("reward guard_cases:sleepy: took") == 1
+    batch = python_rewards.load_python_reward("guard_cases:sleepy_batch",
+                                              budget_seconds=0.01)
+    before = python_rewards.reward_error_counts()
+    assert batch.batched(["a", "b"], [guard_cases] * 2) == [1.0, 1.0]
+    assert _delta(before) == {"slow": 2}  # per completion the call scored
+    within = python_rewards.load_python_reward("guard_cases:sleepy_batch", budget_seconds=1)
+    before = python_rewards.reward_error_counts()
+    within.batched(["a", "b"], [guard_cases] * 2)
+    assert _delta(before) == {}
+    with pytest.raises(ValueError, match="budget_seconds"):
+        python_rewards.load_python_reward("guard_cases:sleepy", budget_seconds=0)
+
+
+@pytest.mark.parametrize("value", [0, -1.0, float("nan"), float("inf")])
+def test_a_bad_reward_budget_is_one_line_naming_the_field(value):
+    from grpo_jax.config_presets import main_job
+    from grpo_jax.runner import ConfigError
+    from grpo_jax.runner.validation import check_run_fields
+    from grpo_jax.stages import KINDS
+
+    config = main_job("smoke")
+    check_run_fields(config, KINDS)
+    config.python_rewards.budget_seconds = value
+    with pytest.raises(ConfigError, match=r"^python_rewards\.budget_seconds: expected") as err:
+        check_run_fields(config, KINDS)
+    assert "\n" not in str(err.value)
+
+
+PROBE_REWARDS = '''
+# probe_rewards.py: on the first completion of each group of 4 (every 4th call) a reward
+# that misbehaves, in turn; real scores that differ within the group on the others.
+import itertools
+import os
+import sys
+
+import numpy as np
+
+def _interrupt():
+    if os.path.exists("interrupted"):  # once over both runs
+        return 0.5
+    open("interrupted", "w").close()
+    raise KeyboardInterrupt("from the reward")
+
+def _exit():
+    sys.exit(0)
+
+def _raise():
+    raise ValueError("no answer here")
+
+PLAN = [_interrupt, lambda: 10**400, lambda: np.array([1.0, 2.0]), _exit,
+        lambda: 1e300, _raise, lambda: None]
+_calls = itertools.count()
+_batches = itertools.count()
+
+def per_sample(prompt, completion, answer):
+    n = next(_calls)
+    if n % 4 == 0 and n // 4 < len(PLAN):
+        return PLAN[n // 4]()
+    return len(set(completion)) / 10
+
+def batch(completions, **meta):
+    n = next(_batches)
+    if n == 0:
+        return {c: 1.0 for c in completions}  # once read as its keys
+    if n == 1:
+        return (1.0 for _ in completions[1:])  # one value short
+    return [c.count("1") / 4 for c in completions]
+'''
+
+PROBE_CONFIG = '''
+from grpo_jax.config_presets import main_job
+
+def get_config(preset=None):
+    config = main_job(preset)
+    config.stages = "rl"
+    config.mesh.num_devices = 1
+    config.model.num_layers = 1
+    config.rl.steps = 3
+    config.rl.max_new_tokens = 12
+    config.rl.rewards = {"probe_rewards:per_sample": 1.0, "probe_rewards:batch": 0.5}
+    return config
+'''
+
+
+@pytest.mark.slow
+def test_a_run_whose_rewards_misbehave_every_way_finishes_with_the_counts(tmp_path):
+    """A main-job run (RL, 3 steps of 4 groups of 4) whose per-sample reward raises
+    KeyboardInterrupt, returns 10**400, a numpy array, calls sys.exit(0), returns 1e300,
+    raises and returns None on one completion of a group each, and whose batched reward
+    returns a dict, then a generator one value short: the KeyboardInterrupt stops the run
+    as a Ctrl-C does (checkpoint, one line, exit 0), the same command resumes and finishes,
+    with the counts per step in metrics.jsonl and in total in the report."""
+    (tmp_path / "probe_rewards.py").write_text(PROBE_REWARDS, encoding="utf-8")
+    (tmp_path / "probe_config.py").write_text(PROBE_CONFIG, encoding="utf-8")
+    command = [sys.executable, "-m", "grpo_jax.main", "--config=probe_config.py:smoke",
+               "--workdir=run"]
+    env = {**os.environ, "JAX_PLATFORMS": "cpu"}
+    outs = []
+    for _ in range(2):
+        done = subprocess.run(command, cwd=tmp_path, capture_output=True, text=True,
+                              timeout=600, check=False, env=env)
+        assert done.returncode == 0 and "Traceback" not in done.stderr, done.stderr[-3000:]
+        outs.append(done.stdout)
+    assert "stopped on SIGINT after rl step 1" in outs[0]
+    assert outs[0].count("reward probe_rewards:per_sample: KeyboardInterrupt: from the "
+                         "reward; the run stops as on SIGINT") == 1
+    for out in outs:  # the first of each kind, named once per process
+        warned = [line for line in out.splitlines() if "warning: reward probe_rewards" in line]
+        assert len(warned) == len(set(warned)) == 4 + (out is outs[0]), warned
+        for name in ("per_sample: returned an int of 1329 bits", "per_sample: returned array(",
+                     "per_sample: SystemExit: 0", "batch: returned a dict"):
+            assert sum(name in line for line in warned) == 1, (name, warned)
+    rows = [json.loads(line) for line in (tmp_path / "run" / "metrics.jsonl").read_text()
+            .splitlines()]
+    rl = [r for r in rows if r.get("stage") == "rl" and "reward_mean" in r]
+    assert [r["stage_step"] for r in rl] == [1, 2, 3]
+    for row in rl:
+        assert 0 < row["reward_std"] < 10 and row.get("skipped_steps", 0) == 0, row
+    totals = {k: sum(r[k] for r in rl) for k in rl[0] if k.startswith(("reward_errors",
+                                                                        "reward_slow"))}
+    # step 1: interrupt, 10**400, array, exit, dict; the resumed process from its start:
+    # step 2: (no second interrupt) 10**400, array, exit, dict; step 3: 1e300, raise, None,
+    # a generator one short
+    assert totals == {"reward_errors": 58.0, "reward_errors/exception": 3.0,
+                      "reward_errors/interrupt": 1.0, "reward_errors/non_number": 3.0,
+                      "reward_errors/non_finite": 3.0, "reward_errors/bad_batch": 48.0,
+                      "reward_slow": 0.0}, totals
+    report = json.loads((tmp_path / "run" / "report.json").read_text())
+    assert report["reward_errors"] == totals
+    assert ("Python rewards: 58 completions scored 0 by the guard (reward_errors: exception 3, "
+            "interrupt 1, non_number 3, non_finite 3, bad_batch 48)") in \
+        (tmp_path / "run" / "report.md").read_text()

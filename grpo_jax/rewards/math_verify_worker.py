@@ -2,9 +2,11 @@
 
 `python -m grpo_jax.rewards.math_verify_worker --parent-pid PID`: imports math-verify,
 decides one warm-up pair, writes `{"ready": true, "math_verify": <installed>}`, then answers
-one JSON request `[id, predicted, reference]` per stdin line with one line `[id, verdict]`
-(verdict true / false / null) on its stdout. The pool enforces the deadline by waiting on
-the pipe and kills a worker that misses it.
+one JSON request `[id, predicted, reference, deadline]` per stdin line with one line
+`[id, verdict]` (verdict true / false / null) on its stdout. Each comparison runs under a
+CPU-time timer (ITIMER_PROF) of `deadline` seconds with SIGPROF at its default action, so the
+kernel ends the worker once the comparison has used them; the pool reads that exit as a
+timeout and starts another worker.
 
 The worker never outlives its parent: it exits when stdin closes, asks Linux to SIGKILL it
 when the parent thread that started it ends (PR_SET_PDEATHSIG), and a watchdog thread exits
@@ -80,6 +82,7 @@ def main(argv=None) -> None:
     args = parser.parse_args(argv)
     _die_with_parent(args.parent_pid)
     signal.signal(signal.SIGINT, signal.SIG_IGN)
+    signal.signal(signal.SIGPROF, signal.SIG_DFL)  # the CPU deadline ends the process
     # The protocol gets a private copy of stdout; fd 1 (print, C libraries) goes to stderr.
     out = os.fdopen(os.dup(1), "w", encoding="ascii")
     os.dup2(2, 1)
@@ -96,14 +99,19 @@ def main(argv=None) -> None:
     out.flush()
     for line in sys.stdin:
         try:
-            request_id, predicted, reference = json.loads(line)
+            request_id, predicted, reference, deadline = json.loads(line)
+            deadline = float(deadline)
         except (ValueError, TypeError):
             continue
+        # (a zero would disarm the timer; the pool sends deadlines > 0)
+        signal.setitimer(signal.ITIMER_PROF, min(max(deadline, 1e-6), 1e8))
         if args.test_hang_prefix is not None and str(predicted).startswith(
                 args.test_hang_prefix):
-            while True:  # busy, as sympy is: the pool's deadline counts CPU seconds
+            while True:  # busy, as sympy is, until the CPU timer ends the process
                 pass
-        out.write(json.dumps([request_id, compare(predicted, reference)]) + "\n")
+        verdict = compare(predicted, reference)
+        signal.setitimer(signal.ITIMER_PROF, 0)
+        out.write(json.dumps([request_id, verdict]) + "\n")
         out.flush()
 
 

@@ -1,30 +1,34 @@
-"""A bounded pool of math-verify worker processes with a hard deadline on every comparison.
+"""A pool of math-verify worker processes; every comparison is bounded in CPU time.
 
 math-verify (sympy underneath) can run for minutes on a short adversarial answer, and its own
 timeout is a SIGALRM (main thread only), so every comparison runs in a worker process
-(`grpo_jax/rewards/math_verify_worker.py`) and the calling thread waits on a pipe:
+(`grpo_jax/rewards/math_verify_worker.py`) and the calling thread waits on a pipe.
 
-* Workers start ahead of need: the pool starts `workers` of them on its first comparison
-  (or on `start()`), each reports ready after importing math-verify and deciding one warm-up
-  pair, and a worker that has to be replaced is replaced at once, in the background. The
-  import never counts against a call's deadline.
-* A call takes an idle ready worker, waiting at most `wait_seconds` for one (all busy or
-  restarting: the call is "busy", undecided), then gives the comparison `deadline` seconds of
-  the worker's CPU time (read from /proc; wall time where it cannot be read), so a verdict
-  does not depend on how loaded the machine is: a pair math-verify decides in milliseconds is
-  decided whatever else runs. Past the deadline the call is "timeout", undecided; the worker
-  is killed and a new one starts in the background while other threads use the other
-  workers. A worker starved of the CPU is cut at `WALL_FACTOR` x `deadline` of wall time
-  (at least `deadline + WALL_SLACK` seconds), so a call returns within `wait_seconds` plus
-  that (plus milliseconds of bookkeeping); only the calls made before any worker of a fresh
-  pool has become ready wait up to `startup_seconds` instead of `wait_seconds` (once per
-  process; `start()` ahead of time avoids even that).
+The one bound of a call is its comparison's CPU time: the worker arms a CPU-time timer
+(ITIMER_PROF) of `deadline` seconds before it compares, and the kernel ends the worker when
+the comparison has used them (SIGPROF); the call is then "timeout", undecided, and the worker
+is replaced in the background. CPU time, not wall time, so a verdict does not depend on the
+machine's load or on how many threads call at once: a pair math-verify decides well within
+the deadline is decided whatever else runs.
+
+* Calls queue, first come first served, for one of `workers` worker processes; a call is
+  never turned away because the workers are busy. At most `workers` comparisons run at once,
+  so a call's wall time is its wait in the queue plus its own comparison, both of which grow
+  with the load; the CPU time of a comparison never exceeds `deadline` (to the kernel's
+  timer resolution).
+* Workers start ahead of need: the pool starts `workers` of them on its first comparison (or
+  on `start()`), each reports ready after importing math-verify and deciding one warm-up
+  pair; the import never counts against a comparison's deadline.
+* Liveness, not a bound on a comparison: a worker that has a request and has stopped running
+  (stopped, traced, or asleep, its CPU clock still) for `wait_seconds` is killed and the call
+  is "error"; a worker not ready `startup_seconds` after its start is killed and started
+  again (with back-off), and while the last `workers` starts in a row have failed (or after
+  `shutdown()`) a call is "busy": no worker can be had.
 * Verdicts are cached per (predicted, reference) pair in a bounded LRU, and concurrent calls
-  on the same pair share one comparison. math-verify's verdict is deterministic; only a
-  timeout depends on timing, so a timeout is cached too: a pair that timed out once keeps
-  its "timeout" for the rest of the run (until the LRU evicts it or `clear_cache()`), which
-  means repeats of an adversarial answer cost nothing and no completion's score flips
-  between runs of the same text within a run; `stats()` says how many calls were undecided
+  on the same pair share one comparison. math-verify's verdict is deterministic and the
+  deadline counts CPU time, so a timeout is cached too: a pair that timed out once keeps its
+  "timeout" for the rest of the run (until the LRU evicts it or `clear_cache()`), which means
+  repeats of an adversarial answer cost nothing; `stats()` says how many calls were undecided
   ("timeouts" first occurrences, "timeouts_cached" repeats, "busy", "errors"). "busy" and
   "errors" (a worker that died mid-call) are not cached: they depend on the pool's state,
   not on the text.
@@ -44,6 +48,7 @@ import collections
 import json
 import os
 import select
+import signal
 import subprocess
 import sys
 import threading
@@ -51,31 +56,32 @@ import time
 import weakref
 
 # Verdicts besides True / False / None (math-verify could not parse: decided, deterministic).
-TIMEOUT = "timeout"  # no verdict within the deadline (cached: see the module docstring)
-BUSY = "busy"  # no worker within the wait bound (not cached)
-ERROR = "error"  # the worker died mid-call or the pool is shut down (not cached)
+TIMEOUT = "timeout"  # the comparison used its CPU deadline (cached: see the module docstring)
+BUSY = "busy"  # no worker can be had: shut down, or the last starts failed (not cached)
+ERROR = "error"  # the worker died or stopped running mid-call (not cached)
 
 # Defaults of the process-wide pool (`configure` changes them).
 WORKERS = 2
-WAIT_SECONDS = 2.0
-STARTUP_SECONDS = 30.0
-BOOT_SECONDS = 60.0  # a worker not ready after this long is killed and started again
+WAIT_SECONDS = 2.0  # a worker stopped with a request pending this long is killed
+STARTUP_SECONDS = 120.0  # a worker not ready this long after its start is started again
 CACHE_SIZE = 65536
-# A comparison's deadline counts the worker's CPU seconds; its wall-clock bound (a starved
-# worker) is WALL_FACTOR x the deadline, at least the deadline + WALL_SLACK seconds.
-WALL_FACTOR = 10.0
-WALL_SLACK = 30.0
+_CHECK_SECONDS = 0.25  # how often a waiting call looks at its worker's CPU clock and state
 _TICKS = os.sysconf("SC_CLK_TCK") if hasattr(os, "sysconf") else 100
 
 _STAT_KEYS = ("calls", "decided", "timeouts", "timeouts_cached", "busy", "errors", "cache_hits",
               "worker_restarts", "worker_start_failures")
 _MISSING = object()
+_CANCELLED = object()
 _POLL_IN = select.POLLIN | select.POLLHUP | select.POLLERR
 _POOLS: "weakref.WeakSet[VerifierPool]" = weakref.WeakSet()
 
 
 class _WorkerDied(Exception):
-    pass
+    """The worker is gone; `sent` says whether it had the request."""
+
+    def __init__(self, sent: bool = True):
+        super().__init__()
+        self.sent = sent
 
 
 class _Worker:
@@ -102,31 +108,31 @@ class _Worker:
             raise _WorkerDied
         self.buffer += chunk
 
-    def cpu_seconds(self) -> float | None:
-        """The worker's user + system CPU time (/proc/<pid>/stat), None where unreadable."""
+    def clock(self) -> tuple[float, str] | None:
+        """The worker's user + system CPU seconds and its state letter (/proc/<pid>/stat;
+        a zombie's still reads), None where unreadable."""
         try:
             with open(f"/proc/{self.process.pid}/stat", "rb") as f:
                 fields = f.read().rsplit(b")", 1)[1].split()
-            return (int(fields[11]) + int(fields[12])) / _TICKS  # utime, stime
-        except (OSError, IndexError, ValueError):
+            return (int(fields[11]) + int(fields[12])) / _TICKS, fields[0].decode()
+        except (OSError, IndexError, ValueError, UnicodeDecodeError):
             return None
 
-    def request(self, predicted: str, reference: str, deadline: float):
-        """The worker's verdict, TIMEOUT once the comparison has had `deadline` seconds of the
-        worker's CPU (of wall time where CPU time cannot be read), or past the wall bound;
-        raises _WorkerDied."""
+    def request(self, predicted: str, reference: str, deadline: float, stall_seconds: float):
+        """(verdict, CPU seconds the comparison used or None): the worker's verdict, or
+        TIMEOUT when its CPU timer ended it; raises _WorkerDied (it died otherwise, or stopped
+        running with the request pending for `stall_seconds`)."""
         self.sequence += 1
-        start = time.monotonic()
-        cpu_start = self.cpu_seconds()
-        end = start + deadline  # the next look at the CPU time
-        wall_end = start + max(WALL_FACTOR * deadline, deadline + WALL_SLACK)
-        message = json.dumps([self.sequence, predicted, reference]) + "\n"
+        before = self.clock()
+        message = (json.dumps([self.sequence, predicted, reference, deadline]) + "\n").encode()
         try:
-            os.write(self.stdin_fd, message.encode())
+            while message:
+                message = message[os.write(self.stdin_fd, message):]
         except OSError as error:
-            raise _WorkerDied from error
+            raise _WorkerDied(sent=False) from error
         poller = select.poll()
         poller.register(self.stdout_fd, _POLL_IN)
+        last, still_since = before, time.monotonic()
         while True:
             line = self.take_line()
             while line is not None:
@@ -135,19 +141,32 @@ class _Worker:
                 except (ValueError, TypeError):
                     sequence, verdict = None, None
                 if sequence == self.sequence:
-                    return verdict if verdict in (True, False) else None
+                    return (verdict if verdict in (True, False) else None), self._used(before)
                 line = self.take_line()
-            now = time.monotonic()
-            if now >= end:
-                cpu = self.cpu_seconds()
-                used = None if cpu is None or cpu_start is None else cpu - cpu_start
-                if used is None or used >= deadline or now >= wall_end:
-                    return TIMEOUT
-                # short of its CPU budget (the machine is busy): look again when it could
-                # have used the rest, never past the wall bound
-                end = min(now + max(deadline - used, 0.01), wall_end)
-            if poller.poll(max(1, int((end - now) * 1000) + 1)):
-                self.read_some()
+            if poller.poll(int(_CHECK_SECONDS * 1000)):
+                try:
+                    self.read_some()
+                except _WorkerDied:
+                    used = self._used(before)  # read before the zombie is reaped
+                    if self._exit_code() == -signal.SIGPROF:
+                        return TIMEOUT, used
+                    raise
+                continue
+            now, sample = time.monotonic(), self.clock()
+            if sample is None or last is None or sample[0] > last[0] or sample[1] in "RD":
+                last, still_since = sample, now  # running, runnable, or in disk sleep
+            elif now - still_since >= stall_seconds:
+                raise _WorkerDied
+
+    def _used(self, before) -> float | None:
+        after = self.clock()
+        return None if before is None or after is None else after[0] - before[0]
+
+    def _exit_code(self) -> int | None:
+        try:
+            return self.process.wait(timeout=5)
+        except subprocess.TimeoutExpired:
+            return None
 
     def kill(self) -> None:
         try:
@@ -167,28 +186,30 @@ class VerifierPool:
 
     Args:
       workers: number of worker processes.
-      wait_seconds: longest wait of a call for an idle worker.
-      startup_seconds: longest wait for the first worker of a fresh pool to become ready.
-      boot_seconds: a worker not ready after this long is killed and started again.
+      wait_seconds: how long a call waits on a worker that has stopped running (stopped,
+        traced, or asleep, its CPU clock still) with its request pending before it kills it
+        (the call is "error").
+      startup_seconds: a worker not ready this long after its start is killed and started
+        again.
       cache_size: entries of the verdict LRU.
       worker_args: extra command-line arguments of the workers (tests use
-        `["--test-hang-prefix", PREFIX]`: a worker never answers a predicted answer that
-        starts with PREFIX).
+        `["--test-hang-prefix", PREFIX]`: a worker spins on the CPU, never answering, on a
+        predicted answer that starts with PREFIX).
     """
 
     def __init__(self, workers: int = WORKERS, *, wait_seconds: float = WAIT_SECONDS,
-                 startup_seconds: float = STARTUP_SECONDS, boot_seconds: float = BOOT_SECONDS,
-                 cache_size: int = CACHE_SIZE, worker_args=()):
+                 startup_seconds: float = STARTUP_SECONDS, cache_size: int = CACHE_SIZE,
+                 worker_args=()):
         self.workers = _positive_int(workers, "workers")
         self.wait_seconds = _non_negative(wait_seconds, "wait_seconds")
         self.startup_seconds = _non_negative(startup_seconds, "startup_seconds")
-        self.boot_seconds = _non_negative(boot_seconds, "boot_seconds")
         self.cache_size = _positive_int(cache_size, "cache_size")
         self.worker_args = [str(arg) for arg in worker_args]
         self._cond = threading.Condition(threading.Lock())
         self._cache: collections.OrderedDict = collections.OrderedDict()
         self._flights: dict = {}
         self._counts = dict.fromkeys(_STAT_KEYS, 0)
+        self._max_cpu = 0.0
         self._final = False
         self._reset_processes()
         _POOLS.add(self)
@@ -197,9 +218,9 @@ class VerifierPool:
         """State of the processes and the spawning thread (none of either)."""
         self._manager = None
         self._stopped = True
-        self._startup_over = False
         self._live: set = set()  # booting, idle and busy workers
         self._idle: list = []
+        self._queue: collections.deque = collections.deque()  # tickets of waiting calls
         self._procs: set = set()  # every worker not yet killed and reaped by us
         self._kills: list = []
         self._wake = None
@@ -209,13 +230,13 @@ class VerifierPool:
     # -- public ----------------------------------------------------------------------------
 
     def compare(self, predicted: str, reference: str, deadline: float):
-        """math-verify's verdict on (predicted, reference) within the bound.
+        """math-verify's verdict on (predicted, reference), its comparison given at most
+        `deadline` seconds of its worker's CPU time.
 
         Returns:
           True / False (math-verify's verdict), None (math-verify could not parse or is not
-          installed), or TIMEOUT / BUSY / ERROR (undecided). Never raises; returns within
-          `wait_seconds + deadline` (`startup_seconds + deadline` before the first worker is
-          ready).
+          installed), or TIMEOUT / BUSY / ERROR (undecided). Never raises. Waits its turn for
+          a worker first: the wall time of a call depends on the queue, its verdict does not.
         """
         key = (predicted, reference)
         with self._cond:
@@ -231,8 +252,8 @@ class VerifierPool:
             if leader:
                 flight = self._flights[key] = [threading.Event(), ERROR]
         if not leader:  # the same pair is being compared right now: share its verdict
-            done = flight[0].wait(max(self.wait_seconds, self.startup_seconds) + deadline + 1.0)
-            verdict = flight[1] if done else BUSY
+            flight[0].wait()
+            verdict = flight[1]
             with self._cond:
                 self._counts["cache_hits"] += verdict not in (BUSY, ERROR)
                 self._count(verdict, repeat=True)
@@ -294,6 +315,7 @@ class VerifierPool:
             while len(self._live) > workers and self._idle:
                 self._retire(self._idle.pop())
             self._wake_manager()  # to start missing ones
+            self._cond.notify_all()  # calls in the queue see the new count of failed starts
 
     def stats(self) -> dict:
         """Cumulative counts of this pool: calls = decided + timeouts + timeouts_cached + busy
@@ -302,6 +324,13 @@ class VerifierPool:
         worker_start_failures (workers that died or hung before they were ready)."""
         with self._cond:
             return dict(self._counts)
+
+    def max_cpu_seconds(self) -> float:
+        """The most CPU seconds one comparison of this pool has used (/proc's clock ticks;
+        0.0 where unreadable): at most the deadline, to the timer's and the ticks'
+        resolution."""
+        with self._cond:
+            return self._max_cpu
 
     def worker_pids(self) -> list:
         """Process ids of the live workers (booting, idle or busy)."""
@@ -313,13 +342,14 @@ class VerifierPool:
             self._cache.clear()
 
     def shutdown(self, *, final: bool = False) -> None:
-        """Kills every worker and stops the spawning thread; the pool starts again on the next
-        comparison unless `final` (interpreter exit)."""
+        """Kills every worker and stops the spawning thread; calls waiting for a worker are
+        "busy", calls in a comparison "error"; the pool starts again on the next comparison
+        unless `final` (interpreter exit)."""
         with self._cond:
             self._final = self._final or final
             self._stopped = True
             manager, wake = self._manager, self._wake
-            self._cond.notify_all()
+            self._cancel_queue_locked()
         if manager is None:
             return
         self._wake_manager()
@@ -352,39 +382,63 @@ class VerifierPool:
     def _compute(self, predicted: str, reference: str, deadline: float):
         if not _math_verify_installed():
             return None
+        if not deadline > 0:
+            return TIMEOUT
         if not self.start():
-            return ERROR
-        worker = self._acquire()
-        if worker is None:
             return BUSY
-        try:
-            verdict = worker.request(predicted, reference, deadline)
-        except _WorkerDied:
-            self._replace(worker)
-            return ERROR
-        if verdict == TIMEOUT:
-            self._replace(worker)
-        else:
-            self._release(worker)
-        return verdict
+        while True:
+            worker = self._acquire()
+            if worker is None:
+                return BUSY
+            try:
+                verdict, used = worker.request(predicted, reference, deadline, self.wait_seconds)
+            except _WorkerDied as died:
+                self._replace(worker)
+                if not died.sent:  # it died before it had the request: try another
+                    continue
+                return ERROR
+            with self._cond:
+                self._max_cpu = max(self._max_cpu, used or 0.0)
+            if verdict == TIMEOUT:
+                self._replace(worker)
+            else:
+                self._release(worker)
+            return verdict
 
     def _acquire(self):
-        """An idle ready worker, or None after the wait bound."""
-        begin = time.monotonic()
+        """The next worker for this call, first come first served; None when none can be had
+        (shut down, or the last `workers` starts failed)."""
         with self._cond:
+            ticket = None
             while True:
-                while self._idle:
-                    worker = self._idle.pop()
-                    if worker.process.poll() is None:
-                        return worker
-                    self._replace_locked(worker)  # died while idle: try another
-                if self._stopped:
+                if ticket is not None and ticket[0] is not None:
+                    return None if ticket[0] is _CANCELLED else ticket[0]
+                if self._stopped or self._failures_in_a_row >= self.workers:
+                    if ticket is not None:
+                        self._queue.remove(ticket)
                     return None
-                limit = self.wait_seconds if self._startup_over else self.startup_seconds
-                remaining = begin + limit - time.monotonic()
-                if remaining <= 0:
-                    return None
-                self._cond.wait(remaining)
+                if ticket is None:
+                    while self._idle and not self._queue:
+                        worker = self._idle.pop()
+                        if worker.process.poll() is None:
+                            return worker
+                        self._replace_locked(worker)  # died while idle: try another
+                    ticket = [None]
+                    self._queue.append(ticket)
+                self._cond.wait()
+
+    def _cancel_queue_locked(self) -> None:
+        while self._queue:
+            self._queue.popleft()[0] = _CANCELLED
+        self._cond.notify_all()
+
+    def _hand_over_locked(self, worker) -> None:
+        """(Lock held.) Gives a free worker to the first call in the queue, else makes it idle."""
+        if self._queue:
+            self._queue.popleft()[0] = worker
+        else:
+            self._idle.append(worker)
+        self._cond.notify_all()  # waiters of wait_ready share the condition
 
     def _release(self, worker) -> None:
         with self._cond:
@@ -393,8 +447,7 @@ class VerifierPool:
             if len(self._live) > self.workers:
                 self._retire(worker)
             else:
-                self._idle.append(worker)
-                self._cond.notify_all()  # waiters of wait_ready share the condition
+                self._hand_over_locked(worker)
 
     def _replace(self, worker) -> None:
         with self._cond:
@@ -497,8 +550,9 @@ class VerifierPool:
             with self._cond:
                 self._counts["worker_start_failures"] += 1
                 self._back_off_locked()
+                self._cond.notify_all()
             return None
-        worker = _Worker(process, time.monotonic() + self.boot_seconds)
+        worker = _Worker(process, time.monotonic() + self.startup_seconds)
         with self._cond:
             if not self._stopped and self._manager is threading.current_thread():
                 self._procs.add(worker)
@@ -526,9 +580,7 @@ class VerifierPool:
             if worker not in self._live or self._stopped:
                 self._kills.append(worker)
                 return
-            self._startup_over = True
-            self._idle.append(worker)
-            self._cond.notify_all()
+            self._hand_over_locked(worker)
 
     def _boot_failed(self, worker) -> None:
         with self._cond:
@@ -537,9 +589,7 @@ class VerifierPool:
                 self._counts["worker_restarts"] += 1
                 self._live.discard(worker)
             self._back_off_locked()
-            if not self._startup_over and self._failures_in_a_row >= self.workers:
-                self._startup_over = True  # waiting longer for the first one would not help
-                self._cond.notify_all()
+            self._cond.notify_all()  # calls in the queue give up once `workers` in a row failed
         self._kill(worker)
 
     def _back_off_locked(self) -> None:

@@ -30,7 +30,7 @@ import jax
 import numpy as np
 
 from grpo_jax.rewards.accuracy import undecided_comparisons
-from grpo_jax.rewards.python import reward_errors
+from grpo_jax.rewards.python import reward_error_counts
 from grpo_jax.rl.rollout import Rollout, encode_prompts, score_completions
 from grpo_jax.runner.rewards import LENGTH_REWARDS
 from grpo_jax.runner.rl_loop import check_versions
@@ -200,7 +200,7 @@ class PartialSource(HostSource):
     def steps(self, step: int, iterator, learner) -> list[dict]:
         settings, g = self.settings, self.settings.group_size
         timer = StepTimer()
-        undecided, errors = undecided_comparisons(), reward_errors()
+        undecided, errors = undecided_comparisons(), reward_error_counts()
         placed = self._place(iterator)
         carried = int((~self.pool["ended"]).sum()) - placed * g
         rounds = 0

@@ -124,6 +124,27 @@ def timing_table(timing: dict[str, dict]) -> list[str]:
     return lines
 
 
+def reward_guard_totals(rows: list[dict]) -> dict[str, float]:
+    """The Python rewards' guard counts (`grpo_jax.rewards.python.reward_error_record`:
+    reward_errors, reward_errors/<reason>, reward_slow) summed over the logged steps; {}
+    when no step logged them."""
+    keys = dict.fromkeys(k for r in rows for k in r  # in the order they are logged
+                         if k in ("reward_errors", "reward_slow")
+                         or k.startswith("reward_errors/"))
+    return {k: float(sum(r[k] for r in rows if isinstance(r.get(k), (int, float))))
+            for k in keys}
+
+
+def reward_guard_line(totals: dict[str, float]) -> str:
+    """report.md's line for `reward_guard_totals`."""
+    reasons = ", ".join(f"{k.split('/', 1)[1]} {v:.0f}" for k, v in totals.items()
+                        if k.startswith("reward_errors/") and v)
+    return (f"Python rewards: {totals.get('reward_errors', 0):.0f} completions scored 0 by "
+            f"the guard (reward_errors{': ' + reasons if reasons else ''}); "
+            f"{totals.get('reward_slow', 0):.0f} scored by calls over their budget "
+            "(reward_slow).")
+
+
 def write_run_report(run) -> dict:
     """report.md / report.json / plots; returns the summary (column -> figures).
 
@@ -157,6 +178,8 @@ def write_run_report(run) -> dict:
         notes.append("LoRA" + run.lora_line[len("lora"):] + ".")
     timing = stage_timing(run, rows)
     notes += ["", "Time per stage:", "", *timing_table(timing)] if timing else []
+    guard = reward_guard_totals(history)
+    notes += ["", reward_guard_line(guard)] if guard else []
     code = getattr(run, "provenance", None)
     if code:
         commit = code["commit"][:12] if code["commit"] else "not a git checkout"
@@ -166,6 +189,7 @@ def write_run_report(run) -> dict:
     evals_lib.write_report(
         run.workdir, title=f"grpo_jax run: {run.config.task.name}", summary=summary,
         history=history, plots=PLOTS, step_key="step", group_key="stage", labels=labels,
-        notes=notes, extra={"timing": timing, **({"provenance": code} if code else {})},
+        notes=notes, extra={"timing": timing, **({"reward_errors": guard} if guard else {}),
+                            **({"provenance": code} if code else {})},
     )
     return summary

@@ -15,7 +15,8 @@ from typing import Any, Callable, Iterable
 
 from grpo_jax import rewards as rewards_lib
 from grpo_jax.rewards import spurious
-from grpo_jax.rewards.python import is_python_reward, load_python_reward
+from grpo_jax.rewards.python import (DEFAULT_BUDGET_SECONDS, is_python_reward,
+                                     load_python_reward)
 
 RewardFn = Callable[[str, Any], float]
 # Sources registered in code: name -> factory(run, section) -> reward fn.
@@ -66,6 +67,13 @@ def available_rewards(task, kinds) -> list[str]:
     return sorted(names | set(LENGTH_REWARDS) | set(ENVIRONMENT_REWARDS))
 
 
+def python_reward_budget(config) -> float:
+    """The seconds per completion a Python reward's call may take before it is counted as
+    slow: config.python_rewards.budget_seconds (the default without that section)."""
+    section = config.get("python_rewards")
+    return DEFAULT_BUDGET_SECONDS if section is None else section.budget_seconds
+
+
 def resolve_reward_fns(run, names: Iterable[str], *, section=None) -> dict[str, RewardFn]:
     """name -> fn(completion, example) for each name (length rewards are skipped).
 
@@ -80,7 +88,8 @@ def resolve_reward_fns(run, names: Iterable[str], *, section=None) -> dict[str, 
         if name in LENGTH_REWARDS or name in ENVIRONMENT_REWARDS:
             continue
         if is_python_reward(name):
-            fns[name] = load_python_reward(name)
+            fns[name] = load_python_reward(
+                name, budget_seconds=python_reward_budget(run.config))
         elif name in task_fns:
             fns[name] = task_fns[name]
         elif name in sources:

@@ -25,7 +25,8 @@ import numpy as np
 from grpo_jax import parallel
 from grpo_jax.rewards import overlong_penalty
 from grpo_jax.rewards.accuracy import undecided_comparisons
-from grpo_jax.rewards.python import is_python_reward, reward_errors
+from grpo_jax.rewards.python import (is_python_reward, reward_error_counts,
+                                     reward_error_record)
 from grpo_jax.rewards.device import device_reward_names, integer_answers, make_device_reward
 from grpo_jax.rl.batch import rollout_record
 from grpo_jax.rl.packing import pack_rows
@@ -275,7 +276,7 @@ class HostSource(Source):
     def steps(self, step: int, iterator, learner) -> list[dict]:
         run, settings, pending = self.run, self.settings, self.pending
         timer = StepTimer()
-        undecided, errors = undecided_comparisons(), reward_errors()
+        undecided, errors = undecided_comparisons(), reward_error_counts()
         launched = []
         while self.ahead <= min(step + settings.max_staleness, settings.steps - 1):
             launched.append((self.ahead, self._launch(iterator, self.ahead, version=step)))
@@ -308,8 +309,8 @@ class HostSource(Source):
               counters: tuple) -> dict:
         """The metrics line of an update that trained on `ro`: its rollout record, `info`,
         the tool record of episodes, the reward counters since `counters` (undecided
-        comparisons, Python reward errors), the learner's metrics, the timings and the
-        samples."""
+        comparisons; the Python rewards' guard counts, `reward_error_record`), the
+        learner's metrics, the timings and the samples."""
         undecided, errors = counters
         rollout_metrics = rollout_record(ro.rewards, ro.components, ro.correct, ro.lengths,
                                          ro.truncated, group_size=self.settings.group_size)
@@ -318,7 +319,7 @@ class HostSource(Source):
             **info,
             **(tool_record(ro) if ro.turns is not None else {}),
             "reward_undecided": float(undecided_comparisons() - undecided),
-            **({"reward_errors": float(reward_errors() - errors)}
+            **(reward_error_record(errors)
                if any(is_python_reward(name) for name in self.settings.weights) else {}),
             **metrics,
             **timer.record(),

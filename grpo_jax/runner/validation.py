@@ -79,6 +79,8 @@ def check_run_fields(config: ml_collections.ConfigDict, kinds) -> None:
         verify = Fields(config.math_verify, "math_verify")
         verify.positive("deadline_seconds")
         verify.integer("workers")
+    if "python_rewards" in config:
+        Fields(config.python_rewards, "python_rewards").positive("budget_seconds")
 
     task = Fields(config.task, "task")
     task.choice("name", tasks_lib.available_tasks())

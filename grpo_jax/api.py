@@ -61,9 +61,15 @@ class Result:
 
 def train(config: ml_collections.ConfigDict, workdir: str) -> Result:
     """Runs every stage of `config.stages` in `workdir` (resuming what is there) and returns
-    its `Result`. Raises ConfigError for a bad config, before anything is written."""
+    its `Result`. Raises ConfigError for a bad config and ValueError for a workdir that
+    cannot hold the run (empty, a file, not writable), before anything is written."""
     from grpo_jax.pipeline import train_and_evaluate  # jax and the stages only when run
+    from grpo_jax.runner.checks import workdir_problem
 
+    problem = workdir_problem(workdir)
+    if problem:
+        raise ValueError(f"api.train: workdir: {problem}; expected a directory this process "
+                         "can write (existing, or created when missing)")
     train_and_evaluate(config, workdir)
     return load(workdir)
 

@@ -48,13 +48,73 @@ def _flag_error_line(err: BaseException) -> str:
                .replace("invalid literal for int() with base 10:", "expected an int, got")
 
 
+def _config_given(argv: list[str]) -> str | None:
+    """The config file argument of `argv` as absl and ml-collections read it: `--config=F`,
+    `-config=F`, `--config F` or `-config F` (the first); None without one."""
+    for index, arg in enumerate(argv[1:], 1):
+        match = re.match(r"^--?config(=|$)", arg)
+        if match:
+            if match.group(1):
+                return arg.split("=", 1)[1]
+            return argv[index + 1] if index + 1 < len(argv) else None
+    return None
+
+
+def _config_folder_on_path(argv: list[str]) -> None:
+    """A config file imports modules beside it (a task, reward functions) from wherever it
+    is run, as a script would: its folder goes first on the module search path."""
+    given = _config_given(argv)
+    if given:
+        folder = os.path.dirname(os.path.abspath(given.split(":", 1)[0]))
+        if folder not in sys.path:
+            sys.path.insert(0, folder)
+
+
+def _import_problem(err: BaseException, argv: list[str]) -> str | None:
+    """The one line for a config file whose loading failed in a module it imports (a task, a
+    reward module: its own exception, a syntax error, or a module not found): the module,
+    where, and the error; None when the failure is not an import's."""
+    seen, chain = set(), []
+    while err is not None and id(err) not in seen:  # ml-collections and absl re-raise it
+        seen.add(id(err))
+        chain.append(err)
+        err = err.__cause__ or err.__context__
+    given = os.path.abspath((_config_given(argv) or _DEFAULT_CONFIG).split(":", 1)[0])
+    for cause in reversed(chain):  # the first exception raised
+        modules = []  # (file, line, module name) of each module body on the stack
+        frame = cause.__traceback__
+        while frame is not None:
+            code = frame.tb_frame.f_code
+            if code.co_name == "<module>":
+                modules.append((code.co_filename, frame.tb_lineno,
+                                frame.tb_frame.f_globals.get("__name__", "?")))
+            frame = frame.tb_next
+        if not modules and not isinstance(cause, SyntaxError):
+            continue
+        text = " ".join(str(cause).split()) or type(cause).__name__
+        if isinstance(cause, SyntaxError) and cause.filename and \
+                os.path.abspath(cause.filename) != given:
+            name = os.path.splitext(os.path.basename(cause.filename))[0]
+            return (f"--config: importing module {name!r} failed: {cause.filename}:"
+                    f"{cause.lineno}: SyntaxError: {cause.msg}")
+        if isinstance(cause, ModuleNotFoundError) and cause.name and modules:
+            file, line, _ = modules[-1]
+            return (f"--config: {file}:{line}: no module named {cause.name!r} (expected it "
+                    "beside the config file, or installed)")
+        inner = [m for m in modules if os.path.abspath(m[0]) != given]
+        if inner:
+            file, line, name = inner[-1]
+            return (f"--config: importing module {name!r} failed: {file}:{line}: "
+                    f"{type(cause).__name__}: {text}")
+    return None
+
+
 def _override_problem(argv: list[str]) -> str | None:
     """The one line for the first `--config.*` override in `argv` that names no field of the
-    config it applies to (`--config=` in argv, else the default), found by walking its
+    config it applies to (`--config` in argv, else the default), found by walking its
     dotted name through that config before ml-collections applies the overrides; None when
     each names a field (or the config file does not load: `_config` reports that)."""
-    given = [a.split("=", 1)[1] for a in argv[1:] if a.startswith("--config=")]
-    path, *preset = (given[0] if given else _DEFAULT_CONFIG).split(":", 1)
+    path, *preset = (_config_given(argv) or _DEFAULT_CONFIG).split(":", 1)
     try:  # as ml-collections loads it: the file's get_config(preset)
         spec = importlib.util.spec_from_file_location("grpo_jax_config_check", path)
         module = importlib.util.module_from_spec(spec)
@@ -81,18 +141,12 @@ def _override_problem(argv: list[str]) -> str | None:
     return None
 
 
-# A config file imports modules beside it (a task, reward functions) from wherever it is run,
-# as a script would: its folder goes first on the module search path.
-for _arg in sys.argv[1:]:
-    if _arg.startswith("--config="):
-        _folder = os.path.dirname(os.path.abspath(_arg.split("=", 1)[1].split(":", 1)[0]))
-        if _folder not in sys.path:
-            sys.path.insert(0, _folder)
+_config_folder_on_path(sys.argv)
 
 try:
-    # Without --config=, the default config is loaded and the --config.* overrides applied
+    # Without --config, the default config is loaded and the --config.* overrides applied
     # here, at import (their names checked first): a bad override is one line too.
-    if not any(a.startswith("--config=") for a in sys.argv[1:]):
+    if _config_given(sys.argv) is None:
         _problem = _override_problem(sys.argv)
         if _problem:
             _fail(_problem)
@@ -143,8 +197,11 @@ _HELP = ("--help", "-h", "-?", "--helpshort", "--helpfull", "--helpxml")
 
 def parse_flags(argv: list[str]) -> list[str]:
     """absl flag parsing with bad flags / unknown fields reported in one line, exit 2; a
-    positional argument (a config path without --config=) is one line, exit 2; --help
+    positional argument (a config path without --config=) is one line, exit 2; a module
+    the config file imports that fails to is one line naming it, exit 2; --help (or -h)
     prints the flags and exits 0."""
+    argv = [argv[0], *("--help" if a == "-h" else a for a in argv[1:])]
+    _config_folder_on_path(argv)
     try:
         problem = _override_problem(argv)  # before ml-collections applies the overrides
         if problem:
@@ -155,7 +212,11 @@ def parse_flags(argv: list[str]) -> list[str]:
             sys.exit(0)
         raise
     except (flags.Error, KeyError, AttributeError, TypeError, ValueError) as err:
-        _fail(_flag_error_line(err))
+        _fail(_import_problem(err, argv) or _flag_error_line(err))
+        return []
+    except Exception as err:  # noqa: BLE001  the config file's own code (a module it imports)
+        _fail(_import_problem(err, argv) or
+              f"--config: {type(err).__name__}: {' '.join(str(err).split())}")
         return []
     if len(rest) > 1:
         extra = rest[1]
@@ -176,7 +237,7 @@ def main(argv) -> None:
     from grpo_jax.runner.guards import NonFiniteError, Preempted, WorkdirBusyError
 
     config_arg = getattr(flags.FLAGS["config"], "config_filename", _DEFAULT_CONFIG)
-    workdir = _WORKDIR.value or default_workdir(config_arg)
+    workdir = default_workdir(config_arg) if _WORKDIR.value is None else _WORKDIR.value
     from grpo_jax import host_memory, parallel
 
     config = _config()
@@ -273,6 +334,7 @@ def jax_process_index() -> int:
 def cli(argv: list[str]) -> int:
     """The command line in-process (for tests): parse `argv`, run, return the exit code."""
     saved, sys.argv = sys.argv, list(argv)  # ml-collections reads overrides from sys.argv
+    app.define_help_flags()  # --help / -h as app.run defines them
     try:
         main(parse_flags(argv))
     except SystemExit as exit_:

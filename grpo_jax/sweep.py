@@ -3,7 +3,7 @@ time), with a summary over seeds.
 
     python -m grpo_jax.sweep --config=configs/default.py --workdir=sweeps/beta \
         --set rl.beta=0.0,0.04 --set rl.algorithm=grpo,dr_grpo --seeds=0,1,2 \
-        [--parallel=K] [--print] [-- <more grpo_jax.main flags>]
+        [--parallel=K] [--print] [-- <--config.<field>=<value> for every run>]
 
 Every run is `python -m grpo_jax.main --config=CFG --workdir=DIR/<name> --config.<k>=<v> ...
 --config.seed=<s>` in its own subdirectory named after its overrides
@@ -30,6 +30,7 @@ import itertools
 import json
 import math
 import os
+import re
 import signal
 import subprocess
 import sys
@@ -44,8 +45,9 @@ from grpo_jax.json_files import dumps_finite
 # sweep process never imports jax.
 from grpo_jax.metrics import read_metrics
 
-__all__ = ["Run", "expand", "finished_runs", "format_interval", "interval", "main",
-           "paired_interval", "stage_figures", "summarize", "t_quantile", "write_analysis"]
+__all__ = ["Run", "check_extra", "expand", "finished_runs", "format_interval", "interval",
+           "main", "paired_interval", "stage_figures", "summarize", "t_quantile",
+           "write_analysis"]
 
 # Student's t 0.975 quantiles for 1..30 degrees of freedom (standard tables).
 _T975 = (12.706, 4.303, 3.182, 2.776, 2.571, 2.447, 2.365, 2.306, 2.262, 2.228, 2.201, 2.179,
@@ -114,12 +116,7 @@ def expand(sets: Sequence[str], seeds: Sequence[int], root: str, config: str,
         raise ValueError(f"--set: a key is given twice: {keys}")
     if "seed" in keys:
         raise ValueError("--set seed=...: use --seeds")
-    for flag in extra:  # flags after -- go to every run: not those the sweep sets per run
-        name = flag.split("=", 1)[0]
-        if name in ("--workdir", "--config", "--config.seed"):
-            raise ValueError(f"-- {flag}: the sweep sets {name} of each run itself (each run "
-                             "works in <sweep workdir>/<its name>); give it to the sweep, or "
-                             "--seeds")
+    check_extra(extra)
     runs = []
     for values in itertools.product(*[v for _, v in parsed]):
         for seed in seeds:
@@ -130,6 +127,40 @@ def expand(sets: Sequence[str], seeds: Sequence[int], root: str, config: str,
                                  "holds at most 255 (shorter values, or fewer keys per sweep)")
             runs.append(run)
     return runs
+
+
+_OVERRIDE = re.compile(r"^--?(no)?config\.([^=\s]+)(=.*)?$", re.S)
+_VALUE = re.compile(r"^(?!-[A-Za-z-])")  # not a flag: a value given after a space
+
+
+def check_extra(extra: Sequence[str]) -> None:
+    """The flags after `--`, which go to every run, are `--config.<field>=<value>` overrides
+    (`-config.<field>`, `--noconfig.<field>` and a value after a space as absl reads them),
+    except the seed; anything else (the run's --workdir, --config, a --flagfile that could
+    set them) is a ValueError naming it."""
+    index = 0
+    while index < len(extra):
+        flag = extra[index]
+        match = _OVERRIDE.match(flag)
+        name = "--" + flag.lstrip("-").split("=", 1)[0]
+        if match and match.group(2) != "seed":
+            index += 1
+            if match.group(3) is None and not match.group(1) and index < len(extra) \
+                    and _VALUE.match(extra[index]):
+                index += 1  # --config.rl.steps 5
+            continue
+        if match or name in ("--workdir", "--config"):
+            name = "--config.seed" if match else name
+            raise ValueError(f"-- {flag}: the sweep sets {name} of each run itself (each run "
+                             "works in <sweep workdir>/<its name>); give it to the sweep, or "
+                             "--seeds")
+        if name == "--flagfile":
+            raise ValueError(f"-- {flag}: a flag file could set any flag of the runs (their "
+                             "--workdir, --config.seed); give its --config.<field>=<value> "
+                             "overrides after -- instead")
+        raise ValueError(f"-- {flag}: the sweep passes only --config.<field>=<value> "
+                         f"overrides to its runs (not {name}); expected e.g. "
+                         "--config.rl.steps=5")
 
 
 class _RunLock:
@@ -452,6 +483,9 @@ def main(argv: list[str] | None = None) -> int:
             raise ValueError("--seeds: expected at least one seed")
         if args.parallel < 1:
             raise ValueError("--parallel: expected >= 1")
+        if not args.workdir.strip():
+            raise ValueError(f"--workdir: {args.workdir!r} is empty (it would be the current "
+                             "folder); expected the sweep's directory")
         root = storage.normalize(args.workdir)
         runs = expand(args.sets, seeds, root, args.config, extra)
     except ValueError as err:
@@ -463,7 +497,12 @@ def main(argv: list[str] | None = None) -> int:
         for run in runs:
             print(shlex.join(run.command))
         return 0
-    storage.makedirs(root)
+    try:
+        storage.makedirs(root)
+    except OSError as err:
+        print(f"error: --workdir: {root!r} cannot be created: {err.strerror or err}",
+              file=sys.stderr)
+        return 2
     if args.summarize:
         summarize(runs, root)
         return 0

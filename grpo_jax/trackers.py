@@ -27,6 +27,7 @@ append-only events); metrics.jsonl is truncated to the checkpoint and holds each
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import re
@@ -231,6 +232,32 @@ def mlflow_name(name: str) -> str:
     return _MLFLOW_NAME.sub("_", name.replace("@", "_at_"))
 
 
+# The start-up calls to an MLflow tracking server (experiment, run) are made once each, with
+# this timeout, instead of MLflow's default retries for minutes: an unreachable server is
+# one line within seconds (unless MLFLOW_HTTP_REQUEST_* set otherwise).
+MLFLOW_START_TIMEOUT_S = 5
+_START_UP_SETTINGS = {"MLFLOW_HTTP_REQUEST_MAX_RETRIES": "0",
+                      "MLFLOW_HTTP_REQUEST_TIMEOUT": str(MLFLOW_START_TIMEOUT_S)}
+
+
+def _is_remote(uri: str) -> bool:
+    return uri.split("://", 1)[0].lower() in ("http", "https")
+
+
+@contextlib.contextmanager
+def _start_up_requests(uri: str):
+    """MLflow's HTTP settings for the start-up calls to a remote `uri`: no retries, a few
+    seconds each (only those not set in the environment)."""
+    given = {name: value for name, value in _START_UP_SETTINGS.items()
+             if _is_remote(uri) and name not in os.environ}
+    os.environ.update(given)
+    try:
+        yield
+    finally:
+        for name in given:
+            os.environ.pop(name, None)
+
+
 class MLflow:
     """An MLflow run through MlflowClient (no global active run), batched per metric line."""
 
@@ -246,6 +273,22 @@ class MLflow:
             uri = "sqlite:///" + os.path.join(os.path.abspath(local), "mlflow.db")
             artifacts = "file://" + os.path.join(os.path.abspath(local), "mlartifacts")
         self.client = MlflowClient(tracking_uri=uri)
+        try:
+            with _start_up_requests(uri):
+                self._start(workdir, artifacts)
+        except Exception as err:
+            if not _is_remote(uri):
+                raise
+            text = " ".join(str(err).split()) or type(err).__name__
+            errno_text = re.search(r"\[Errno -?\d+\] ([^'\")]+)", text)
+            reason = (errno_text.group(1).strip() if errno_text else
+                      "timed out" if "timeout" in text.lower() else text[:200])
+            raise ConnectionError(
+                f"the tracking server {uri} (MLFLOW_TRACKING_URI) gave no answer within "
+                f"{MLFLOW_START_TIMEOUT_S} s: {reason}; start it, or unset "
+                "MLFLOW_TRACKING_URI for a store in the workdir") from None
+
+    def _start(self, workdir: str, artifacts: str | None) -> None:
         self.run_id = _read_ids(workdir).get("mlflow")
         if self.run_id is None:
             name = os.environ.get("MLFLOW_EXPERIMENT_NAME") or "grpo_jax"

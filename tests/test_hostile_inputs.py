@@ -381,3 +381,101 @@ def test_tensorboard_keeps_metric_names_and_writes_hparams_once(tmp_path):
                for k, v in data.session_start_info.hparams.items()}
     assert hparams == {"seed": 0.0, "rl.lr": 2e-4, "rl.rewards.accuracy": 1.0,
                        "mesh.rules": '[["batch", "data"]]'}
+
+
+# ------------------------------------------------------------------ 9. start-up (issue 53)
+def test_start_up_flags_help_space_form_and_an_empty_workdir(tmp_path, monkeypatch, capsys):
+    """-h is --help (exit 0); `--config PATH` checks overrides against PATH's config, as
+    `--config=PATH` does; `--workdir=` (empty) is one line, not a run in ./runs/."""
+    assert main_lib.cli(["grpo_jax", "-h"]) == 0
+    assert "USAGE: grpo_jax [flags]" in capsys.readouterr().out  # absl's --help
+    ppo = DEFAULT.replace("default.py", "ppo.py")
+    for form in ([f"--config={ppo}"], ["--config", ppo], [f"-config={ppo}"], ["-config", ppo]):
+        argv = ["grpo_jax", *form, "--config.ppo.steps=3"]
+        assert main_lib._config_given(argv) == ppo  # pylint: disable=protected-access
+        assert main_lib._override_problem(argv) is None  # pylint: disable=protected-access
+    monkeypatch.chdir(tmp_path)
+    _one_line(*_cli(f"--config={DEFAULT}", "--workdir="),
+              "error: --workdir: '' is empty (it would be the current folder); expected a "
+              "directory")
+    from grpo_jax import api
+
+    with pytest.raises(ValueError, match=r"^api.train: workdir: '' is empty"):
+        api.train(api.config("smoke"), "")
+    assert os.listdir(tmp_path) == []
+
+
+@pytest.mark.parametrize("body,needle", [
+    ("raise RuntimeError('no GPU here')",
+     "importing module '{name}' failed: {file}:1: RuntimeError: no GPU here"),
+    ("def broken(:\n    pass", "importing module '{name}' failed: {file}:1: SyntaxError:"),
+    ("import grpo_jax_no_such_module", "{file}:1: no module named 'grpo_jax_no_such_module'"),
+    ("raise ValueError('bad table')",
+     "importing module '{name}' failed: {file}:1: ValueError: bad table"),
+])
+def test_a_task_module_that_fails_to_import_is_one_line(tmp_path, body, needle):
+    name = f"task_53_{abs(hash(body)) % 10**8}"  # a fresh module name per case
+    (tmp_path / f"{name}.py").write_text(body + "\n")
+    (tmp_path / "my_config.py").write_text(
+        f"import {name}  # noqa: F401\nfrom grpo_jax.config_presets import main_job\n\n\n"
+        "def get_config(preset=None):\n    return main_job(preset)\n")
+    workdir = tmp_path / "run"
+    line = _one_line(*_cli(f"--config={tmp_path / 'my_config.py'}:smoke",
+                           f"--workdir={workdir}"),
+                     needle.format(name=name, file=tmp_path / f"{name}.py"))
+    assert line.startswith("config error: --config: ") and not workdir.exists()
+
+
+def _recorded_run(tmp_path, record: dict, config_json) -> str:
+    """A run directory whose newest checkpoint holds `record` as the run's config and whose
+    config.json is `config_json` (a dict, any JSON text, or a folder for None)."""
+    run = tmp_path / "run"
+    (run / "checkpoints" / "3" / "meta").mkdir(parents=True)
+    (run / "checkpoints" / "3" / "meta" / "metadata").write_text(
+        json.dumps({"run_config": record}))
+    if config_json is None:
+        (run / "config.json").mkdir()
+    else:
+        (run / "config.json").write_text(config_json if isinstance(config_json, str)
+                                         else json.dumps(config_json))
+    return str(run)
+
+
+def test_an_edited_or_unusable_config_json_is_refused(tmp_path):
+    """config.json is compared with the config the checkpoints hold: one edited to another
+    seed (and the command given that seed) is refused, as are a folder and a non-object;
+    an extension config.json records, and a changed logger, are not refusals."""
+    import copy
+
+    from configs import default as default_config
+    from grpo_jax.runner.checks import ConfigError
+    from grpo_jax.runner.resume import check_config_drift
+
+    config = default_config.get_config("smoke")
+    record = json.loads(config.to_json_best_effort())
+    assert check_config_drift(config, _recorded_run(tmp_path / "same", record, record)) == []
+    edited = {**record, "seed": 1}
+    reseeded = copy.deepcopy(config)
+    reseeded.seed = 1
+    with pytest.raises(ConfigError, match=r"^config.json: .*config.json was edited: it differs "
+                                          r"from the config its checkpoints hold \(seed 0 -> 1\);"
+                                          r" .*delete it to resume the run as it was"):
+        check_config_drift(reseeded, _recorded_run(tmp_path / "edited", record, edited))
+    with pytest.raises(ConfigError, match=r"^config.json: .* holds a JSON array, not the run's "
+                                          r"config \(a JSON object\)"):
+        check_config_drift(config, _recorded_run(tmp_path / "list", record, "[]"))
+    folder = _recorded_run(tmp_path / "folder", record, None)
+    with pytest.raises(ConfigError, match=r"^config.json: .* is a directory"):
+        check_config_drift(config, folder)
+    extended = copy.deepcopy(config)  # killed after the extension's start, before a checkpoint
+    extended.rl.steps += 2
+    history = [{"time": "t", "changed": {"rl.steps": [config.rl.steps, extended.rl.steps]}}]
+    written = {**json.loads(extended.to_json_best_effort()), "_history": history,
+               "loggers": "none"}
+    assert check_config_drift(extended, _recorded_run(tmp_path / "ext", record, written)) == \
+        history
+    # the command line: one line, exit 2, the folder left as it was
+    _one_line(*_cli(f"--config={DEFAULT}", f"--workdir={folder}"),
+              "config error: config.json: ")
+    assert sorted(os.listdir(folder)) in (["checkpoints", "config.json"],
+                                          [".lock", "checkpoints", "config.json"])

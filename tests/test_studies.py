@@ -56,6 +56,48 @@ def test_run_names_every_study_before_running_any(tmp_path, capsys):
     assert not os.listdir(tmp_path)  # nothing ran, not even the first study
 
 
+def test_a_run_another_process_holds_is_skipped_and_said(tmp_path, capsys, monkeypatch):
+    """A second `studies run` on a workdir in use skips the run the first holds (its run
+    lock), runs the others and leaves the analysis to the same command later; an unusable
+    --workdir is one line."""
+    from grpo_jax import pipeline
+    from grpo_jax.runner.guards import WorkdirLock
+
+    def train(config, workdir):  # a run as Run holds it: the workdir's lock, then a report
+        del config
+        lock = WorkdirLock(workdir)
+        lock.acquire()
+        try:
+            with open(os.path.join(workdir, "report.json"), "w", encoding="utf-8") as f:
+                f.write("{}")
+        finally:
+            lock.release()
+
+    monkeypatch.setattr(pipeline, "train_and_evaluate", train)
+    study = common.Study(name="held", question="?", arms=("a",),
+                         tiers={"mini": common.Tier(bases=(), seeds=(0, 1), cost="")},
+                         arm_configs=lambda tier: {"a": common.main_job("smoke")},
+                         analyze=lambda runs: pytest.fail("analysed with a run in progress"))
+    records = common.plan(study, "mini", str(tmp_path), {})
+    os.makedirs(records[0].workdir)
+    first = WorkdirLock(records[0].workdir)  # the other process, mid-run
+    first.acquire()
+    try:
+        assert common.execute(study, "mini", str(tmp_path), argv=["test"]) is None
+    finally:
+        first.release()
+    out = capsys.readouterr().out
+    assert f"skip run 1/2: a  seed=0: process {os.getpid()} is running it in " \
+           f"{records[0].workdir}" in out
+    assert "held: not analysed: 1 of 2 runs are in progress in another process" in out
+    assert not records[0].finished and records[1].finished
+    assert cli.main(["run", studies.NAMES[0], "--tier=mini",
+                     "--workdir=/proc/grpo_jax_no_such/x"]) == 2
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1 and "error: --workdir: '/proc/grpo_jax_no_such/x' cannot be " \
+                                    "created" in err, err
+
+
 def test_bases_are_keyed_by_their_resolved_config(tmp_path):
     config = common.main_job("smoke")
     config.stages = "pretrain"

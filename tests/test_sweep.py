@@ -229,6 +229,36 @@ def test_bad_sweeps_are_one_line_before_any_run(tmp_path, capsys):
     assert not (tmp_path / "sweep").exists() and not (tmp_path / "elsewhere").exists()
 
 
+def test_only_config_overrides_pass_after_the_double_dash(tmp_path, capsys):
+    """After --, the single-dash forms and a flag file that set each run's workdir or seed
+    (and any flag but a --config.<field> override) are one line; the overrides pass in
+    either dash form, with the value after = or a space. An empty or unusable --workdir is
+    one line too."""
+    elsewhere = tmp_path / "elsewhere"
+    (tmp_path / "flags").write_text(f"--workdir={elsewhere}\n")
+    for extra, needle in (
+            ([f"-workdir={elsewhere}"], "the sweep sets --workdir"),
+            (["-config.seed=4"], "the sweep sets --config.seed"),
+            (["--config.seed", "4"], "the sweep sets --config.seed"),
+            ([f"--flagfile={tmp_path / 'flags'}"], "a flag file could set any flag"),
+            (["--print_config"], "passes only --config.<field>=<value> overrides to its runs "
+                                 "(not --print_config)")):
+        code = sweep.main(["--config=cfg.py", f"--workdir={tmp_path / 'sweep'}", "--print",
+                           "--", *extra])
+        captured = capsys.readouterr()
+        assert code == 2 and captured.err.count("\n") == 1 and needle in captured.err, (
+            extra, captured)
+    assert sweep.main(["--config=cfg.py", f"--workdir={tmp_path / 'sweep'}", "--print", "--",
+                       "-config.rl.steps=5", "--config.rl.beta", "0.1"]) == 0
+    assert capsys.readouterr().out.rstrip().endswith("-config.rl.steps=5 --config.rl.beta 0.1")
+    for workdir, needle in (("", "--workdir: '' is empty"),
+                            ("/proc/grpo_jax_no_such/sweep", "cannot be created")):
+        assert sweep.main(["--config=cfg.py", f"--workdir={workdir}"]) == 2
+        err = capsys.readouterr().err
+        assert err.count("\n") == 1 and needle in err, err
+    assert sorted(os.listdir(tmp_path)) == ["flags"]
+
+
 def test_a_second_sweep_on_one_folder_skips_the_runs_the_first_runs(tmp_path, capsys):
     """Two sweeps on one folder: the second skips a run the first holds (and says so), it
     does not start it or count it as failed; the run the first finished is not run again."""

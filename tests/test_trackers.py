@@ -191,3 +191,36 @@ def test_a_tracker_that_cannot_start_is_one_line_and_leaves_no_workdir(tmp_path)
     assert done.returncode == 2 and len(lines) == 1, done.stderr[-2000:]
     assert lines[0].startswith("config error: loggers: mlflow could not start: ")
     assert not (tmp_path / "w").exists()
+
+
+def test_an_unreachable_mlflow_server_is_one_line_within_seconds(tmp_path, monkeypatch):
+    """MLFLOW_TRACKING_URI naming a loopback port nothing listens on: the start gives up
+    after one try of a few seconds (MLflow's own retries took over 200 s), in one line,
+    writing nothing, and MLflow's HTTP settings are left as they were."""
+    pytest.importorskip("mlflow")
+    import threading
+    import time
+
+    monkeypatch.setenv("MLFLOW_TRACKING_URI", "http://127.0.0.1:9")
+    for name in ("MLFLOW_HTTP_REQUEST_MAX_RETRIES", "MLFLOW_HTTP_REQUEST_TIMEOUT"):
+        monkeypatch.delenv(name, raising=False)
+    outcome = {}
+
+    def start():
+        try:
+            trackers.open_trackers(str(tmp_path), ["mlflow"])
+        except trackers.TrackerError as err:
+            outcome["error"] = str(err)
+
+    begun = time.monotonic()
+    thread = threading.Thread(target=start, daemon=True)
+    thread.start()
+    thread.join(60)
+    assert not thread.is_alive(), "the MLflow start still waits after 60 s"
+    assert time.monotonic() - begun < trackers.MLFLOW_START_TIMEOUT_S + 30
+    error = outcome.get("error", "")
+    assert error.startswith("loggers: mlflow could not start: ConnectionError: the tracking "
+                            "server http://127.0.0.1:9 (MLFLOW_TRACKING_URI) gave no answer "
+                            "within 5 s: "), error
+    assert "\n" not in error and os.listdir(tmp_path) == []
+    assert "MLFLOW_HTTP_REQUEST_MAX_RETRIES" not in os.environ

@@ -243,7 +243,10 @@ def output_dir_problem(path: str) -> str | None:
     """Why `path` cannot be a directory this process writes into (created when missing), in
     a few words naming the path at fault; None when it can. A missing directory is created
     and removed again to ask the OS (nothing is left behind). A file:// URL is checked as its
-    local path; object-store URLs (`gs://...`) are left to the storage library."""
+    local path; object-store URLs (`gs://...`) are left to the storage library. An empty
+    path is refused (it would be the current folder)."""
+    if not str(path).strip():
+        return f"{path!r} is empty (it would be the current folder)"
     if storage.is_url(path):
         try:
             path = storage.local_path(path)

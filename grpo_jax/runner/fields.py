@@ -75,6 +75,18 @@ def _check_loop(check) -> None:
 LOOP = FieldGroup("loop", _add_loop, _check_loop)
 
 
+def _at_most_rows(check, field: str, why: str) -> int:
+    """A count of rows in [0, N*G] (the rollout batch: the loop group's num_prompts x
+    group_size, checked first); beyond it `why` gains nothing and allocates for rows that
+    do not exist (pack_blocks = 1000000 asked for terabytes)."""
+    value = check.integer(field, low=0)
+    prompts, group = check.section.num_prompts, check.section.group_size
+    if value > prompts * group:
+        check.fail(field, f"expected a value in [0, {prompts * group}] (the rollout batch "
+                          f"N*G = {prompts} x {group} rows; {why} gains nothing), got {value}")
+    return value
+
+
 def _add_sampling(s) -> None:
     s.top_k = 0  # 0 = off
     s.top_p = 1.0  # nucleus sampling; 1 = off
@@ -91,7 +103,7 @@ def _check_sampling(check) -> None:
     check.integer("top_k", low=0)
     check.number("top_p", low=0.0, high=1.0, low_open=True)
     check.fits_context("max_new_tokens")
-    check.integer("slots", low=0)
+    _at_most_rows(check, "slots", "sampling more rows at a time than there are")
 
 
 # How the RL loop samples its rollouts (`LoopSettings.sampling`).
@@ -212,7 +224,7 @@ def _check_training(check) -> None:
     for field in ("num_iterations", "num_minibatches", "micro_batches"):
         check.integer(field)
     check.positive("lr")
-    if check.integer("pack_blocks", low=0):
+    if _at_most_rows(check, "pack_blocks", "packing into more blocks than rows"):
         section = check.section
         for field in ("num_minibatches", "micro_batches"):
             if section[field] != 1:

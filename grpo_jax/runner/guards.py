@@ -40,7 +40,12 @@ class NonFiniteError(RuntimeError):
 
 
 class WorkdirBusyError(RuntimeError):
-    """Another live process holds the workdir."""
+    """Another live process holds the workdir (`holder`: its process id, as its lock file
+    says)."""
+
+    def __init__(self, message: str, holder: str = "unknown"):
+        super().__init__(message)
+        self.holder = holder
 
 
 class StopRequest:
@@ -188,7 +193,7 @@ class WorkdirLock:
             handle.close()
             raise WorkdirBusyError(
                 f"workdir {os.path.dirname(self.path)} is in use by process {holder}; wait "
-                "for it to finish or use another --workdir") from None
+                "for it to finish or use another --workdir", holder) from None
         handle.seek(0)
         handle.truncate()
         handle.write(f"{os.getpid()}\n")

@@ -57,6 +57,10 @@ def check_config_drift(config, workdir: str) -> list:
     recorded in the history as "added")."""
     path = storage.join(workdir, CONFIG_FILE)
     checkpoints = storage.join(workdir, "checkpoints")
+    if storage.exists(path) and not storage.isfile(path):
+        raise ConfigError(f"{CONFIG_FILE}: {path} is a directory, not the run's config file; "
+                          f"remove it (a run with checkpoints compares with the config they "
+                          f"hold) or use another --workdir")
     if not any(name.isdigit() for name in storage.listdir(checkpoints)):
         return []
     old = None
@@ -67,9 +71,18 @@ def check_config_drift(config, workdir: str) -> list:
             print(f"[grpo_jax] warning: {str(err).splitlines()[0]}; comparing with the "
                   "config saved in the newest checkpoint instead (config.json is rewritten)",
                   flush=True)
+        else:
+            if not isinstance(old, dict):
+                raise ConfigError(
+                    f"{CONFIG_FILE}: {path} holds {_json_kind(old)}, not the run's config (a "
+                    "JSON object); delete it (the run compares with the config its "
+                    "checkpoints hold) or use another --workdir")
+    saved = (latest_meta(checkpoints) or {}).get(RUN_CONFIG_FIELD)
+    if isinstance(old, dict) and isinstance(saved, dict):
+        _check_not_edited(old, saved, path)
     if not isinstance(old, dict):  # config.json lost or damaged: the run's identity is
-        old = (latest_meta(checkpoints) or {}).get(RUN_CONFIG_FIELD)  # kept with its
-        if old is None:  # checkpoints too
+        old = saved  # kept with its checkpoints too
+        if old is None:
             return []
     history = old.pop(HISTORY_FIELD, [])
     before, after = _flatten(old), _flatten(json.loads(config.to_json_best_effort()))
@@ -95,6 +108,41 @@ def check_config_drift(config, workdir: str) -> list:
     raise ConfigError(
         f"config: differs from the run in {workdir}: {shown}{more}; use another "
         f"--workdir{extend}")
+
+
+def _json_kind(value) -> str:
+    kinds = {list: "a JSON array", str: "a JSON string", bool: "a JSON boolean",
+             type(None): "JSON null", int: "a JSON number", float: "a JSON number"}
+    return kinds.get(type(value), type(value).__name__)
+
+
+def _check_not_edited(recorded: dict, saved: dict, path: str) -> None:
+    """config.json (`recorded`) says what the newest checkpoint's config (`saved`) says,
+    apart from fields that do not change results and the changes config.json's history
+    records after the checkpoint's (an extension or fields added, written at start-up
+    before that run's first checkpoint); else a ConfigError: config.json was edited."""
+    history = recorded.get(HISTORY_FIELD) or []
+    known = len(saved.get(HISTORY_FIELD) or [])
+    later = set()
+    for entry in history[known:] if isinstance(history, list) else []:
+        if isinstance(entry, dict):
+            for part in ("changed", "added"):
+                later |= set(entry.get(part) or {})
+    before = _flatten({k: v for k, v in saved.items() if k != HISTORY_FIELD})
+    after = _flatten({k: v for k, v in recorded.items() if k != HISTORY_FIELD})
+    edited = [k for k in sorted(set(before) | set(after))
+              if before.get(k, "<absent>") != after.get(k, "<absent>")
+              and k not in NOT_RESULTS and k not in later]
+    if not edited:
+        return
+    shown = ", ".join(f"{k} {before.get(k, '<absent>')!r} -> {after.get(k, '<absent>')!r}"
+                      for k in edited[:8])
+    more = f" (and {len(edited) - 8} more)" if len(edited) > 8 else ""
+    raise ConfigError(
+        f"{CONFIG_FILE}: {path} was edited: it differs from the config its checkpoints hold "
+        f"({shown}{more}); a run's config is changed on the command line, not in "
+        f"{CONFIG_FILE}: delete it to resume the run as it was, or use another --workdir "
+        "for the changed config")
 
 
 def resume_point(run) -> tuple[int, dict | None, str | None]:

@@ -171,10 +171,36 @@ def check_model_fields(config) -> None:
             if message.startswith(f"ModelConfig.{field}"):
                 raise ConfigError("model." + message[len("ModelConfig."):]) from None
         raise ConfigError(f"model: {message}") from None
+    weights = shape.num_params() * shape.parameter_dtype.itemsize
+    memory, where = device_memory()
+    if weights > memory:  # a typo in a size (hidden_size=409600): it could never be placed
+        raise ConfigError(f"model: {shape.num_params():,} parameters x "
+                          f"{shape.parameter_dtype.itemsize} bytes ({weights / 1e9:,.1f} GB) "
+                          f"exceed {where} ({memory / 1e9:,.1f} GB); expected smaller "
+                          "model.hidden_size / num_layers / mlp_size / num_heads / head_dim")
     rank = config.model.get("lora_rank", 0)
     if rank and rank > shape.hidden_size:  # a rank past the width adds nothing but memory
         model.fail("lora_rank", f"expected <= the model's hidden_size {shape.hidden_size} "
                                 f"(a low-rank update), got {rank}")
+
+
+def device_memory() -> tuple[int, str]:
+    """(bytes, what they are) that a run's arrays can occupy at most: the memory of every
+    device of the run (as each reports it), or the host's physical memory where the
+    devices report none (CPU devices share it)."""
+    import jax
+
+    limits = []
+    for device in jax.local_devices():
+        try:
+            limits.append(int((device.memory_stats() or {}).get("bytes_limit") or 0))
+        except Exception:  # noqa: BLE001  a backend without memory statistics
+            limits.append(0)
+    if limits and all(limits):
+        count = len(limits) * jax.process_count()
+        return sum(limits) * jax.process_count(), f"the memory of the run's {count} devices"
+    host = os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES")
+    return host * jax.process_count(), "the host's memory"
 
 
 def check_lora_fields(config) -> None:

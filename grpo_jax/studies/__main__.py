@@ -47,6 +47,13 @@ def main(argv: list[str] | None = None) -> int:
             print(f"error: run: unknown study {name!r}; expected all or one of "
                   f"{', '.join(studies.NAMES)}", file=sys.stderr)
             return 2
+    from grpo_jax.runner.checks import output_dir_problem
+
+    problem = output_dir_problem(args.workdir)
+    if problem:
+        print(f"error: --workdir: {problem}; expected a directory this process can write "
+              "(existing, or created when missing)", file=sys.stderr)
+        return 2
     for name in names:
         stopped = _run_one(name, args, argv)
         if stopped is not None:  # an error, or a signal: the studies after it do not start
@@ -71,6 +78,8 @@ def _run_one(name: str, args, argv) -> int | None:
             raise
         print(f"{err}\n[studies] the same command resumes {name}", flush=True)
         return getattr(err, "status", 0)
+    if result is None:  # another process runs some of its runs: said, and skipped
+        return None
     from grpo_jax import storage
 
     print(storage.read_text(storage.join(args.workdir, name, "out", "table.md")), end="")

@@ -200,21 +200,53 @@ class _Tee:
         return getattr(self.console, name)
 
 
+class RunHeld(RuntimeError):
+    """Another process holds a run's workdir (its run lock: a run in progress there)."""
+
+    def __init__(self, workdir: str, holder: str):
+        super().__init__(f"{workdir} is in use by process {holder}")
+        self.workdir, self.holder = workdir, holder
+
+
+def holder_of(workdir: str) -> str | None:
+    """The process id holding the run lock of `workdir` (a run in progress in another
+    process), or None when no process does (or on an object store: no lock there)."""
+    from grpo_jax.runner.guards import WorkdirBusyError, WorkdirLock
+
+    if not storage.isdir(workdir):
+        return None
+    lock = WorkdirLock(workdir)
+    try:
+        lock.acquire()
+    except WorkdirBusyError as err:
+        return err.holder
+    lock.release()
+    return None
+
+
 def _train(config, workdir: str) -> None:
     """One run in process (`pipeline.train_and_evaluate`), its output also appended to
-    `<workdir>/study.log` (each stage's "done in" line: what the cost tables read)."""
+    `<workdir>/study.log` (each stage's "done in" line: what the cost tables read). RunHeld,
+    with nothing written, when another process is running it."""
     import contextlib
 
     from grpo_jax import pipeline  # jax only when a run is made
+    from grpo_jax.runner.guards import WorkdirBusyError
 
     storage.makedirs(workdir)
+    holder = holder_of(workdir)
+    if holder is not None:
+        raise RunHeld(workdir, holder)
     local = storage.local_path(storage.join(workdir, "study.log"))
-    if local is None:
-        pipeline.train_and_evaluate(config, workdir)
-        return
-    with open(local, "a", encoding="utf-8") as log, \
-            contextlib.redirect_stdout(_Tee(sys.stdout, log)):
-        pipeline.train_and_evaluate(config, workdir)
+    try:
+        if local is None:
+            pipeline.train_and_evaluate(config, workdir)
+            return
+        with open(local, "a", encoding="utf-8") as log, \
+                contextlib.redirect_stdout(_Tee(sys.stdout, log)):
+            pipeline.train_and_evaluate(config, workdir)
+    except WorkdirBusyError as err:  # taken since holder_of looked
+        raise RunHeld(workdir, err.holder) from None
 
 
 def build_base(config, root: str, seed: int) -> tuple[str, dict]:
@@ -230,6 +262,9 @@ def build_base(config, root: str, seed: int) -> tuple[str, dict]:
         raise RuntimeError(f"{workdir}: built for another config (hash "
                            f"{storage.read_text(marker).strip()[:10]}, asked {digest[:10]})")
     if not storage.isfile(storage.join(workdir, "report.json")):
+        holder = holder_of(workdir)
+        if holder is not None:
+            raise RunHeld(workdir, holder)
         print(f"[studies] base {key}: building ({config.stages})", flush=True)
         storage.makedirs(workdir)
         storage.write_text(marker, digest + "\n")
@@ -339,11 +374,12 @@ def experiments_dir() -> str:
 
 
 def execute(study: Study, tier: str, workdir: str, *, publish: bool = False,
-            argv: Sequence[str] | None = None) -> dict:
+            argv: Sequence[str] | None = None) -> dict | None:
     """Builds the bases, runs the arms (skipping finished runs), measures, analyses and writes
     `<workdir>/<study>/out/`: summary.json, table.md, the plots, README.md (the study's
     README with its results block generated). `publish` copies them into
-    experiments/<study>/. Returns the summary."""
+    experiments/<study>/. Returns the summary; None, after saying so, when another process
+    runs some of its runs (they are skipped, as sweeps skip theirs)."""
     if tier not in study.tiers:
         raise ValueError(f"{study.name}: no tier {tier!r}; expected one of {sorted(study.tiers)}")
     start = time.time()
@@ -352,7 +388,13 @@ def execute(study: Study, tier: str, workdir: str, *, publish: bool = False,
     bases: dict[str, dict] = {}
     if study.base_config is not None:
         for seed in chosen.bases:
-            key, info = build_bases(study.base_config(tier), workdir, seed, tier)
+            try:
+                key, info = build_bases(study.base_config(tier), workdir, seed, tier)
+            except RunHeld as held:
+                print(f"[studies] {study.name}: not run: process {held.holder} is building "
+                      f"its base in {held.workdir}; the same command continues once it "
+                      "ends", flush=True)
+                return None
             bases[key] = info
     records = plan(study, tier, workdir, bases)
     for record in records:
@@ -362,10 +404,24 @@ def execute(study: Study, tier: str, workdir: str, *, publish: bool = False,
           f"{len(records) - len(todo)} finished, {len(todo)} to run", flush=True)
     for index, record in enumerate(todo):
         t0 = time.time()
-        print(f"[studies] run {index + 1}/{len(todo)}: {record.arm} {record.base} "
-              f"seed={record.seed}", flush=True)
-        _train(record.config, record.workdir)
+        what = f"{index + 1}/{len(todo)}: {record.arm} {record.base} seed={record.seed}"
+        try:
+            holder = holder_of(record.workdir)
+            if holder is not None:
+                raise RunHeld(record.workdir, holder)
+            print(f"[studies] run {what}", flush=True)
+            _train(record.config, record.workdir)
+        except RunHeld as held:
+            print(f"[studies] skip run {what}: process {held.holder} is running it in "
+                  f"{record.workdir}", flush=True)
+            continue
         print(f"[studies] done in {time.time() - t0:.0f}s: {record.workdir}", flush=True)
+    running = [r for r in records if not r.finished]
+    if running:
+        print(f"[studies] {study.name}: not analysed: {len(running)} of {len(records)} runs "
+              "are in progress in another process; the same command analyses the study once "
+              "they finish", flush=True)
+        return None
     runs = StudyRuns(study, tier, storage.join(workdir, study.name), records, bases)
     if study.measure is not None:
         study.measure(runs)

@@ -42,6 +42,10 @@ def main_job(preset: str | None = None) -> ml_collections.ConfigDict:
     # each comparison gets at most deadline_seconds (then it scores 0 and is counted as
     # reward_undecided); a stuck worker is replaced without blocking the others.
     config.math_verify = ml_collections.ConfigDict({"deadline_seconds": 2.0, "workers": 2})
+    # Policy code (the code task's tests, the python tool) runs in grpo_jax/tools/sandbox.py:
+    # "bwrap" (bubblewrap namespaces and a seccomp filter; a job that runs code refuses to
+    # start without it) or "audit_hook" (the audit hook and limits only: weaker, logged).
+    config.sandbox = ml_collections.ConfigDict({"isolation": "bwrap"})
     # A Python reward ("module:function") whose call takes longer than budget_seconds per
     # completion it scores is counted per step as reward_slow and named once in the log; it
     # is not stopped (grpo_jax/rewards/python.py).

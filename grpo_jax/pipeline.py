@@ -25,6 +25,7 @@ from grpo_jax.runner.guards import Preempted, StopRequest
 from grpo_jax.runner.report import write_run_report
 from grpo_jax.runner.resume import CorruptCheckpointError
 from grpo_jax.stages import KINDS
+from grpo_jax.tools.sandbox import configure_sandbox
 
 
 def train_and_evaluate(config: ml_collections.ConfigDict, workdir: str) -> dict:
@@ -38,6 +39,8 @@ def train_and_evaluate(config: ml_collections.ConfigDict, workdir: str) -> dict:
     if "math_verify" in config:
         configure_verifier(deadline_seconds=config.math_verify.deadline_seconds,
                            workers=config.math_verify.workers)
+    if "sandbox" in config:
+        configure_sandbox(isolation=config.sandbox.isolation)
     if config.get("reuse_host_memory", True):
         host_memory.reuse_freed_memory()  # a no-op when main (or a benchmark) already did
     compilation.use_cache(config.get("compilation_cache_dir", compilation.DEFAULT_CACHE_DIR))

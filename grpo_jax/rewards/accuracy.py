@@ -5,9 +5,11 @@ spaces, a leading "+", trailing ".0", "$" signs, "a/b" fractions, short decimal 
 Other answers (LaTeX, symbolic) are equal when their normalised strings are, or else when
 math-verify (https://github.com/huggingface/Math-Verify) says so: on inputs pre-screened so
 that no call can build astronomically large numbers, in a bounded pool of worker processes
-(`grpo_jax.rewards.verifier`) with a hard deadline per call, in the worker's CPU seconds
-(so the load of the machine does not change a verdict), that works from any thread. An undecided comparison (past the deadline, or no worker free within the wait
-bound) scores 0 and is counted (`verifier_stats()`, `math_verify_timeouts()`); decided
+(`grpo_jax.rewards.verifier`) with a hard deadline per comparison in the worker's CPU
+seconds (so the load of the machine does not change a verdict; calls queue for a worker),
+that works from any thread. An undecided comparison (past the deadline, a worker that died
+or stopped running, or no worker that can start) scores 0 and is counted
+(`verifier_stats()`, `math_verify_timeouts()`); decided
 verdicts and timeouts are cached per pair, so the same text gets the same score within a
 run.
 """
@@ -105,18 +107,17 @@ def configure_verifier(*, deadline_seconds: float | None = None, workers: int | 
                        wait_seconds: float | None = None, start: bool = False) -> dict:
     """Sets the math-verify pool's limits (process-wide; counts and cached verdicts carry over).
 
-    A symbolic comparison gets `deadline_seconds` of its worker's CPU time, undecided
-    (scored 0, counted in `verifier_stats()`) past it or when no worker is free within
-    `wait_seconds`; a worker starved of the CPU is cut at `verifier.WALL_FACTOR` x the
-    deadline of wall time (at least the deadline + `verifier.WALL_SLACK` s); the
-    calls made before the first worker of the process is ready wait up to
-    `verifier.STARTUP_SECONDS` for it instead of `wait_seconds` (`start=True` starts the
-    workers now, ahead of the first comparison).
+    A symbolic comparison queues for one of `workers` worker processes and gets
+    `deadline_seconds` of that worker's CPU time (the kernel ends it there): undecided
+    (scored 0, counted in `verifier_stats()`) past it. `start=True` starts the workers now,
+    ahead of the first comparison.
 
     Args:
-      deadline_seconds: longest wait for one verdict (MATH_VERIFY_TIMEOUT_SECONDS).
+      deadline_seconds: CPU seconds of one comparison (MATH_VERIFY_TIMEOUT_SECONDS).
       workers: number of worker processes (default 2).
-      wait_seconds: longest wait for an idle worker (default 2).
+      wait_seconds: a worker holding a comparison that has stopped running (stopped,
+        traced, asleep with its CPU clock still) this long is killed and the call is an
+        error (a liveness guard, not a bound on a comparison).
       start: start the workers now.
 
     Returns:
@@ -140,7 +141,8 @@ def verifier_stats() -> dict:
     does not depend on timing (math-verify's, or its "cannot parse"); "timeouts": no verdict
     within the deadline (the first time for that pair; the worker was replaced);
     "timeouts_cached": a pair that timed out before (cached for the run, scored 0 again);
-    "busy": no worker free within the wait bound; "errors": the worker died mid-call (both
+    "busy": no worker can be had (shut down, or its last starts failed); "errors": the
+    worker died or stopped running mid-call (both
     not cached; the normalised string comparison decided). Also "cache_hits",
     "worker_restarts" and "worker_start_failures". Undecided calls score 0 unless the
     normalised strings are equal.

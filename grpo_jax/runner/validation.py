@@ -26,10 +26,36 @@ from grpo_jax.runner.model_init import (EXECUTION_FIELDS, MODEL_SHAPE_FIELDS, ch
                                         lora_targets, model_config_for)
 from grpo_jax.runner.tokenizers import TOKENIZERS, tokenizer_kind
 from grpo_jax.text.chat import BUILTIN_TEMPLATES, ChatTemplateError, chat_template_source
+from grpo_jax.tools import sandbox
 from grpo_jax.runner.checks import (TEMPLATES, ConfigError, Fields, SectionCheck,
                                     check_section_fields, mesh_rules, mesh_size, stage_names)
 
 __all__ = ["ConfigError", "check_run_fields", "check_stages", "validate"]
+
+
+def uses_sandbox(config) -> bool:
+    """Whether the run executes policy code: the code task's tests or a python tool."""
+    if config.task.get("name") == "code_expression":
+        return True
+    for name in str(config.get("stages", "")).split(","):
+        section = config.get(name.strip())
+        tools = section.get("tools", "") if isinstance(section, ml_collections.ConfigDict) else ""
+        if isinstance(tools, str) and "python" in tools:
+            return True
+    return False
+
+
+def check_sandbox(config) -> None:
+    """sandbox.isolation is known, and a run that executes policy code can start its sandbox
+    here (bubblewrap installed, namespaces allowed): else one line saying how to fix it."""
+    isolation = "bwrap"
+    if "sandbox" in config:
+        isolation = Fields(config.sandbox, "sandbox").choice("isolation", sandbox.ISOLATIONS)
+    if uses_sandbox(config):
+        try:
+            sandbox.check_isolation(isolation)
+        except sandbox.SandboxUnavailable as err:
+            raise ConfigError(str(err)) from None
 
 
 def validate(config: ml_collections.ConfigDict, kinds) -> RunInputs:
@@ -79,6 +105,7 @@ def check_run_fields(config: ml_collections.ConfigDict, kinds) -> None:
         verify = Fields(config.math_verify, "math_verify")
         verify.positive("deadline_seconds")
         verify.integer("workers")
+    check_sandbox(config)
     if "python_rewards" in config:
         Fields(config.python_rewards, "python_rewards").positive("budget_seconds")
 

@@ -54,7 +54,7 @@ __all__ = ["Analysis", "Claim", "RunRecord", "index_table", "link_run", "paired_
            "execute", "experiments_dir", "figures", "last_stage_rows", "load_finished",
            "per_seed", "protocol_of", "training_rows"]
 
-VOLATILE_FIELDS = ("compilation_cache_dir", "loggers")  # do not change what a run computes
+VOLATILE_FIELDS = ("compilation_cache_dir", "loggers", "sandbox")  # do not change what a run computes
 
 
 @dataclasses.dataclass(frozen=True)

@@ -44,15 +44,11 @@ from grpo_jax.json_files import dumps_finite
 # The metrics reader only (json and numpy): the runs themselves are subprocesses, and the
 # sweep process never imports jax.
 from grpo_jax.metrics import read_metrics
+from grpo_jax.stats import interval
 
-__all__ = ["Run", "check_extra", "expand", "finished_runs", "format_interval", "interval",
-           "main", "paired_interval", "stage_figures", "summarize", "t_quantile",
-           "write_analysis"]
+__all__ = ["Run", "check_extra", "expand", "finished_runs", "format_interval", "main",
+           "stage_figures", "summarize", "write_analysis"]
 
-# Student's t 0.975 quantiles for 1..30 degrees of freedom (standard tables).
-_T975 = (12.706, 4.303, 3.182, 2.776, 2.571, 2.447, 2.365, 2.306, 2.262, 2.228, 2.201, 2.179,
-         2.160, 2.145, 2.131, 2.120, 2.110, 2.101, 2.093, 2.086, 2.080, 2.074, 2.069, 2.064,
-         2.060, 2.056, 2.052, 2.048, 2.045, 2.042)
 CURVES = ("reward_mean", "pass@1", "kl_ref", "completion_length")
 FINAL_TRAINING = ("reward_mean", "kl_ref", "completion_length")  # last RL step's values
 
@@ -203,38 +199,6 @@ class _RunLock:
             self.file = None
 
 
-def t_quantile(df: int) -> float:
-    """Student's t 0.975 quantile (table up to 30 degrees of freedom, then an expansion)."""
-    if df < 1:
-        return math.nan
-    if df <= len(_T975):
-        return _T975[df - 1]
-    z = 1.959964
-    return z + (z**3 + z) / (4 * df) + (5 * z**5 + 16 * z**3 + 3 * z) / (96 * df**2)
-
-
-def interval(values: Sequence[float]) -> dict:
-    """mean, std (n - 1), n and the 95% confidence interval of the mean (t-based)."""
-    values = [float(v) for v in values if v is not None and math.isfinite(float(v))]
-    n = len(values)
-    if n == 0:
-        return {"mean": math.nan, "std": math.nan, "n": 0, "ci95": [math.nan, math.nan]}
-    mean = sum(values) / n
-    std = math.sqrt(sum((v - mean) ** 2 for v in values) / (n - 1)) if n > 1 else math.nan
-    half = t_quantile(n - 1) * std / math.sqrt(n) if n > 1 else math.nan
-    return {"mean": mean, "std": std, "n": n, "ci95": [mean - half, mean + half]}
-
-
-def paired_interval(values: Sequence[float], baseline: Sequence[float]) -> dict:
-    """`interval` of the per-seed differences values[i] - baseline[i]: arms paired by seed
-    (same seed, same eval problems) cancel what the seed shares, so the interval is of the
-    effect, not of two spreads. Pairs with a missing or non-finite side are left out."""
-    pairs = [(float(a), float(b)) for a, b in zip(values, baseline)
-             if a is not None and b is not None and math.isfinite(float(a))
-             and math.isfinite(float(b))]
-    return interval([a - b for a, b in pairs])
-
-
 def final_figures(run: Run) -> dict:
     """A finished run's final evaluation figures (report.json's "after" column, else its
     last step's) and, as `train/<name>`, its last RL step's FINAL_TRAINING values."""
@@ -277,8 +241,9 @@ def stage_figures(run: Run) -> dict[str, dict]:
 
 def format_interval(stats: dict, scale: float = 100.0, digits: int = 1,
                     signed: bool = False) -> str:
-    """`interval` / `paired_interval` output as "mean ± half-width" (times `scale`), "-"
-    without a value, "(n=1)" without a spread; `signed` writes the mean's sign (differences)."""
+    """`stats.interval` / `stats.paired_interval` output as "mean ± half-width" (times
+    `scale`), "-" without a value, "(n=1)" without a spread; `signed` writes the mean's sign
+    (differences)."""
     if stats["n"] == 0 or not math.isfinite(stats["mean"]):
         return "-"
     mean = stats["mean"] * scale

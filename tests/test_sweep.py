@@ -13,7 +13,8 @@ import time
 
 import pytest
 
-from grpo_jax import sweep
+from grpo_jax import stats, sweep
+from grpo_jax.json_files import dumps_finite
 
 
 def _fake_run(run, pass1, kl, steps=3):
@@ -53,29 +54,6 @@ def test_expand_names_and_print(tmp_path, capsys):
     assert list(tmp_path.iterdir()) == []  # nothing written, inside the sweep or out of it
 
 
-def test_interval_by_hand():
-    stats = sweep.interval([0.5, 0.6, 0.7])
-    assert stats["mean"] == pytest.approx(0.6) and stats["n"] == 3
-    assert stats["std"] == pytest.approx(0.1)  # sqrt(((0.1)^2 + 0 + (0.1)^2) / 2)
-    half = 4.303 * 0.1 / math.sqrt(3)  # t_{0.975, 2} = 4.303
-    assert stats["ci95"] == pytest.approx([0.6 - half, 0.6 + half])
-    assert sweep.t_quantile(30) == 2.042 and 1.98 < sweep.t_quantile(100) < 1.99
-    assert sweep.interval([1.0])["n"] == 1 and math.isnan(sweep.interval([1.0])["std"])
-
-
-def test_paired_interval_by_hand():
-    """Differences per seed: [0.1, 0.15, 0.05], mean 0.1, std 0.05, half-width
-    t(2) * 0.05 / sqrt(3); a pair with a missing side is left out. Unpaired, the same
-    numbers' intervals overlap (the seeds' shared spread is not cancelled)."""
-    arm, base = [0.5, 0.6, 0.7, None], [0.4, 0.45, 0.65, 0.3]
-    stats = sweep.paired_interval(arm, base)
-    assert stats["n"] == 3 and stats["mean"] == pytest.approx(0.1)
-    assert stats["std"] == pytest.approx(0.05)
-    half = 4.303 * 0.05 / math.sqrt(3)
-    assert stats["ci95"] == pytest.approx([0.1 - half, 0.1 + half])
-    assert sweep.interval(arm)["ci95"][0] < sweep.interval(base)["ci95"][1]
-
-
 def test_finished_runs_stage_figures_and_format(tmp_path):
     """A study's reading of a sweep directory: finished runs only, rebuilt from their names
     (arm, overrides, seed), their last row per stage, and intervals as table cells."""
@@ -90,17 +68,17 @@ def test_finished_runs_stage_figures_and_format(tmp_path):
     assert found[2].overrides == (("rl.beta", "0.1"),) and found[2].workdir == runs[2].workdir
     assert sweep.stage_figures(found[1])["rl"]["pass@1"] == pytest.approx(0.6)
     assert sweep.finished_runs(str(tmp_path / "nowhere")) == []
-    stats = sweep.paired_interval([0.5, 0.6, 0.7], [0.4, 0.45, 0.65])  # mean 0.1, std 0.05
-    half = 4.303 * 0.05 / math.sqrt(3) * 100
-    assert sweep.format_interval(stats, signed=True) == f"+10.0 ± {half:.1f}"
-    assert sweep.format_interval(sweep.interval([0.25]), digits=2) == "25.00 (n=1)"
-    assert sweep.format_interval(sweep.interval([])) == "-"
+    diff = stats.paired_interval([0.5, 0.6, 0.7], [0.4, 0.45, 0.65])  # mean 0.1, std 0.05
+    half = stats.t_quantile(0.975, 2) * 0.05 / math.sqrt(3) * 100
+    assert sweep.format_interval(diff, signed=True) == f"+10.0 ± {half:.1f}" == "+10.0 ± 12.4"
+    assert sweep.format_interval(stats.interval([0.25]), digits=2) == "25.00 (n=1)"
+    assert sweep.format_interval(stats.interval([])) == "-"
 
 
 def test_write_analysis(tmp_path):
     """A study's outputs: summary.json indented by 2 (a NaN written as null, which strict
     JSON readers accept; no final newline) and table.md byte for byte as given (UTF-8)."""
-    summary = {"arm": sweep.interval([0.5]), "seeds": [0]}
+    summary = {"arm": stats.interval([0.5]), "seeds": [0]}
     table = "| arm | pass@1 |\n|---|---|\n| a | 50.0 ± 1.0 |\n"
     sweep.write_analysis(str(tmp_path), summary, table)
     text = (tmp_path / "summary.json").read_text(encoding="utf-8")
@@ -137,7 +115,8 @@ def test_summary_and_skipping_finished_runs(tmp_path, monkeypatch):
     summary = json.loads((tmp_path / "summary.json").read_text())
     base = summary["rl.beta=0.0"]["figures"]
     assert base["pass@1"]["mean"] == pytest.approx(0.6)
-    assert base["pass@1"]["ci95"][1] - 0.6 == pytest.approx(4.303 * 0.1 / math.sqrt(3))
+    # t_{0.975, 2} = 4.3026527 (the sweep's former table: 4.303)
+    assert base["pass@1"]["ci95"][1] - 0.6 == pytest.approx(4.302652729911275 * 0.1 / math.sqrt(3))
     assert base["train/kl_ref"]["mean"] == 0.0 and "eval_time_s" not in base
     other = summary["rl.beta=0.1"]["figures"]
     assert other["pass@1"]["mean"] == pytest.approx(0.4) and other["pass@1"]["n"] == 3
@@ -146,6 +125,15 @@ def test_summary_and_skipping_finished_runs(tmp_path, monkeypatch):
     table = (tmp_path / "summary.md").read_text()
     assert "| rl.beta=0.0 | 3 | 0.6 ± 0.25 |" in table
     assert (tmp_path / "curves.png").stat().st_size > 1000
+    # Every figure is grpo_jax.stats.interval of the seeds' values, as summary.json writes it
+    # (the keys mean, std, n, ci95; NaN as null).
+    for arm, entry in summary.items():
+        per_seed = [sweep.final_figures(r) for r in runs if r.arm == arm]
+        assert entry["seeds"] == [r.seed for r in runs if r.arm == arm]
+        for name, figure in entry["figures"].items():
+            assert list(figure) == ["mean", "std", "n", "ci95"]
+            assert figure == json.loads(dumps_finite(stats.interval([f.get(name)
+                                                                     for f in per_seed])))
     # Everything finished now: a rerun starts nothing.
     started.clear()
     assert sweep._run_all(runs, parallel=1, root=root) == 0 and started == []

@@ -45,6 +45,7 @@ import math
 import numpy as np
 
 from grpo_jax import storage, sweep
+from grpo_jax.stats import interval, paired_interval
 from grpo_jax.studies import common
 
 RUN_ARM = "base_eval"
@@ -448,11 +449,11 @@ def _arms(records: list, figs: list) -> dict:
 
 
 def _cell(values, digits: int = 3, signed: bool = False, scale: float = 1.0) -> str:
-    return sweep.format_interval(sweep.interval(values), scale, digits, signed)
+    return sweep.format_interval(interval(values), scale, digits, signed)
 
 
 def _diff(a, b, digits: int = 3) -> str:
-    return sweep.format_interval(sweep.paired_interval(a, b), 1.0, digits, True)
+    return sweep.format_interval(paired_interval(a, b), 1.0, digits, True)
 
 
 def table(arms: dict, figs: list, G: int) -> str:
@@ -524,7 +525,7 @@ def plot(arms: dict, figs: list, out: str) -> None:
     width = 0.38
     for k, (metric, label) in enumerate((("var_ratio", "acc + 0.2 fmt"),
                                          ("var_ratio_acc", "accuracy"))):
-        stats = [sweep.interval(arms[e]["metrics"][metric]) for e in ESTIMATORS]
+        stats = [interval(arms[e]["metrics"][metric]) for e in ESTIMATORS]
         halves = [(s["ci95"][1] - s["ci95"][0]) / 2 if s["n"] > 1 else 0.0 for s in stats]
         ax.bar(np.arange(len(ESTIMATORS)) + (k - 0.5) * width, [s["mean"] for s in stats],
                width, yerr=np.nan_to_num(halves), capsize=3, label=label)

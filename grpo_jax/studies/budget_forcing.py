@@ -28,6 +28,7 @@ from __future__ import annotations
 import json
 
 from grpo_jax import storage, sweep
+from grpo_jax.stats import interval, paired_interval
 from grpo_jax.studies import common
 from grpo_jax.studies.pass_at_k import held_out, sample_problems
 
@@ -230,7 +231,7 @@ def table(arms: dict) -> str:
                     return "-"
                 ref = dict(zip(zip(none["bases"], none["seeds"]), none["metrics"][metric]))
                 keys = zip(arms[name]["bases"], arms[name]["seeds"])
-                return sweep.format_interval(sweep.paired_interval(
+                return sweep.format_interval(paired_interval(
                     m[metric], [ref.get(k) for k in keys]), scale, 1, signed=True)
 
             lines.append(f"| {label} | {_describe(condition, continuation)} | "
@@ -257,7 +258,7 @@ def plot(arms: dict, out: str) -> None:
             x = np.array([p for p, _ in points])
             for ax, metric, scale in ((axes[0], "pass@1", 100), (axes[1], "mean_length", 1),
                                       (axes[2], "format_rate", 100)):
-                stats = [sweep.interval(arms[n]["metrics"][metric]) for _, n in points]
+                stats = [interval(arms[n]["metrics"][metric]) for _, n in points]
                 mean = np.array([s["mean"] for s in stats]) * scale
                 err = np.array([(s["ci95"][1] - s["ci95"][0]) / 2 if s["n"] > 1 else 0
                                 for s in stats]) * scale

@@ -21,6 +21,7 @@ from __future__ import annotations
 import math
 
 from grpo_jax import sweep
+from grpo_jax.stats import interval
 from grpo_jax.studies import common
 
 # (arm, eval stage, label), in pipeline order
@@ -159,7 +160,7 @@ def analyze(runs: common.StudyRuns) -> common.Analysis:
 
 def table(arms: dict, training: dict) -> str:
     def f(values, scale=100.0):
-        text = sweep.format_interval(sweep.interval([v for v in values if v is not None]),
+        text = sweep.format_interval(interval([v for v in values if v is not None]),
                                      scale)
         return text if text == "-" or scale != 100.0 else text + "%"
 
@@ -183,7 +184,7 @@ def plot(arms: dict, curves: dict, out: str) -> None:
     fig, axes = plt.subplots(1, 2, figsize=(11, 3.6))
     ax = axes[0]
     for arm, color, xs in (("zero", "C0", (0, 1, 3)), ("cold", "C3", (0.1, 1.1, 2.1, 3.1))):
-        stats = [sweep.interval(arms[label]["metrics"]["pass@1"])
+        stats = [interval(arms[label]["metrics"]["pass@1"])
                  for a, _, label in POINTS if a == arm]
         means = [s["mean"] * 100 for s in stats]
         halves = [(s["ci95"][1] - s["ci95"][0]) / 2 * 100 if s["n"] > 1 else 0 for s in stats]

@@ -45,6 +45,7 @@ from typing import Any
 
 from grpo_jax import storage, sweep
 from grpo_jax.metrics import read_metrics
+from grpo_jax.stats import interval
 from grpo_jax.studies import summary as summary_lib
 
 Claim = summary_lib.Claim
@@ -674,7 +675,7 @@ def constant_arm(arms: dict, like: str, name: str, metric: str, value: float) ->
 
 def cell(values: Sequence[float], scale: float = 100.0, digits: int = 1) -> str:
     """Mean ± the half-width of the 95% t interval over seeds, as a table cell."""
-    return sweep.format_interval(sweep.interval([v for v in values if v is not None]),
+    return sweep.format_interval(interval([v for v in values if v is not None]),
                                  scale, digits)
 
 
@@ -743,7 +744,7 @@ def bar_plot(arms: Mapping[str, dict], metrics: Sequence[tuple[str, str, float]]
         labels = [label for label, entry in arms.items() if metric in entry["metrics"]]
         means, halves = [], []
         for label in labels:
-            stats = sweep.interval([v for v in arms[label]["metrics"][metric] if v is not None])
+            stats = interval([v for v in arms[label]["metrics"][metric] if v is not None])
             means.append(stats["mean"] * scale if stats["n"] else np.nan)
             halves.append((stats["ci95"][1] - stats["ci95"][0]) / 2 * scale
                           if stats["n"] > 1 else 0.0)

@@ -32,6 +32,7 @@ import warnings
 import numpy as np
 
 from grpo_jax import sweep
+from grpo_jax.stats import interval, paired_interval
 from grpo_jax.studies import baselines, common
 
 RUN_ARM = baselines.RUN_ARM
@@ -206,7 +207,7 @@ def _arms(records: list, figs: list) -> dict:
 
 
 def _cell(values, scale: float = 100.0, digits: int = 1, signed: bool = False) -> str:
-    return sweep.format_interval(sweep.interval(values), scale, digits, signed)
+    return sweep.format_interval(interval(values), scale, digits, signed)
 
 
 def _percent(values) -> str:
@@ -222,8 +223,8 @@ def table(figs: list, arms: dict, G: int) -> str:
         return [f["share"][f"{m}/{measure}/{name}"] for f in figs]
 
     def diff(measure, name):
-        return sweep.format_interval(sweep.paired_interval(share("grpo", measure, name),
-                                                           share("dr_grpo", measure, name)),
+        return sweep.format_interval(paired_interval(share("grpo", measure, name),
+                                                     share("dr_grpo", measure, name)),
                                      100.0, 1, True)
 
     n = len(figs)
@@ -322,8 +323,8 @@ def plot(figs: list, out: str, group: int) -> None:
               ("grpo/grad", "GRPO ‖ΣAg‖"), ("dr_grpo/grad", "Dr. GRPO ‖ΣAg‖")]
     width = 0.16
     for index, (key, label) in enumerate(series):
-        stats = [sweep.interval([f["groups"][name + "_share"] if key is None
-                                 else f["share"][f"{key}/{name}"] for f in figs])
+        stats = [interval([f["groups"][name + "_share"] if key is None
+                           else f["share"][f"{key}/{name}"] for f in figs])
                  for name in names]
         halves = [(s["ci95"][1] - s["ci95"][0]) / 2 * 100 if s["n"] > 1 else 0.0
                   for s in stats]

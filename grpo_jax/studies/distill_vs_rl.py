@@ -26,6 +26,7 @@ import json
 import re
 
 from grpo_jax import storage, sweep
+from grpo_jax.stats import interval
 from grpo_jax.studies import common
 
 FIGURES = ("pass@1", "pass@2", "pass@4", "pass@8", "maj@8", "format_rate", "mean_length")
@@ -179,7 +180,7 @@ def table(arms: dict, cost: dict, problems: int) -> str:
     f = sweep.format_interval
 
     def stat(label, name):
-        return sweep.interval([v for v in arms[label]["metrics"].get(name, []) if v is not None])
+        return interval([v for v in arms[label]["metrics"].get(name, []) if v is not None])
 
     names = FIGURES[:6]
     lines = ["| held-out | " + " | ".join(names) + " | length |",
@@ -201,7 +202,7 @@ def table(arms: dict, cost: dict, problems: int) -> str:
                      + f" | {f(stat(label, 'mean_length'), 1.0)} |")
 
     def seconds(name):
-        return f(sweep.interval([v for v in cost.get(name, []) if v is not None]), 1.0, 0)
+        return f(interval([v for v in cost.get(name, []) if v is not None]), 1.0, 0)
 
     lines += ["", "| cost (per seed) | |", "|---|---|",
               f"| GRPO stage wall time, 60 steps | {seconds('rl_seconds')} s |",
@@ -233,8 +234,8 @@ def plot(arms: dict, out: str) -> None:
         label = LABELS[key]
         if label not in arms:
             continue
-        stats = [sweep.interval([v for v in arms[label]["metrics"].get(f"pass@{k}", [])
-                                 if v is not None]) for k in KS]
+        stats = [interval([v for v in arms[label]["metrics"].get(f"pass@{k}", [])
+                           if v is not None]) for k in KS]
         means = [s["mean"] * 100 for s in stats]
         halves = [(s["ci95"][1] - s["ci95"][0]) / 2 * 100 if s["n"] > 1 else 0 for s in stats]
         ax.errorbar(KS, means, yerr=halves, marker="o", capsize=3, color=color, label=label,

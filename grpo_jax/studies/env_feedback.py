@@ -26,6 +26,7 @@ import copy
 import math
 
 from grpo_jax import sweep
+from grpo_jax.stats import interval, paired_interval
 from grpo_jax.studies import common
 
 FEEDBACK, BLIND = "feedback", "blind"  # the run arms (their RL environment)
@@ -133,9 +134,9 @@ def table(arms: dict, training: dict) -> str:
         for name, values in curves.items():
             scale = 100.0 if name == "reward/environment" else 1.0
             first, last = values["first_step"], values["last_10_steps"]
-            lines.append(f"| {arm}: {name} | {fmt(sweep.interval(first), scale, 2)} | "
-                         f"{fmt(sweep.interval(last), scale, 2)} | "
-                         f"{fmt(sweep.paired_interval(last, first), scale, 2, signed=True)} |")
+            lines.append(f"| {arm}: {name} | {fmt(interval(first), scale, 2)} | "
+                         f"{fmt(interval(last), scale, 2)} | "
+                         f"{fmt(paired_interval(last, first), scale, 2, signed=True)} |")
     lines += ["", ("pass@1 in %, guesses per episode; \"runs\" counts (base, seed) pairs. The "
                    "gain from the feedback is pass@1 with feedback minus pass@1 blind for the "
                    "same policy and problems. reward/environment is the fraction of training "
@@ -155,7 +156,7 @@ def plot(arms: dict, curves: dict, out: str) -> None:
                                                      ("pass@1_blind", "blind", "C7"))):
         means, halves = [], []
         for label in labels:
-            stats = sweep.interval([v for v in arms[label]["metrics"][metric] if v is not None])
+            stats = interval([v for v in arms[label]["metrics"][metric] if v is not None])
             means.append(stats["mean"] * 100 if stats["n"] else np.nan)
             halves.append((stats["ci95"][1] - stats["ci95"][0]) / 2 * 100
                           if stats["n"] > 1 else 0)

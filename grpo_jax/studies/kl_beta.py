@@ -25,7 +25,8 @@ from __future__ import annotations
 import json
 import math
 
-from grpo_jax import storage, sweep
+from grpo_jax import storage
+from grpo_jax.stats import interval, paired_interval
 from grpo_jax.studies import common
 
 BETAS = (0.0, 0.04, 0.1, 1.0)
@@ -314,15 +315,15 @@ def _cell(stats: dict, name: str, signed: bool = False) -> str:
 def _paired(arms: dict, a: str, b: str, name: str) -> dict:
     left, right = arms[a], arms[b]
     ref = dict(zip(zip(right["bases"], right["seeds"]), right["metrics"].get(name, [])))
-    return sweep.paired_interval(left["metrics"].get(name, []),
-                                 [ref.get(k) for k in zip(left["bases"], left["seeds"])])
+    return paired_interval(left["metrics"].get(name, []),
+                           [ref.get(k) for k in zip(left["bases"], left["seeds"])])
 
 
 def table(arms: dict) -> str:
     """The README's four tables: held-out figures per β, paired differences to β = 0, the
     KL to the base, and the gradient weights."""
     def stat(arm, name):
-        return sweep.interval(arms[arm]["metrics"].get(name, []))
+        return interval(arms[arm]["metrics"].get(name, []))
 
     lines = []
     if BASE_MODEL in arms:
@@ -386,7 +387,7 @@ def plot(arms: dict, curves: dict, out: str) -> None:
         return np.asarray(means, float), np.nan_to_num(np.asarray(halves, float))
 
     def stat(arm, name):
-        return sweep.interval(arms[arm]["metrics"].get(name, []))
+        return interval(arms[arm]["metrics"].get(name, []))
 
     fig, axes = plt.subplots(1, 3, figsize=(12, 3.4))
     m, h = series(lambda a: stat(a, "exact_kl"))

@@ -30,6 +30,7 @@ import math
 import re
 
 from grpo_jax import storage, sweep
+from grpo_jax.stats import interval, paired_interval
 from grpo_jax.studies import common
 
 REDO_RATE = 0.3  # the base's pretraining traces (and the arms' task)
@@ -256,11 +257,11 @@ def paired(arms: dict, a: str, b: str, name: str) -> dict:
     left, right = arms[a], arms[b]
     ref = dict(zip(zip(right["bases"], right["seeds"]), right["metrics"].get(name, [])))
     keys = list(zip(left["bases"], left["seeds"]))
-    return sweep.paired_interval(left["metrics"].get(name, []), [ref.get(k) for k in keys])
+    return paired_interval(left["metrics"].get(name, []), [ref.get(k) for k in keys])
 
 
 def stat(arms: dict, arm: str, name: str) -> dict:
-    return sweep.interval([v for v in arms[arm]["metrics"].get(name, []) if v is not None])
+    return interval([v for v in arms[arm]["metrics"].get(name, []) if v is not None])
 
 
 def _cell(stats: dict, scale: float, digits: int = 1, signed: bool = False,

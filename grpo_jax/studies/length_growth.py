@@ -31,6 +31,7 @@ import math
 import os
 
 from grpo_jax import storage, sweep
+from grpo_jax.stats import interval
 from grpo_jax.studies import common, length_bias
 
 REDO = "redo_rate=0.3"
@@ -285,7 +286,7 @@ def analyze(runs: common.StudyRuns) -> common.Analysis:
     return common.Analysis(
         arms=arms, specs=specs, table=table(arms, points),
         extra={"measurement": {"key": KEY, "temperature": 1.0},
-               "held_out_by_step": {arm: {step: {name: sweep.interval(
+               "held_out_by_step": {arm: {step: {name: interval(
                    [f.get(name) for f in figures]) for name in FIGURES}
                    for step, figures in sorted(by.items(), key=lambda kv: int(kv[0]))}
                    for arm, by in points.items()}},
@@ -310,7 +311,7 @@ def table(arms: dict, points: dict) -> str:
                                   ("pass@1", 100.0, "%"), ("with_redo", 100.0, "%")):
             cells = []
             for k in steps:
-                text = f(sweep.interval([x.get(name) for x in by[k]]), scale, 1)
+                text = f(interval([x.get(name) for x in by[k]]), scale, 1)
                 cells.append(text if text == "-" else text + unit)
             lines.append(f"| {name} | " + " | ".join(cells) + " |")
         lines.append("")
@@ -330,16 +331,16 @@ def table(arms: dict, points: dict) -> str:
                  100.0, 1))
         for name, text, scale, digits in rows:
             lines.append(f"| {text} | " + " | ".join(
-                f(sweep.interval([v for v in arms[a]["metrics"].get(name, [])
-                                  if v is not None]), scale, digits, True)
+                f(interval([v for v in arms[a]["metrics"].get(name, [])
+                            if v is not None]), scale, digits, True)
                 for a in present) + " |")
         lines += ["", "| two-operator problems, after RL | " + " | ".join(present) + " |",
                   "|---" * (len(present) + 1) + "|"]
         for name, text in (("pass@1_redo_2op", "pass@1 of completions with a redo"),
                            ("pass@1_no_redo_2op", "pass@1 of completions without")):
             lines.append(f"| {text} | " + " | ".join(
-                f(sweep.interval([v for v in arms[a]["metrics"].get(name, [])
-                                  if v is not None]), 100.0, 1) for a in present) + " |")
+                f(interval([v for v in arms[a]["metrics"].get(name, [])
+                            if v is not None]), 100.0, 1) for a in present) + " |")
     return "\n".join(lines) + "\n"
 
 
@@ -356,7 +357,7 @@ def plot(points: dict, curves: dict, out: str) -> None:
         x = [int(k) for k in steps]
         for ax, name, scale in ((axes[0], "length", 1.0), (axes[1], "pass@1", 100.0),
                                 (axes[1], "redo_rate", 100.0)):
-            stats = [sweep.interval([f.get(name) for f in by[k]]) for k in steps]
+            stats = [interval([f.get(name) for f in by[k]]) for k in steps]
             means = np.asarray([s["mean"] for s in stats], float) * scale
             halves = np.asarray([(s["ci95"][1] - s["ci95"][0]) / 2 if s["n"] > 1 else 0.0
                                  for s in stats], float) * scale

@@ -35,6 +35,7 @@ from __future__ import annotations
 import math
 
 from grpo_jax import sweep
+from grpo_jax.stats import interval
 from grpo_jax.studies import common
 from grpo_jax.studies import summary as summary_lib
 
@@ -190,8 +191,8 @@ def table(arms: dict) -> str:
         k, objective = _arm_parts(name)
 
         def stat(metric, scale=100.0, digits=1, metrics=entry["metrics"]):
-            return fmt(sweep.interval([v for v in metrics.get(metric, [])
-                                       if v is not None]), scale, digits)
+            return fmt(interval([v for v in metrics.get(metric, [])
+                                 if v is not None]), scale, digits)
 
         def diff(metric, name=name):
             return "-" if name == REFERENCE else common.paired_cell(_paired(arms, name, metric))

@@ -21,7 +21,8 @@ from __future__ import annotations
 
 import json
 
-from grpo_jax import storage, sweep
+from grpo_jax import storage
+from grpo_jax.stats import interval, paired_interval
 from grpo_jax.studies import common
 
 RL, BASE_MODEL = "rl", "base model"
@@ -336,8 +337,8 @@ def table(arms: dict, ks, strata: dict) -> str:
 def _paired(arms: dict, metric: str) -> dict:
     a, b = arms[RL], arms[BASE_MODEL]
     ref = dict(zip(zip(b["bases"], b["seeds"]), b["metrics"].get(metric, [])))
-    return sweep.paired_interval(a["metrics"].get(metric, []),
-                                 [ref.get(k) for k in zip(a["bases"], a["seeds"])])
+    return paired_interval(a["metrics"].get(metric, []),
+                           [ref.get(k) for k in zip(a["bases"], a["seeds"])])
 
 
 def plot(arms: dict, ks, out: str) -> None:
@@ -354,9 +355,8 @@ def plot(arms: dict, ks, out: str) -> None:
                               (axes[1], "/ops=2", "two operators (- -: one operator)")):
         for name, color in ((BASE_MODEL, "C0"), (RL, "C3")):
             for s, style in ((suffix, "-"), ("/ops=1", "--")) if suffix else ((suffix, "-"),):
-                stats = [sweep.interval([v for v in arms[name]["metrics"].get(f"pass@{k}{s}",
-                                                                              [])
-                                         if v is not None]) for k in ks]
+                stats = [interval([v for v in arms[name]["metrics"].get(f"pass@{k}{s}", [])
+                                   if v is not None]) for k in ks]
                 mean = np.array([st["mean"] for st in stats]) * 100
                 ax.plot(x, mean, style, marker="o", ms=3, color=color,
                         label=name if style == "-" else None)

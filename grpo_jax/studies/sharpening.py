@@ -251,7 +251,7 @@ def plot(arms: dict, points: list, out: str) -> None:
     redraw with their 95% intervals."""
     import numpy as np
 
-    from grpo_jax import sweep
+    from grpo_jax.stats import interval
 
     if RL not in arms:
         return
@@ -280,7 +280,7 @@ def plot(arms: dict, points: list, out: str) -> None:
     for offset, name, color in ((-0.2, REDRAW, "C0"), (0.2, RL, "C3")):
         if name not in arms:
             continue
-        stats = [sweep.interval([v for v in arms[name]["metrics"].get(m, []) if v is not None])
+        stats = [interval([v for v in arms[name]["metrics"].get(m, []) if v is not None])
                  for m in metrics]
         mean = np.array([s["mean"] for s in stats]) * 100
         err = np.array([(s["ci95"][1] - s["ci95"][0]) / 2 if s["n"] > 1 else 0.0

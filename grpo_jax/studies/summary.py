@@ -55,7 +55,7 @@ import re
 import dataclasses
 from collections.abc import Sequence
 
-from grpo_jax.studies import stats
+from grpo_jax import stats
 
 __all__ = ["Claim", "MARK_BEGIN", "MARK_END", "SCHEMA_VERSION", "VERDICTS", "build", "check",
            "contrast_table", "contrasts", "replace_marked", "to_json", "verdict_of",

@@ -28,6 +28,7 @@ import math
 import ml_collections
 
 from grpo_jax import sweep
+from grpo_jax.stats import interval, paired_interval
 from grpo_jax.studies import common
 from grpo_jax.studies import summary as summary_lib
 
@@ -160,7 +161,7 @@ def table(arms: dict, training: dict) -> str:
 
         def cell(name, scale=100.0, metrics=entry["metrics"]):
             values = [v for v in metrics.get(name, []) if v is not None]
-            return fmt(sweep.interval(values), scale) if values else "-"
+            return fmt(interval(values), scale) if values else "-"
 
         lines.append(f"| {label} | {len(entry['seeds'])} | {cell('pass@1')} | "
                      f"{cell('pass@8')} | {cell('correct_call_rate')} | "
@@ -186,9 +187,9 @@ def table(arms: dict, training: dict) -> str:
             scale = 1.0 if name in ("turns", "tool_errors") else 100.0
             first, last = values["first_step"], values["last_10_steps"]
             prefix = "former base: " if run_arm == FORMER else ""
-            lines.append(f"| {prefix}{name} | {fmt(sweep.interval(first), scale, 2)} | "
-                         f"{fmt(sweep.interval(last), scale, 2)} | "
-                         f"{fmt(sweep.paired_interval(last, first), scale, 2, signed=True)} |")
+            lines.append(f"| {prefix}{name} | {fmt(interval(first), scale, 2)} | "
+                         f"{fmt(interval(last), scale, 2)} | "
+                         f"{fmt(paired_interval(last, first), scale, 2, signed=True)} |")
     lines += ["", ("Rates in %, differences in points (95% interval); \"runs\" counts (base, "
                    "seed) pairs. The former base runs on its own task (3-5 digit operands), so "
                    "its rows compare with each other only.")]
@@ -207,8 +208,8 @@ def plot(arms: dict, rl_rows: dict, out: str) -> None:
                                  ("held-out pass@1", "held-out correct tool use")):
         means, halves = [], []
         for label in labels:
-            stats = sweep.interval([v for v in arms[label]["metrics"].get(metric, [])
-                                    if v is not None])
+            stats = interval([v for v in arms[label]["metrics"].get(metric, [])
+                              if v is not None])
             means.append(stats["mean"] * 100 if stats["n"] else np.nan)
             halves.append((stats["ci95"][1] - stats["ci95"][0]) / 2 * 100
                           if stats["n"] > 1 else 0)

@@ -1,13 +1,18 @@
-"""The statistics of a study: paired t intervals and tests, Holm's adjustment, bases as blocks.
+"""The statistics of sweeps and studies: t intervals, paired t tests, Holm's adjustment, bases
+as blocks. One implementation: a sweep's summary and a study's tables and contrasts all use
+these functions.
 
-Pure Python (math only), so an analysis needs neither scipy nor jax; `tests/test_studies_stats.py`
+Pure Python (math only), so an analysis needs neither scipy nor jax; `tests/test_stats.py`
 checks every function against hand-computed values and, where installed, scipy.
 
-- `t_cdf(t, df)`, `t_quantile(q, df)`: Student's t distribution, exact (regularised incomplete
-  beta function by its continued fraction), for any real df > 0.
-- `paired(a, b)`: the per-pair differences a[i] - b[i] (pairs with a missing or non-finite side
-  left out) as a mean with a 95% t interval (n - 1 degrees of freedom) and the two-sided p of
-  the paired t test of "mean difference = 0".
+- `t_cdf(t, df)`, `t_sf(t, df)`, `t_quantile(q, df)`: Student's t distribution, exact
+  (regularised incomplete beta function by its continued fraction), for any real df > 0.
+- `interval(values)`: mean, std (n - 1), n and the 95% t interval of the mean (n - 1 degrees
+  of freedom), missing or non-finite values left out: a sweep's summary figure, a study's
+  table cell. `paired_interval(values, baseline)`: `interval` of the per-seed differences.
+- `mean_interval(values)`: `interval` and the two-sided p of the one-sample t test of
+  "mean = 0"; `paired(a, b)`: that of the per-pair differences a[i] - b[i] (pairs with a
+  missing or non-finite side left out), the mean as `diff`.
 - `holm(ps)`: Holm's step-down adjustment over one family of p-values (Holm 1979), which
   controls the family-wise error rate at any dependence between the tests.
 - `nested(pairs_by_base)`: arms' seeds nested in pretrained bases, the base a block (a fixed
@@ -24,7 +29,8 @@ from __future__ import annotations
 import math
 from collections.abc import Mapping, Sequence
 
-__all__ = ["holm", "mean_interval", "nested", "paired", "t_cdf", "t_quantile", "t_sf"]
+__all__ = ["holm", "interval", "mean_interval", "nested", "paired", "paired_interval", "t_cdf",
+           "t_quantile", "t_sf"]
 
 _EPS = 1e-15
 _TINY = 1e-300
@@ -112,38 +118,57 @@ def _finite(value) -> bool:
     return value is not None and not isinstance(value, bool) and math.isfinite(float(value))
 
 
-def mean_interval(values: Sequence[float]) -> dict:
-    """n, mean, std (n - 1), the 95% t interval of the mean and the two-sided p of
-    "mean = 0" (one-sample t test); missing or non-finite values are left out. With n < 2
-    the interval and p are NaN (no spread to measure); with zero spread and a nonzero mean
-    p is 0, with zero spread and a zero mean p is 1."""
+def _differences(a: Sequence[float], b: Sequence[float]) -> list[float]:
+    """a[i] - b[i] over the pairs (zip) whose sides are both present and finite."""
+    return [float(x) - float(y) for x, y in zip(a, b) if _finite(x) and _finite(y)]
+
+
+def interval(values: Sequence[float]) -> dict:
+    """mean, std (n - 1), n and the 95% t interval of the mean (n - 1 degrees of freedom);
+    missing or non-finite values are left out. With n < 2 std and the interval are NaN (no
+    spread to measure), with n = 0 the mean too."""
     values = [float(v) for v in values if _finite(v)]
     n = len(values)
-    if n == 0:
-        return {"n": 0, "mean": math.nan, "std": math.nan, "ci95": [math.nan, math.nan],
-                "p": math.nan}
-    mean = sum(values) / n
+    mean = sum(values) / n if n else math.nan
     if n < 2:
-        return {"n": 1, "mean": mean, "std": math.nan, "ci95": [math.nan, math.nan],
-                "p": math.nan}
+        return {"mean": mean, "std": math.nan, "n": n, "ci95": [math.nan, math.nan]}
     std = math.sqrt(sum((v - mean) ** 2 for v in values) / (n - 1))
-    se = std / math.sqrt(n)
-    half = t_quantile(0.975, n - 1) * se
-    if se == 0.0:
-        p = 1.0 if mean == 0.0 else 0.0
+    half = t_quantile(0.975, n - 1) * (std / math.sqrt(n))
+    return {"mean": mean, "std": std, "n": n, "ci95": [mean - half, mean + half]}
+
+
+def paired_interval(values: Sequence[float], baseline: Sequence[float]) -> dict:
+    """`interval` of the per-seed differences values[i] - baseline[i]: arms paired by seed
+    (same seed, same eval problems) cancel what the seed shares, so the interval is of the
+    effect, not of two spreads. Pairs with a missing or non-finite side are left out, as are
+    the values past the shorter list."""
+    return interval(_differences(values, baseline))
+
+
+def mean_interval(values: Sequence[float]) -> dict:
+    """`interval` (keys n, mean, std, ci95) and the two-sided p of "mean = 0" (one-sample t
+    test). With n < 2 p is NaN; with zero spread and a nonzero mean p is 0, with zero spread
+    and a zero mean p is 1."""
+    out = interval(values)
+    n, mean, std = out["n"], out["mean"], out["std"]
+    if n < 2:
+        p = math.nan
     else:
-        p = min(1.0, 2.0 * t_sf(abs(mean) / se, n - 1))
-    return {"n": n, "mean": mean, "std": std, "ci95": [mean - half, mean + half], "p": p}
+        se = std / math.sqrt(n)
+        if se == 0.0:
+            p = 1.0 if mean == 0.0 else 0.0
+        else:
+            p = min(1.0, 2.0 * t_sf(abs(mean) / se, n - 1))
+    return {"n": n, "mean": mean, "std": std, "ci95": out["ci95"], "p": p}
 
 
 def paired(a: Sequence[float], b: Sequence[float]) -> dict:
     """The paired t interval and test of a - b over pairs (a[i], b[i]): `mean_interval` of the
     differences, with the mean as `diff`. Pairs with a missing or non-finite side are left
-    out."""
+    out; lists of different lengths are refused."""
     if len(a) != len(b):
         raise ValueError(f"paired: {len(a)} values against {len(b)}")
-    diffs = [float(x) - float(y) for x, y in zip(a, b) if _finite(x) and _finite(y)]
-    out = mean_interval(diffs)
+    out = mean_interval(_differences(a, b))
     out["diff"] = out.pop("mean")
     return out
 
@@ -183,7 +208,7 @@ def nested(pairs_by_base: Mapping[str, tuple[Sequence[float], Sequence[float]]])
         for base, (a, b) in pairs_by_base.items():
             if str(base) not in usable:
                 continue
-            diffs = [float(x) - float(y) for x, y in zip(a, b) if _finite(x) and _finite(y)]
+            diffs = _differences(a, b)
             mean = sum(diffs) / len(diffs)
             residual += sum((d - mean) ** 2 for d in diffs)
             n += len(diffs)

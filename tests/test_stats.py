@@ -1,12 +1,12 @@
-"""grpo_jax.studies.stats against hand-computed values and, where installed, scipy; and the
-summary.json schema of grpo_jax.studies.summary."""
+"""grpo_jax.stats (the one statistics module of sweeps and studies) against hand-computed
+values and, where installed, scipy; and the summary.json schema of grpo_jax.studies.summary."""
 
 import json
 import math
 
 import pytest
 
-from grpo_jax.studies import stats
+from grpo_jax import stats
 from grpo_jax.studies import summary as summary_lib
 
 
@@ -20,10 +20,52 @@ def test_t_distribution_closed_forms():
         assert stats.t_cdf(t, 2) == pytest.approx(0.5 + t / (2 * math.sqrt(2 + t * t)),
                                                   abs=1e-12)
     assert stats.t_quantile(0.975, 2) == pytest.approx(4.302652729911275, rel=1e-10)
-    # the table values of sweep.t_quantile (3 decimals)
+    # standard t tables' values (3 decimals)
     for df, value in ((3, 3.182), (4, 2.776), (9, 2.262), (30, 2.042)):
         assert stats.t_quantile(0.975, df) == pytest.approx(value, abs=6e-4)
     assert stats.t_quantile(0.025, 5) == pytest.approx(-stats.t_quantile(0.975, 5))
+
+
+T975_2 = 4.302652729911275  # Student's t 0.975 quantile, 2 degrees of freedom
+
+
+def test_interval_by_hand():
+    """mean, std (n - 1), n and the 95% t interval, in that key order (a sweep's
+    summary.json figure); missing, non-finite and boolean values left out."""
+    out = stats.interval([0.5, 0.6, 0.7])
+    assert list(out) == ["mean", "std", "n", "ci95"]
+    assert out["mean"] == pytest.approx(0.6) and out["n"] == 3
+    assert out["std"] == pytest.approx(0.1)  # sqrt(((0.1)^2 + 0 + (0.1)^2) / 2)
+    half = T975_2 * 0.1 / math.sqrt(3)
+    assert out["ci95"] == pytest.approx([0.6 - half, 0.6 + half], rel=1e-9)
+    assert stats.interval([0.5, None, 0.6, float("nan"), float("inf"), True, 0.7]) == out
+    one = stats.interval([1.0])
+    assert one["n"] == 1 and one["mean"] == 1.0 and math.isnan(one["std"])
+    assert all(math.isnan(x) for x in one["ci95"])
+    empty = stats.interval([])
+    assert empty["n"] == 0 and math.isnan(empty["mean"]) and math.isnan(empty["std"])
+    # mean_interval is interval with the one-sample test added
+    with_p = stats.mean_interval([0.5, 0.6, 0.7])
+    assert list(with_p) == ["n", "mean", "std", "ci95", "p"]
+    assert {k: with_p[k] for k in out} == out
+
+
+def test_paired_interval_by_hand():
+    """Differences per seed: [0.1, 0.15, 0.05], mean 0.1, std 0.05, half-width
+    t(2) * 0.05 / sqrt(3); a pair with a missing side is left out. Unpaired, the same
+    numbers' intervals overlap (the seeds' shared spread is not cancelled)."""
+    arm, base = [0.5, 0.6, 0.7, None], [0.4, 0.45, 0.65, 0.3]
+    out = stats.paired_interval(arm, base)
+    assert list(out) == ["mean", "std", "n", "ci95"]
+    assert out["n"] == 3 and out["mean"] == pytest.approx(0.1)
+    assert out["std"] == pytest.approx(0.05)
+    half = T975_2 * 0.05 / math.sqrt(3)
+    assert out["ci95"] == pytest.approx([0.1 - half, 0.1 + half], rel=1e-9)
+    assert stats.interval(arm)["ci95"][0] < stats.interval(base)["ci95"][1]
+    # the same interval as the paired test's; lists of different lengths are cut to the
+    # shorter one here (paired refuses them)
+    assert out["ci95"] == stats.paired(arm, base)["ci95"]
+    assert stats.paired_interval(arm + [0.9], base) == out
 
 
 def test_paired_by_hand():
@@ -73,6 +115,11 @@ def test_against_scipy():
     low, high = scipy_stats.t.interval(0.95, 4, loc=out["diff"],
                                        scale=scipy_stats.sem([x - y for x, y in zip(a, b)]))
     assert out["ci95"] == pytest.approx([low, high], rel=1e-9)
+    for values in (a, [0.3, 0.9], [1.0, 2.0, 4.0, 8.0, 16.0, 32.0, 64.0]):
+        n = len(values)
+        mean = sum(values) / n
+        low, high = scipy_stats.t.interval(0.95, n - 1, loc=mean, scale=scipy_stats.sem(values))
+        assert stats.interval(values)["ci95"] == pytest.approx([low, high], rel=1e-9)
 
 
 def test_holm_against_statsmodels():

@@ -8,6 +8,9 @@ what its job changes, so it imports nothing but the library and works from any f
   worked solutions (low pass@1, high pass@8), evaluate it, run GRPO with accuracy and format
   rewards, evaluate again. Every field has its comment here.
 - `tool_job(preset)`: the same job on multi-turn calculator episodes (configs/tools.py).
+- `ppo_job(preset)`, `trpo_job(preset)`: the main job with the PPO or TRPO stage in place of
+  GRPO (configs/ppo.py, configs/trpo.py); `with_ppo(config)` and `with_trpo(config)` make
+  that swap on any main-job config (the studies' PPO and TRPO arms).
 
 Presets: "smoke" (tiny sizes for tests), "cpu" (the default).
 """
@@ -17,7 +20,7 @@ from ml_collections import config_dict
 
 from grpo_jax.stages import default_section
 
-__all__ = ["EVALS", "main_job", "tool_job"]
+__all__ = ["EVALS", "main_job", "ppo_job", "tool_job", "trpo_job", "with_ppo", "with_trpo"]
 
 
 def main_job(preset: str | None = None) -> ml_collections.ConfigDict:
@@ -232,6 +235,87 @@ def _cpu_or_smoke(preset: str | None, path: str) -> str | None:
     if preset not in (None, "", "cpu", "smoke"):
         raise ValueError(f"unknown preset {preset!r} for {path}; expected smoke or cpu")
     return preset
+
+
+def _replace_rl(config: ml_collections.ConfigDict, kind: str) -> None:
+    """Runs stage `kind` where config.stages runs rl."""
+    stages = config.stages.split(",")
+    if "rl" not in stages:
+        raise ValueError(f"with_{kind}: config.stages {config.stages!r} runs no rl stage")
+    config.stages = ",".join(kind if name == "rl" else name for name in stages)
+
+
+def with_ppo(config: ml_collections.ConfigDict, **fields) -> ml_collections.ConfigDict:
+    """`config` (a main-job config) with the PPO stage (a critic, GAE, per-token KL reward;
+    grpo_jax/stages/ppo.py) in place of its rl stage, at the GRPO stage's steps, samples per
+    step, completion length and rewards; `fields` then change the ppo section."""
+    rl = config.rl
+    _replace_rl(config, "ppo")
+    config.ppo = default_section("ppo")
+    config.ppo.steps = rl.steps  # rollout batches, as the GRPO stage
+    # One completion per prompt (the critic is the baseline), as many prompts as the GRPO
+    # stage samples completions: the same samples per step.
+    config.ppo.num_prompts = rl.num_prompts * rl.group_size
+    config.ppo.group_size = 1
+    config.ppo.num_iterations = 2  # PPO epochs over each rollout batch
+    config.ppo.num_minibatches = 2  # optimizer steps per epoch
+    config.ppo.lr = 2e-4  # the policy's peak learning rate
+    config.ppo.critic_lr = 1e-3  # the critic's (initialised from the policy)
+    config.ppo.beta = 0.01  # per-token KL reward coefficient
+    config.ppo.max_new_tokens = rl.max_new_tokens  # completion length, as the GRPO stage
+    config.ppo.rewards = rl.rewards  # reward name -> weight, as the GRPO stage
+    del config.rl
+    config.ppo.update(fields)
+    return config
+
+
+def with_trpo(config: ml_collections.ConfigDict, **fields) -> ml_collections.ConfigDict:
+    """`config` (a main-job config) with the TRPO stage (natural-gradient steps in a KL trust
+    region on group-normalised advantages; grpo_jax/stages/trpo.py) in place of its rl stage,
+    on the GRPO stage's rollout batch (steps, prompts x completions, completion length,
+    rewards); `fields` then change the trpo section."""
+    rl = config.rl
+    _replace_rl(config, "trpo")
+    config.trpo = default_section("trpo")
+    config.trpo.steps = rl.steps  # rollout batches (one TRPO step each), as the GRPO stage
+    config.trpo.num_prompts = rl.num_prompts  # N prompts per step, as the GRPO stage
+    config.trpo.group_size = rl.group_size  # G completions per prompt, as the GRPO stage
+    config.trpo.max_kl = 0.01  # trust-region radius (mean KL per completion token)
+    config.trpo.max_new_tokens = rl.max_new_tokens  # completion length, as the GRPO stage
+    config.trpo.rewards = rl.rewards  # reward name -> weight, as the GRPO stage
+    del config.rl
+    config.trpo.update(fields)
+    return config
+
+
+def ppo_job(preset: str | None = None) -> ml_collections.ConfigDict:
+    """The PPO job (configs/ppo.py): pretrain -> eval_base -> ppo -> eval_final, the main job
+    with `with_ppo`'s stage; presets "smoke" and "cpu"."""
+    config = with_ppo(main_job(_cpu_or_smoke(preset, "configs/ppo.py")))
+    if preset == "smoke":
+        # overlong_cache: rewards that differ between completions (real gradients).
+        config.ppo.update(checkpoint_every=1, overlong_cache=8)
+    else:
+        # 64 prompts x 1 completion: a quarter of the GRPO stage's samples per step (the
+        # studies' PPO arms sample as many as GRPO).
+        config.ppo.num_prompts = 64
+    return config
+
+
+def trpo_job(preset: str | None = None) -> ml_collections.ConfigDict:
+    """The TRPO job (configs/trpo.py): pretrain -> eval_base -> trpo -> eval_final, the main
+    job with `with_trpo`'s stage; presets "smoke" and "cpu"."""
+    config = with_trpo(main_job(_cpu_or_smoke(preset, "configs/trpo.py")))
+    if preset == "smoke":
+        # cg_iters: fewer conjugate-gradient iterations; overlong_cache: rewards that differ
+        # within groups (real gradients).
+        config.trpo.update(cg_iters=4, checkpoint_every=1, overlong_cache=8)
+    else:
+        # A TRPO step costs ~40 forward passes (10 conjugate-gradient Fisher-vector products
+        # and up to 10 line-search candidates), so this stage takes fewer, smaller steps than
+        # GRPO: 30 steps of 16 prompts x 8 completions.
+        config.trpo.update(steps=30, num_prompts=16)
+    return config
 
 
 def code_job(preset: str | None = None) -> ml_collections.ConfigDict:

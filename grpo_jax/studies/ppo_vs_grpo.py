@@ -32,24 +32,17 @@ base_config = common.main_base
 
 def arm_config(arm: str, tier: str = "full"):
     """One arm's run from the base in model.init_from, evaluated before and after: GRPO with
-    group size G on the main job's samples per step, or configs/ppo.py's PPO stage on the
-    same samples per step."""
-    from grpo_jax.stages import default_section
+    group size G on the main job's samples per step, or the PPO stage on the same samples
+    per step (`config_presets.with_ppo`: configs/ppo.py's stage at 4x its prompts)."""
+    from grpo_jax import config_presets
 
-    config = common.main_arm(tier, "")  # its stages below
+    config = common.main_arm(tier, "eval_base,rl,eval_final")
+    if arm not in GROUPS:
+        return config_presets.with_ppo(config)
     samples = config.rl.num_prompts * config.rl.group_size
     config.rl.fused_steps = 0  # the host loop for every arm, as PPO runs
-    if arm in GROUPS:
-        config.rl.group_size = GROUPS[arm]
-        config.rl.num_prompts = max(samples // GROUPS[arm], 1)
-        config.stages = "eval_base,rl,eval_final"
-        return config
-    config.ppo = default_section("ppo")
-    config.ppo.update(steps=config.rl.steps, num_prompts=samples, group_size=1,
-                      num_iterations=2, num_minibatches=2, lr=2e-4, critic_lr=1e-3, beta=0.01,
-                      max_new_tokens=config.rl.max_new_tokens, rewards=config.rl.rewards)
-    config.stages = "eval_base,ppo,eval_final"
-    del config.rl
+    config.rl.group_size = GROUPS[arm]
+    config.rl.num_prompts = max(samples // GROUPS[arm], 1)
     return config
 
 

@@ -38,26 +38,14 @@ base_config = common.main_base
 
 
 def arm_config(arm: str, tier: str = "full"):
-    """One arm's run from the base in model.init_from, evaluated before and after."""
-    from grpo_jax.stages import default_section
+    """One arm's run from the base in model.init_from, evaluated before and after: the TRPO
+    or PPO stage (`config_presets.with_trpo` / `with_ppo`) on the main job's samples."""
+    from grpo_jax import config_presets
 
-    config = common.main_arm(tier, "")  # its stages below
-    rl = config.rl
-    samples = rl.num_prompts * rl.group_size
-    shared = dict(steps=rl.steps, max_new_tokens=rl.max_new_tokens, rewards=rl.rewards)
+    config = common.main_arm(tier, "eval_base,rl,eval_final")
     if arm == TRPO:
-        config.trpo = default_section("trpo")
-        config.trpo.update(num_prompts=rl.num_prompts, group_size=rl.group_size,
-                           fisher_fraction=FISHER_FRACTION, **shared)
-    else:
-        config.ppo = default_section("ppo")
-        config.ppo.update(num_prompts=samples, group_size=1, num_iterations=2,
-                          num_minibatches=2, lr=PPO_LRS[arm], critic_lr=1e-3, beta=0.01,
-                          **shared)
-    name = "trpo" if arm == TRPO else "ppo"
-    config.stages = f"eval_base,{name},eval_final"
-    del config.rl
-    return config
+        return config_presets.with_trpo(config, fisher_fraction=FISHER_FRACTION)
+    return config_presets.with_ppo(config, lr=PPO_LRS[arm])
 
 
 def arm_configs(tier: str) -> dict:

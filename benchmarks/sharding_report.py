@@ -421,7 +421,7 @@ def compile_decode(setup: Setup, layout: str = "rollout"):
                                     prompt_group=section.group_size)
     policy, model_config = setup.policy, setup.model_config
 
-    spec = decode.DecodeSpec(sampling=config, slots=n)
+    spec = decode.DecodeSpec(sampling=config, columns=n)
 
     def init_state():
         return decode.initial_state(spec, KVCache.init(model_config, rows, setup.prompt_len + n),

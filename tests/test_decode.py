@@ -66,12 +66,12 @@ def test_the_sampling_package_has_one_loop():
 
 def test_a_run_without_pauses_or_forcing_carries_no_fields_for_them():
     _, model = _model()
-    spec = decode.DecodeSpec(sampling=SamplingConfig(max_new_tokens=8), slots=8)
+    spec = decode.DecodeSpec(sampling=SamplingConfig(max_new_tokens=8), columns=8)
     s = decode.initial_state(spec, model.init_cache(2, 12), jnp.ones((2,), jnp.int32))
     for name in ("observation", "queue", "queue_pos", "queue_len", "answering", "recent",
                  "thinking", "think_count", "pending", "waiting", "first_wait"):
         assert getattr(s, name) is None, name
-    paused = decode.DecodeSpec(sampling=SamplingConfig(max_new_tokens=8), slots=8,
+    paused = decode.DecodeSpec(sampling=SamplingConfig(max_new_tokens=8), columns=8,
                                stop_ids=(5, 6), answer_width=3)
     s = decode.initial_state(paused, model.init_cache(2, 12), jnp.ones((2,), jnp.int32))
     assert s.queue.shape == (2, 3) and s.recent.shape == (2, 2) and s.thinking is None

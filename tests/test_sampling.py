@@ -118,7 +118,7 @@ def test_a_rows_completion_depends_on_its_id_not_its_place(setup):
 
     graphdef, state, prompts, mask, _ = setup
     config = SamplingConfig(max_new_tokens=N, temperature=1.3)
-    spec = decode.DecodeSpec(sampling=config, slots=N)
+    spec = decode.DecodeSpec(sampling=config, columns=N)
 
     @jax.jit
     def sample(prompts, mask, row_ids):

@@ -9,10 +9,10 @@ import numpy as np
 MIN_PHASE = 16  # new tokens per cache phase at least (each phase is one more compiled loop)
 
 
-def phase_ends(slots: int, phases: int) -> tuple[int, ...]:
-    """Completion columns at which each cache phase ends (the last is `slots`)."""
-    length = max(MIN_PHASE, -(-slots // phases))
-    return tuple(range(length, slots, length)) + (slots,)
+def phase_ends(columns: int, phases: int) -> tuple[int, ...]:
+    """Completion columns at which each cache phase ends (the last is `columns`)."""
+    length = max(MIN_PHASE, -(-columns // phases))
+    return tuple(range(length, columns, length)) + (columns,)
 
 
 @dataclasses.dataclass(frozen=True)

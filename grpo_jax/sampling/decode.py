@@ -3,15 +3,20 @@
 Both samplers run it: `sampler.generate` (single-turn, the loop without pauses, one device
 call) and `episodes.generate_episodes` (multi-turn, the loop plus a host hand-off).
 
-A run writes one completion slot per step for every row (`DecodeState`). A slot holds a
-token of the policy (`generated`: it carries the loss), a token the environment wrote
+Two names: a *column* is one of the N positions of a row's completion; a *slot* is one of
+the S rows decoded at once by continuous batching (`SamplingConfig.slots`), which takes the
+R rows in turn. A run writes one column per step for every row (`DecodeState`). A column
+holds a token of the policy (`generated`: it carries the loss), a token the environment wrote
 (`observation`), or nothing (a hole: a row waiting for the host). The tokens the policy did
 not choose come from one queue per row: budget forcing fills it (the end-of-thinking
 delimiter at the maximum, the continuation in place of a premature end; these are
 `generated` and `forced`), the host fills it with the environment's answer
 (`hand_off`; these are `observation`). One pause rule (`paused`) stops the loop for the
 host: a row whose last policy tokens are `DecodeSpec.stop_ids` waits, and the loop stops
-when one has waited `max_wait_tokens` slots, the slots run out, or no other row can go on.
+when one has waited `max_wait_tokens` steps, the columns run out, or no other row can go
+on. A step (`_write`) is four pieces: token choice (`_choose`), forcing (`_unchosen`: the
+queue's next token, or budget forcing's), feeding and pausing (`_roles`, `_pause`) and the
+layout's writer (`_write_columns`).
 
 The prompt is prefilled once per prompt group (`SamplingConfig.prompt_group`), the KV cache
 grows in `SamplingConfig.cache_phases` phases (one `run` each), the weights are cast to the
@@ -28,7 +33,9 @@ into its row of the [R, N] outputs; a slot whose row waits for the host writes n
 holes), so a row's columns do not depend on the other rows. Row r chooses its column t with
 fold_in(fold_in(key, r), t) in both layouts, so its tokens depend on its key, index and the
 parameters only: with 1, 3 or R slots the samples are the same (to the float rounding of
-different batch shapes), and single-turn they equal the static layout's. The cache grows in
+different batch shapes), and single-turn they equal the static layout's (episodes: the
+static layout samples columns after the first with fold_in(key, 1) as its key, so its
+samples differ from this layout's). The cache grows in
 the same phases (`SamplingConfig.cache_phases`): a run stops when a slot's row reaches the
 last column of the phase (`at_edge`) and `grow` widens every slot's cache, so early steps
 attend over a short buffer; a row refilled later starts again at the prompt's end.
@@ -60,17 +67,17 @@ class DecodeSpec:
     Attributes:
       sampling: token choice (greedy, temperature, top_k, top_p), eos_ids, pad_id, budget
         forcing, cache_phases and prompt_group (its max_new_tokens unused here).
-      slots: N, the completion's columns.
+      columns: N, the completion's columns.
       stop_ids: the policy tokens after which a row waits for the host; () for a run without
         pauses.
-      max_wait_tokens: the most slots a waiting row waits before the loop stops.
+      max_wait_tokens: the most steps a waiting row waits before the loop stops.
       answer_width: O, the longest answer the host hands off, in tokens.
       continuous: the state's rows are slots that take the next of the R rows as theirs end
         (`start_slots`); False: every row has its own state row (`prefill`).
     """
 
     sampling: SamplingConfig
-    slots: int
+    columns: int
     stop_ids: tuple[int, ...] = ()
     max_wait_tokens: int = 0
     answer_width: int = 0
@@ -86,7 +93,7 @@ class DecodeSpec:
 
     @property
     def phase_ends(self) -> tuple[int, ...]:
-        return phase_ends(self.slots, self.sampling.cache_phases)
+        return phase_ends(self.columns, self.sampling.cache_phases)
 
     @property
     def queue_width(self) -> int:
@@ -122,15 +129,15 @@ class DecodeState:
     """The loop's carry. Fields of a feature the spec lacks are None.
 
     Attributes:
-      step: [] int32, the next slot (continuous: the steps taken).
-      row_ids: [B] int32, each row's index in the batch: its slot t is sampled with the key
+      step: [] int32, the next column (continuous: the steps taken).
+      row_ids: [B] int32, each row's index in the batch: its column t is sampled with the key
         fold_in(fold_in(key, row id), t), so a row's tokens depend on its key and index, not
         on the batch's other rows. Continuous: the row each of the B slots holds (R: none).
       last_token: [B] int32, the token to decode next.
       position: [B] int32, its rotary position.
       done: [B] bool, the row ended (EOS; or the host ended it).
       cache: the KVCache.
-      tokens: [B, N] int32 slots (pad_id where nothing was written).
+      tokens: [B, N] int32 columns (pad_id where nothing was written).
       logp: [B, N] float32, the policy's log-prob of each generated token (0 elsewhere).
       generated: [B, N] bool, the policy's tokens, forced ones included (the loss mask).
       forced: [B, N] bool, the tokens budget forcing wrote.
@@ -143,7 +150,7 @@ class DecodeState:
       think_count: [B] int32, thinking tokens written (forcing).
       pending: [B] bool, last_token was written at the last step (pauses; else ~done).
       waiting: [B] bool, the row closed a call and waits for the host (pauses).
-      first_wait: [] int32, the slot at which a row began to wait, or -1 (pauses).
+      first_wait: [] int32, the step at which a row began to wait, or -1 (pauses).
       t: [B] int32, the next completion column of each slot's row (continuous).
       next_row: [] int32, the next row to start (continuous).
       prompts: the `Prefilled` group prompts a refill copies (continuous).
@@ -183,7 +190,7 @@ _SCALARS = ("step", "first_wait", "cache", "next_row", "prompts")
 
 def initial_state(spec: DecodeSpec, cache: KVCache, position: jax.Array,
                   outputs: int | None = None) -> DecodeState:
-    """The state before the first slot: empty buffers for `position.shape[0]` rows.
+    """The state before the first column: empty buffers for `position.shape[0]` rows.
 
     Args:
       spec: the DecodeSpec.
@@ -191,17 +198,17 @@ def initial_state(spec: DecodeSpec, cache: KVCache, position: jax.Array,
       position: [B] int32, each row's first generated position (its prompt length).
       outputs: the output buffers' rows (continuous: R; default B).
     """
-    batch, n, q = position.shape[0], spec.slots, spec.queue_width
+    batch, n, q = position.shape[0], spec.columns, spec.queue_width
     rows = lambda dtype, fill=0: jnp.full((batch,), fill, dtype)
     out_rows = batch if outputs is None else outputs
-    slots = lambda dtype, fill=0: jnp.full((out_rows, n), fill, dtype)
+    columns = lambda dtype, fill=0: jnp.full((out_rows, n), fill, dtype)
     has_queue = spec.forcing or spec.pauses
     return DecodeState(
         step=jnp.zeros((), jnp.int32), row_ids=jnp.arange(batch, dtype=jnp.int32),
         last_token=rows(jnp.int32), position=position,
-        done=rows(bool), cache=cache, tokens=slots(jnp.int32, spec.sampling.pad_id),
-        logp=slots(jnp.float32), generated=slots(bool), forced=slots(bool),
-        observation=slots(bool) if spec.pauses else None,
+        done=rows(bool), cache=cache, tokens=columns(jnp.int32, spec.sampling.pad_id),
+        logp=columns(jnp.float32), generated=columns(bool), forced=columns(bool),
+        observation=columns(bool) if spec.pauses else None,
         queue=jnp.zeros((batch, q), jnp.int32) if has_queue else None,
         queue_pos=rows(jnp.int32) if has_queue else None,
         queue_len=rows(jnp.int32) if has_queue else None,
@@ -219,108 +226,236 @@ def _padded(ids: Sequence[int], size: int) -> jax.Array:
     return jnp.asarray(list(ids) + [0] * (size - len(ids)), jnp.int32)
 
 
+def _last(x: jax.Array, k: int) -> jax.Array:
+    """The last k columns of [B, K] `x`."""
+    return x if x.shape[1] == k else x[:, -k:]
+
+
+def _is_eos(token: jax.Array, spec: DecodeSpec) -> jax.Array:
+    """[B] bool: the token is one of the EOS ids."""
+    if not spec.sampling.eos_ids:
+        return jnp.zeros(token.shape, bool)
+    eos = jnp.asarray(spec.sampling.eos_ids, jnp.int32)
+    return jnp.any(token[:, None] == eos, -1)
+
+
 def _write(s: DecodeState, logits, key, spec: DecodeSpec) -> DecodeState:
-    """Writes slot s.step for every row: the policy's token (sampled, or forced), the next
+    """Writes one column for every row: the policy's token (sampled, or forced), the next
     token of an answer, or nothing (a waiting or ended row).
 
+    Four pieces, in order: token choice (`_choose`); forcing, the tokens the policy did not
+    choose, from the row's queue or started by budget forcing (`_unchosen`); feeding and
+    pausing: which rows feed an answer or write a policy token (`_roles`), what a row
+    remembers (`_remember`) and whether it now waits for the host (`_pause`); the layout's
+    writer (`_write_columns`: column `step` of every row, or each slot's column t of its row).
+
     Args:
-      s: the state before the slot.
+      s: the state before the column.
       logits: [B, V] float32, the model's next-token logits of each row.
-      key: the run's PRNG key (row r samples slot t with fold_in(fold_in(key, r), t)).
+      key: the run's PRNG key (row r samples column t with fold_in(fold_in(key, r), t)).
       spec: the DecodeSpec.
 
     Returns:
-      The state after the slot.
+      The state after the column.
     """
     sampling = spec.sampling
-    vocab = logits.shape[-1]
-    eos = jnp.asarray(sampling.eos_ids, jnp.int32) if sampling.eos_ids else None
-    is_eos = lambda t: (
-        jnp.any(t[:, None] == eos, -1) if eos is not None else jnp.zeros(t.shape, bool))
     scaled = logits if sampling.greedy else logits / sampling.temperature
-    unmasked = scaled
-    end_ids = sampling.end_thinking_ids
-    recent = s.recent
-    last = lambda x, k: x if x.shape[1] == k else x[:, -k:]  # the last k columns
-
-    if spec.forcing:
-        # A token "ends thinking" if it completes the delimiter (given the last E-1 policy
-        # tokens) or is an EOS.
-        end = jnp.asarray(end_ids, jnp.int32)
-        prefix_ok = jnp.all(last(recent, len(end_ids))[:, 1:] == end[:-1], axis=-1)  # [B]
-        vocab_ids = jnp.arange(vocab)
-        vocab_ends = (vocab_ids[None, :] == end[-1]) & prefix_ok[:, None]
-        if eos is not None:
-            vocab_ends = vocab_ends | jnp.any(vocab_ids[:, None] == eos[None, :], -1)[None, :]
-        too_early = s.thinking & (s.think_count < sampling.min_thinking_tokens)
-        if not sampling.continuation_ids:
-            scaled = jnp.where(too_early[:, None] & vocab_ends, -jnp.inf, scaled)
-
-    if sampling.greedy:
-        token = argmax(scaled)
-        logp = logp_at(unmasked, token)
-    else:
-        column = s.t if spec.continuous else s.step
-        token, logp = filter_and_sample(scaled, row_keys(key, s.row_ids, column),
-                                        top_k=sampling.top_k, top_p=sampling.top_p)
-    forced = jnp.zeros(token.shape, bool)
-
-    if s.queue is not None:
-        from_queue = s.queue_pos < s.queue_len
-        queued = jnp.take_along_axis(
-            s.queue, jnp.minimum(s.queue_pos, s.queue.shape[1] - 1)[:, None], -1)[:, 0]
+    ends = _thinking_ends(s, scaled.shape[-1], spec) if spec.forcing else None
+    token, logp = _choose(s, scaled, key, spec, ends)
+    from_queue, queued = _queue_head(s)
+    feeding, policy = _roles(s, from_queue, spec)
+    token, logp, forced, at_max, updates = _unchosen(s, token, logp, scaled, ends, from_queue,
+                                                     queued, policy, spec)
+    updates.update(_remember(s, token, policy, at_max, spec))
+    eos_token = _is_eos(token, spec)
     if spec.pauses:
-        feeding = ~s.done & from_queue
-        if spec.forcing:  # the queue may hold forced tokens instead
-            feeding = feeding & s.answering
-        policy = ~s.done & ~s.waiting & ~feeding
+        written = feeding | policy
+        updates.update(_pause(s, token, eos_token, written, policy, updates["recent"], spec))
+        token = jnp.where(written, token, sampling.pad_id)
+        advance = written
     else:
-        policy = ~s.done
-    updates = {}
+        token = jnp.where(policy, token, sampling.pad_id)
+        updates["last_token"] = token
+        advance = policy
+    columns = {"tokens": token, "logp": jnp.where(policy, logp, 0.0), "generated": policy,
+               "forced": forced & policy}
+    if spec.pauses:
+        columns["observation"] = feeding
+    updates.update(_write_columns(s, columns, advance, spec))
+    done = s.done | (policy & eos_token)
+    if spec.continuous:  # a row ends when its columns run out (a waiting one: at the pause)
+        updates["t"] = s.t + advance.astype(jnp.int32)
+        full = updates["t"] >= spec.columns
+        done = done | ((full & ~updates["waiting"]) if spec.pauses else full)
+    return s.replace(step=s.step + 1, done=done, **updates)
 
-    if spec.forcing:
-        at_max = (~from_queue & s.thinking & (sampling.max_thinking_tokens > 0)
-                  & (s.think_count >= sampling.max_thinking_tokens))
+
+def _thinking_ends(s: DecodeState, vocab: int, spec: DecodeSpec):
+    """Budget forcing: which tokens would end thinking now, and which rows it is too early for.
+
+    Returns:
+      (too_early [B] bool: still thinking, under min_thinking_tokens; ends [B, V] bool: the
+      tokens that end thinking, the delimiter's last token after its first E - 1 (given the
+      row's last policy tokens) or an EOS).
+    """
+    sampling = spec.sampling
+    end_ids = sampling.end_thinking_ids
+    end = jnp.asarray(end_ids, jnp.int32)
+    prefix_ok = jnp.all(_last(s.recent, len(end_ids))[:, 1:] == end[:-1], axis=-1)  # [B]
+    vocab_ids = jnp.arange(vocab)
+    ends = (vocab_ids[None, :] == end[-1]) & prefix_ok[:, None]
+    if sampling.eos_ids:
+        eos = jnp.asarray(sampling.eos_ids, jnp.int32)
+        ends = ends | jnp.any(vocab_ids[:, None] == eos[None, :], -1)[None, :]
+    too_early = s.thinking & (s.think_count < sampling.min_thinking_tokens)
+    return too_early, ends
+
+
+def _choose(s: DecodeState, scaled, key, spec: DecodeSpec, thinking_ends):
+    """Token choice: the policy's token and its log-prob for every row.
+
+    Greedy: the argmax, with its log-prob under `scaled`. Else a sample of the filtered
+    (top_k, top_p) distribution with the key of the row's column (fold_in(fold_in(key, row
+    id), column)), with its log-prob under that distribution. Budget forcing without
+    continuation_ids masks out the tokens that would end thinking too early.
+
+    Args:
+      s: the state (row_ids; step, or continuous t: the column).
+      scaled: [B, V] float32, the logits over the temperature.
+      key: the run's PRNG key.
+      spec: the DecodeSpec.
+      thinking_ends: `_thinking_ends`, or None without budget forcing.
+
+    Returns:
+      (token [B] int32, logp [B] float32).
+    """
+    sampling = spec.sampling
+    masked = scaled
+    if thinking_ends is not None and not sampling.continuation_ids:
+        too_early, ends = thinking_ends
+        masked = jnp.where(too_early[:, None] & ends, -jnp.inf, scaled)
+    if sampling.greedy:
+        token = argmax(masked)
+        return token, logp_at(scaled, token)
+    column = s.t if spec.continuous else s.step
+    return filter_and_sample(masked, row_keys(key, s.row_ids, column),
+                             top_k=sampling.top_k, top_p=sampling.top_p)
+
+
+def _queue_head(s: DecodeState):
+    """(from_queue [B] bool: the row's queue has a token left; queued [B] int32: that
+    token), or (None, None) for a spec without a queue."""
+    if s.queue is None:
+        return None, None
+    from_queue = s.queue_pos < s.queue_len
+    queued = jnp.take_along_axis(
+        s.queue, jnp.minimum(s.queue_pos, s.queue.shape[1] - 1)[:, None], -1)[:, 0]
+    return from_queue, queued
+
+
+def _roles(s: DecodeState, from_queue, spec: DecodeSpec):
+    """Feeding and pausing: which rows write what this column.
+
+    Returns:
+      (feeding [B] bool: the row writes its answer's next token (None without pauses);
+      policy [B] bool: the row writes a policy token, sampled or forced (not ended, not
+      waiting for the host, not being answered)).
+    """
+    if not spec.pauses:
+        return None, ~s.done
+    feeding = ~s.done & from_queue
+    if spec.forcing:  # the queue may hold forced tokens instead
+        feeding = feeding & s.answering
+    return feeding, ~s.done & ~s.waiting & ~feeding
+
+
+def _unchosen(s: DecodeState, token, logp, scaled, thinking_ends, from_queue, queued, policy,
+              spec: DecodeSpec):
+    """Forcing: the tokens the policy did not choose, in place of its choice. One queue per
+    row holds them: the rest of a forced sequence or the environment's answer. A row with a
+    queued token writes it; else budget forcing writes the delimiter's first token at
+    max_thinking_tokens, or the continuation's first token in place of a premature end
+    (one that `_choose` did not mask out), and queues the rest.
+
+    Returns:
+      (token [B] int32; logp [B] float32, a forced token's under `scaled`; forced [B] bool,
+      a token from the queue or budget forcing; at_max [B] bool, the delimiter forced now
+      (None without budget forcing); the state's updates).
+    """
+    forced = jnp.zeros(token.shape, bool)
+    if s.queue is None:
+        return token, logp, forced, None, {}
+    step_pos = s.queue_pos + from_queue.astype(jnp.int32)
+    if not spec.forcing:  # the queue holds answers only
+        return jnp.where(from_queue, queued, token), logp, forced, None, {"queue_pos": step_pos}
+    sampling = spec.sampling
+    end_ids, continuation = sampling.end_thinking_ids, sampling.continuation_ids
+    too_early, ends = thinking_ends
+    at_max = (~from_queue & s.thinking & (sampling.max_thinking_tokens > 0)
+              & (s.think_count >= sampling.max_thinking_tokens))
+    if continuation:
         premature = ~from_queue & ~at_max & too_early & jnp.take_along_axis(
-            vocab_ends, token[:, None], -1)[:, 0]
-        if not sampling.continuation_ids:
-            premature = jnp.zeros_like(premature)  # already masked out of the distribution
-        if spec.pauses:  # a waiting row or one being answered writes no policy token
-            at_max, premature = at_max & policy, premature & policy
-        size = s.queue.shape[1]
-        first_cont = sampling.continuation_ids[0] if sampling.continuation_ids else 0
-        token = jnp.where(from_queue, queued,
-                          jnp.where(at_max, end_ids[0], jnp.where(premature, first_cont, token)))
-        forced = from_queue | at_max | premature
-        updates.update(
-            queue=jnp.where(at_max[:, None], _padded(end_ids[1:], size)[None],
-                            jnp.where(premature[:, None],
-                                      _padded(sampling.continuation_ids[1:], size)[None],
-                                      s.queue)),
-            queue_pos=jnp.where(at_max | premature, 0,
-                                s.queue_pos + from_queue.astype(jnp.int32)),
-            queue_len=jnp.where(at_max, len(end_ids) - 1,
-                                jnp.where(premature, max(len(sampling.continuation_ids) - 1, 0),
-                                          s.queue_len)))
-        logp = jnp.where(forced, logp_at(unmasked, token), logp)
-        counted = s.thinking & policy if spec.pauses else s.thinking
-        updates["think_count"] = s.think_count + counted.astype(jnp.int32)
-        if spec.pauses:
-            updates["answering"] = s.answering & ~(at_max | premature)
-    elif spec.pauses:
-        token = jnp.where(from_queue, queued, token)
-        updates["queue_pos"] = s.queue_pos + from_queue.astype(jnp.int32)
+            ends, token[:, None], -1)[:, 0]
+    else:  # already masked out of the distribution
+        premature = jnp.zeros(token.shape, bool)
+    if spec.pauses:  # a waiting row or one being answered writes no policy token
+        at_max, premature = at_max & policy, premature & policy
+    size = s.queue.shape[1]
+    first = continuation[0] if continuation else 0
+    token = jnp.where(from_queue, queued,
+                      jnp.where(at_max, end_ids[0], jnp.where(premature, first, token)))
+    forced = from_queue | at_max | premature
+    counted = s.thinking & policy if spec.pauses else s.thinking
+    updates = {
+        "queue": jnp.where(at_max[:, None], _padded(end_ids[1:], size)[None],
+                           jnp.where(premature[:, None], _padded(continuation[1:], size)[None],
+                                     s.queue)),
+        "queue_pos": jnp.where(at_max | premature, 0, step_pos),
+        "queue_len": jnp.where(at_max, len(end_ids) - 1,
+                               jnp.where(premature, max(len(continuation) - 1, 0),
+                                         s.queue_len)),
+        "think_count": s.think_count + counted.astype(jnp.int32)}
+    if spec.pauses:
+        updates["answering"] = s.answering & ~(at_max | premature)
+    return token, jnp.where(forced, logp_at(scaled, token), logp), forced, at_max, updates
 
+
+def _remember(s: DecodeState, token, policy, at_max, spec: DecodeSpec) -> dict:
+    """The row's last policy tokens (`recent`) with this one, and budget forcing's
+    `thinking` (ended by the forced or completed delimiter)."""
+    updates = {}
+    recent = s.recent
     if recent is not None:
         shifted = jnp.concatenate([recent[:, 1:], token[:, None]], axis=1)
         recent = jnp.where(policy[:, None], shifted, recent) if spec.pauses else shifted
         updates["recent"] = recent
     if spec.forcing:
-        completed = jnp.all(last(recent, len(end_ids)) == end, axis=-1)
+        end_ids = spec.sampling.end_thinking_ids
+        completed = jnp.all(_last(recent, len(end_ids)) == jnp.asarray(end_ids, jnp.int32),
+                            axis=-1)
         updates["thinking"] = s.thinking & ~at_max & ~completed
+    return updates
 
-    if spec.continuous:  # the slots that write a column, each into its row at its column
-        advance = (feeding | policy) if spec.pauses else policy
+
+def _pause(s: DecodeState, token, eos_token, written, policy, recent,
+           spec: DecodeSpec) -> dict:
+    """Pausing: the token fed next (`last_token`, `pending`) and the rows that now wait
+    for the host (their last policy tokens are stop_ids and not an EOS), with the step at
+    which the first began to wait."""
+    stop = jnp.all(_last(recent, len(spec.stop_ids))
+                   == jnp.asarray(spec.stop_ids, jnp.int32)[None], -1)
+    starts_waiting = policy & ~eos_token & stop
+    return {"last_token": jnp.where(written, token, s.last_token), "pending": written,
+            "waiting": s.waiting | starts_waiting,
+            "first_wait": jnp.where((s.first_wait < 0) & jnp.any(starts_waiting), s.step,
+                                    s.first_wait)}
+
+
+def _write_columns(s: DecodeState, columns: dict, advance, spec: DecodeSpec) -> dict:
+    """The layout's writer: each output buffer named in `columns` with its [B] values
+    written. Static: column `step` of every row. Continuous: each slot's column t of the
+    row it holds, for the slots that `advance` (a waiting or free slot writes nothing)."""
+    if spec.continuous:
         out_rows = jnp.where(advance, s.row_ids, s.tokens.shape[0])  # others: dropped
 
         def write(buffer, value):
@@ -329,33 +464,7 @@ def _write(s: DecodeState, logits, key, spec: DecodeSpec) -> DecodeState:
         def write(buffer, value):
             return jax.lax.dynamic_update_slice(buffer, value[:, None].astype(buffer.dtype),
                                                 (0, s.step))
-
-    eos_token = is_eos(token)
-    if spec.pauses:
-        written = feeding | policy
-        stop = jnp.all(last(recent, len(spec.stop_ids))
-                       == jnp.asarray(spec.stop_ids, jnp.int32)[None], -1)
-        starts_waiting = policy & ~eos_token & stop
-        updates.update(
-            last_token=jnp.where(written, token, s.last_token), pending=written,
-            waiting=s.waiting | starts_waiting,
-            first_wait=jnp.where((s.first_wait < 0) & jnp.any(starts_waiting), s.step,
-                                 s.first_wait),
-            tokens=write(s.tokens, jnp.where(written, token, sampling.pad_id)),
-            observation=write(s.observation, feeding))
-    else:
-        token = jnp.where(policy, token, sampling.pad_id)
-        updates.update(last_token=token, tokens=write(s.tokens, token))
-    done = s.done | (policy & eos_token)
-    if spec.continuous:  # a row ends when its columns run out (a waiting one: at the pause)
-        updates["t"] = s.t + advance.astype(jnp.int32)
-        full = updates["t"] >= spec.slots
-        done = done | ((full & ~updates["waiting"]) if spec.pauses else full)
-    return s.replace(
-        step=s.step + 1, done=done,
-        logp=write(s.logp, jnp.where(policy, logp, 0.0)),
-        generated=write(s.generated, policy), forced=write(s.forced, forced & policy),
-        **updates)
+    return {name: write(getattr(s, name), value) for name, value in columns.items()}
 
 
 def _rows(model, tree):
@@ -411,20 +520,20 @@ def _prefill_groups(model, prompts, prompt_mask, group: int, size: int):
 
 def prefill(model, prompts, prompt_mask, key, spec: DecodeSpec,
             row_ids=None) -> DecodeState:
-    """Runs the prompts through the model once per prompt group and writes slot 0.
+    """Runs the prompts through the model once per prompt group and writes column 0.
 
     Args:
       model: the Transformer (weights from `rollout_state`).
       prompts: [B, P] int32, left-padded; rows in contiguous groups of
         spec.sampling.prompt_group share one prompt.
       prompt_mask: [B, P] bool.
-      key: PRNG key; row r chooses slot t with fold_in(fold_in(key, r), t).
+      key: PRNG key; row r chooses column t with fold_in(fold_in(key, r), t).
       spec: the DecodeSpec.
       row_ids: [B] int32, each row's identity r (default: its index): a row sampled with
         the same id, key and parameters writes the same tokens wherever it sits.
 
     Returns:
-      The DecodeState after slot 0, its cache sized for the first phase.
+      The DecodeState after column 0, its cache sized for the first phase.
     """
     prompts, prompt_mask = _rows(model, (prompts, prompt_mask.astype(bool)))
     prompt_len = prompts.shape[1]
@@ -448,7 +557,7 @@ def prefill(model, prompts, prompt_mask, key, spec: DecodeSpec,
 
 
 def step(model, s: DecodeState, key, spec: DecodeSpec) -> DecodeState:
-    """One decode step: the last written tokens into the cache, then the next slot (the
+    """One decode step: the last written tokens into the cache, then the next column (the
     body of `run`'s loop). Continuous: free slots take their next rows first (`_refill`);
     a slot just filled feeds nothing and writes its first token from its group's prefill
     logits."""
@@ -557,7 +666,7 @@ def start_slots(model, prompts, prompt_mask, spec: DecodeSpec, slots: int) -> De
 
 
 def _going(s: DecodeState):
-    """[] bool: some row can write a slot without the host (continuous: or a free slot can
+    """[] bool: some row can write a column without the host (continuous: or a free slot can
     take a pending row)."""
     going = ~jnp.all(s.done) if s.waiting is None else jnp.any(~s.done & ~s.waiting)
     if s.next_row is not None:
@@ -567,29 +676,30 @@ def _going(s: DecodeState):
 
 def paused(s: DecodeState, spec: DecodeSpec) -> jax.Array:
     """[] bool, the pause rule: a row waits for the host, and it has waited max_wait_tokens
-    slots, or the slots ran out, or no other row can go on. Always False without pauses."""
+    steps, or the columns ran out, or no other row can go on. Always False without pauses."""
     if not spec.pauses:
         return jnp.zeros((), bool)
     waited = (s.first_wait >= 0) & (s.step - s.first_wait >= spec.max_wait_tokens)
     waits = s.waiting & ~s.done
-    full = jnp.any(waits & (s.t >= spec.slots)) if spec.continuous else s.step >= spec.slots
+    full = (jnp.any(waits & (s.t >= spec.columns)) if spec.continuous
+            else s.step >= spec.columns)
     return jnp.any(waits) & (waited | full | ~_going(s))
 
 
 def run(model, s: DecodeState, key, spec: DecodeSpec, end: int) -> DecodeState:
-    """Decodes slots until slot `end` (the end of the cache's phase), every row is done, or
+    """Decodes columns until column `end` (the end of the cache's phase), every row is done, or
     the loop pauses for the host.
 
     Args:
       model: the Transformer (weights from `rollout_state`).
-      s: the state; its cache holds P + end slots.
-      key: PRNG key (row r chooses slot t with fold_in(fold_in(key, r), t)).
+      s: the state; its cache holds P + end columns.
+      key: PRNG key (row r chooses column t with fold_in(fold_in(key, r), t)).
       spec: the DecodeSpec.
-      end: the phase's last slot + 1 (static; continuous: unused, the loop stops when a
+      end: the phase's last column + 1 (static; continuous: unused, the loop stops when a
         slot's row reaches the cache's last column, `at_edge`).
 
     Returns:
-      The state after the last slot written.
+      The state after the last column written.
     """
     if spec.continuous:  # until a slot with a row reaches the cache phase's last column
         cond = lambda s: _going(s) & ~paused(s, spec) & ~at_edge(s)
@@ -608,7 +718,7 @@ def at_edge(s: DecodeState) -> jax.Array:
 
 
 def grow(model, s: DecodeState, size: int) -> DecodeState:
-    """The state with its cache grown to `size` slots (the next phase)."""
+    """The state with its cache grown to `size` columns (the next phase)."""
     return s.replace(cache=_cache_rows(model, s.cache.grow(size)))
 
 

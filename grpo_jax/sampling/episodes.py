@@ -4,29 +4,32 @@ answers, and the sampler continues from its KV cache with the answer appended.
     out = generate_episodes(graphdef, state, prompts, prompt_mask, key, config=config,
                             tokenizer=tokenizer, observe=environment)
 
-Each row's completion is a run of slots after its left-padded prompt. A slot holds a token
+Each row's completion is a run of columns after its left-padded prompt. A column holds a token
 the policy generated (`generated`: it carries the loss), an observation token the
 environment wrote (`observation`: attended to, never in the loss or the KL), or nothing (a
 hole, masked out of attention: a row waiting for its answer). A turn ends for a row when its
 last generated tokens are `config.stop_ids` (the call's closing tag). The decode core
-(`sampling.decode`) writes one slot per step for every row: the generating rows sample, the
+(`sampling.decode`) writes one column per step for every row: the generating rows sample, the
 rows being answered write their answer's next token, the waiting rows write nothing. It
-stops for the host when a row has waited `config.max_wait_tokens` slots (or nothing else
+stops for the host when a row has waited `config.max_wait_tokens` steps (or nothing else
 can go on; `decode.paused`); the host reads each waiting row's text since its last
 observation, asks `observe(text)` for the answer, and hands the answers' tokens to the
 loop's queue (`decode.hand_off`), which writes and decodes them one per step, beside the
 rows still generating. No turn re-reads the history: the prompt is prefilled once per
-prompt group and every later token is decoded once, into the cache column of its slot; the
+prompt group and every later token is decoded once, into the cache at its column; the
 cache grows in `sampling.cache_phases` phases (the host grows it between runs).
 
 With `sampling.slots` S < B (continuous batching, `decode.DecodeSpec.continuous`) the rows
 take S slots in turn: an episode that ends frees its slot for the next row, one waiting for
-its answer keeps it and writes nothing, so the layout has no holes and a row's slots depend
-on its own key, index, parameters and answers only (the same for any S).
+its answer keeps it and writes nothing, so the layout has no holes and a row's columns
+depend on its own key, index, parameters and answers only (the same for any S). The two
+layouts do not draw alike: with slots every column is drawn with `key`, with every row at
+once column 0 is drawn with `key` and the later ones with fold_in(key, 1), so sampled
+(not greedy) episodes differ between the layouts.
 
 The layout keeps teacher forcing exact: a generated token always directly follows the
 token it was sampled after (its previous generated token, the answer's last token, or the
-prompt's), never a hole, so the trainer's log-probs of `[prompt | slots]` under the
+prompt's), never a hole, so the trainer's log-probs of `[prompt | columns]` under the
 attention mask `prompt_mask | generated | observation` are the sampler's
 (`models.completion_logprobs`; tests/test_episodes.py).
 """
@@ -55,15 +58,15 @@ class EpisodeConfig:
     """Static settings of multi-turn sampling (hashable).
 
     Attributes:
-      max_tokens: N, the completion's slots: generated and observation tokens and holes.
+      max_tokens: N, the completion's columns: generated and observation tokens and holes.
       stop_ids: the token ids that end a turn (a tool call's closing tag).
       max_turns: the most observations an episode gets; a row that ends turn max_turns + 1
         with a call ends its episode there.
       max_observation_tokens: O, the longest answer in tokens; a longer one is cut.
-      max_wait_tokens: the most slots a row that closed its call waits before the loop
+      max_wait_tokens: the most steps a row that closed its call waits before the loop
         stops for the host to answer it (fewer: more host round trips; more: more holes).
       sampling: token choice, eos_ids, pad_id, budget forcing (its forced tokens share the
-        queue with the answers), cache_phases (over the N slots) and prompt_group as in
+        queue with the answers), cache_phases (over the N columns) and prompt_group as in
         SamplingConfig (its max_new_tokens unused).
     """
 
@@ -88,12 +91,12 @@ class EpisodeOutput:
     """Sampled episodes.
 
     Attributes:
-      tokens: [B, N] int32 slots (pad where nothing was written).
+      tokens: [B, N] int32 columns (pad where nothing was written).
       logp: [B, N] float32, the sampler's log-probs of the generated tokens (0 elsewhere).
       generated: [B, N] bool, the policy's tokens (the loss mask).
       observation: [B, N] bool, the environment's tokens.
       turns: [B] int32, observations each row received.
-      length: [] int32, the slots written (the rest of the N are empty).
+      length: [] int32, the columns written (the rest of the N are empty).
       tool_errors: [B] int32, the answers the environment called errors (its `is_error`)
         and the calls that failed (`tools.guard`: an exception, no answer within the
         deadline, an answer too long or malformed; counted even where no answer could
@@ -120,12 +123,12 @@ class EpisodeOutput:
 
     @property
     def attention_mask(self) -> jax.Array:
-        """[B, N] bool: the slots the model attends to."""
+        """[B, N] bool: the columns the model attends to."""
         return self.generated | self.observation
 
 
 def _spec(config: EpisodeConfig, continuous: bool = False) -> DecodeSpec:
-    return DecodeSpec(sampling=config.sampling, slots=config.max_tokens,
+    return DecodeSpec(sampling=config.sampling, columns=config.max_tokens,
                       stop_ids=config.stop_ids, max_wait_tokens=config.max_wait_tokens,
                       answer_width=config.max_observation_tokens, continuous=continuous)
 
@@ -180,7 +183,7 @@ def generate_episodes(graphdef, state, prompts, prompt_mask, key, *, config: Epi
         None for every row.
 
     Returns:
-      EpisodeOutput. A row that closes a call with no turns left, or with too few slots
+      EpisodeOutput. A row that closes a call with no turns left, or with too few columns
       left for the answer and one more token, ends its episode there.
     """
     if not isinstance(config, EpisodeConfig):
@@ -281,7 +284,7 @@ class _Slots:
 
 
 def turn_texts(tokens, generated, observation, tokenizer) -> list[str]:
-    """Per row, the text generated since its last observation slot (the current turn)."""
+    """Per row, the text generated since its last observation column (the current turn)."""
     out = []
     for row_tokens, row_generated, row_observation in zip(tokens, generated, observation):
         seen = np.flatnonzero(row_observation)
@@ -365,7 +368,7 @@ def episode_texts(out: EpisodeOutput, tokenizer) -> list[str]:
 
 def episode_rows(prompts, prompt_mask, out: EpisodeOutput) -> tuple[np.ndarray, ...]:
     """(tokens [B, P + L], attention_mask [B, P + L], loss_mask [B, L]) of episodes cut to
-    the slots written: the teacher-forced layout that reproduces the sampler's context."""
+    the columns written: the teacher-forced layout that reproduces the sampler's context."""
     length = int(out.length)
     tokens = np.concatenate([np.asarray(prompts), np.asarray(out.tokens)[:, :length]], 1)
     attention = np.concatenate([np.asarray(prompt_mask, bool),

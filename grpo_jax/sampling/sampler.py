@@ -40,14 +40,14 @@ class SampleOutput:
 def _generate_core(graphdef, state, prompts, prompt_mask, key, config: SamplingConfig):
     model = nnx.merge(graphdef, decode.rollout_state(graphdef, state))
     if 0 < config.slots < prompts.shape[0]:  # continuous batching
-        spec = DecodeSpec(sampling=config, slots=config.max_new_tokens, continuous=True)
+        spec = DecodeSpec(sampling=config, columns=config.max_new_tokens, continuous=True)
         s = decode.start_slots(model, prompts, prompt_mask, spec, config.slots)
         for phase, end in enumerate(spec.phase_ends):
             if phase:
                 s = decode.grow(model, s, prompts.shape[1] + end)
             s = decode.run(model, s, key, spec, end)
     else:
-        spec = DecodeSpec(sampling=config, slots=config.max_new_tokens)
+        spec = DecodeSpec(sampling=config, columns=config.max_new_tokens)
         s = decode.prefill(model, prompts, prompt_mask, key, spec)
         for phase, end in enumerate(spec.phase_ends):
             if phase:

@@ -41,7 +41,7 @@ CORPUS = {
     "ignores_sigterm": ("import _signal, time\n_signal.signal(15, _signal.SIG_IGN)\n"
                         "while True:\n    time.sleep(0.01)\n", "timeout:"),
     "memory_bomb": ("x = 'a' * (10 ** 10)\n", "memory:"),
-    "memory_growth": ("x = []\nwhile True:\n    x.append([0] * 10 ** 6)\n", "memory:"),
+    "memory_growth": ("x = []\nwhile True:\n    x.append(bytearray(32 << 20))\n", "memory:"),
     "os_system": ("import os\nos.system('echo pwned > {mark}')\n", "blocked: os.system"),
     "subprocess": ("import subprocess\nsubprocess.run(['sh', '-c', 'echo pwned > {mark}'])\n",
                    "blocked:"),

@@ -140,7 +140,7 @@ def test_a_program_cannot_forge_its_stop_line():
 
 def test_without_bubblewrap_the_sandbox_refuses_with_one_line(monkeypatch):
     monkeypatch.setattr(sandbox.shutil, "which", lambda name: None)
-    sandbox._bwrap_works.cache_clear()
+    sandbox._BWRAP_WORKS.clear()
     try:
         with pytest.raises(sandbox.SandboxUnavailable) as err:
             run_python("print(1)")
@@ -152,7 +152,7 @@ def test_without_bubblewrap_the_sandbox_refuses_with_one_line(monkeypatch):
         sandbox.check_isolation("audit_hook")  # the weaker mode needs nothing
         assert run_python("print(1)", isolation="audit_hook").output == "1\n"
     finally:
-        sandbox._bwrap_works.cache_clear()
+        sandbox._BWRAP_WORKS.clear()
 
 
 def test_the_weaker_mode_is_only_taken_when_asked_and_logged(caplog):
@@ -283,7 +283,7 @@ def test_a_job_that_runs_code_checks_its_sandbox_at_start(monkeypatch):
         check_sandbox(code_job)
     code_job.sandbox.isolation = "bwrap"
     monkeypatch.setattr(sandbox.shutil, "which", lambda name: None)
-    sandbox._bwrap_works.cache_clear()
+    sandbox._BWRAP_WORKS.clear()
     try:
         for job in (code_job, python_tool):
             with pytest.raises(ConfigError, match="bubblewrap") as err:
@@ -293,4 +293,4 @@ def test_a_job_that_runs_code_checks_its_sandbox_at_start(monkeypatch):
         code_job.sandbox.isolation = "audit_hook"
         check_sandbox(code_job)
     finally:
-        sandbox._bwrap_works.cache_clear()
+        sandbox._BWRAP_WORKS.clear()

@@ -85,7 +85,8 @@ def _busy_pid(pool) -> int:
 def test_a_stuck_comparison_ends_at_its_cpu_deadline_and_the_next_call_is_prompt(pool):
     verdict, seconds = _timed(pool.compare, "HANG 1", "x", DEADLINE)
     assert verdict == verifier.TIMEOUT and seconds >= DEADLINE
-    assert abs(pool.max_cpu_seconds() - DEADLINE) <= TICK  # the kernel's timer
+    # never past the deadline (the kernel's timer); /proc's last reading may come earlier
+    assert pool.max_cpu_seconds() <= DEADLINE + TICK
     stats = pool.stats()
     assert stats["timeouts"] == 1 and stats["worker_restarts"] == 1
     # The other worker answers at once: no restart or import on this call's clock.

@@ -367,16 +367,28 @@ def _environment(work: str) -> dict:
             "PYTHONIOENCODING": "utf-8"}
 
 
-@functools.lru_cache(maxsize=None)
+_BWRAP_WORKS: list = []  # the probe's verdict, once it has one
+
+
 def _bwrap_works() -> str | None:
-    """None when a bubblewrap sandbox starts here, else the one line that says why not."""
+    """None when a bubblewrap sandbox starts here, else the one line that says why not.
+    A definite answer is kept for the process; a probe that only ran out of time (a
+    machine under load) is not, and is tried again at the next call."""
+    if _BWRAP_WORKS:
+        return _BWRAP_WORKS[0]
     try:
-        result = _run("import sys", 10.0, MEMORY_MB, 16, DISK_MB, "bwrap")
+        result = _run("import sys", 30.0, MEMORY_MB, 16, DISK_MB, "bwrap")
     except SandboxUnavailable as err:
+        _BWRAP_WORKS.append(str(err))
         return str(err)
     if result.stopped is None:
+        _BWRAP_WORKS.append(None)
         return None
-    return f"sandbox: bubblewrap cannot start a sandbox here ({result.stopped}): {INSTALL_HINT}"
+    reason = (f"sandbox: bubblewrap cannot start a sandbox here ({result.stopped}): "
+              f"{INSTALL_HINT}")
+    if not result.stopped.startswith("timeout:"):
+        _BWRAP_WORKS.append(reason)
+    return reason
 
 
 def check_isolation(isolation: str | None = None) -> None:

@@ -93,6 +93,7 @@ HOSTILE = [
     (DEFAULT, "--config.rl.pack_blocks=1000000", "rl.pack_blocks: expected a value in [0, 16] "
                                                  "(the rollout batch N*G = 4 x 4 rows"),
     (DEFAULT, "--config.rl.slots=1000", "rl.slots: expected a value in [0, 16]"),
+    (DEFAULT, "--config.math_verify.workers=10000", "math_verify.workers: expected <= 64"),
     (DEFAULT, "--config.model.mlp_size=10000000000", "parameters x 4 bytes"),
     (DEFAULT, "--config.rl.max_staleness=-1", "rl.max_staleness"),
     (DEFAULT, "--config.rl.off_policy_correction=vtrace", "rl.off_policy_correction"),

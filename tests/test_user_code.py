@@ -86,11 +86,20 @@ def test_python_rewards_called_as_documented(tmp_path, monkeypatch):
     before = python_rewards.reward_errors()
     assert python_rewards.load_python_reward("user_rewards:bad")("x", example) == 0.0
     assert python_rewards.reward_errors() == before + 1
+    (tmp_path / "raises_on_import.py").write_text("x = 1\nraise RuntimeError('boom')\n",
+                                                  encoding="utf-8")
+    (tmp_path / "bad_syntax.py").write_text("def f(:\n", encoding="utf-8")
+    (tmp_path / "exits_on_import.py").write_text("import sys\nsys.exit(3)\n", encoding="utf-8")
     for spec, needle in (("user_rewards", "expected module:function"),
                          ("no_such_module_xyz:f", "cannot import 'no_such_module_xyz'"),
-                         ("user_rewards:missing", "has no function 'missing'")):
-        with pytest.raises(ValueError, match=needle):
+                         ("user_rewards:missing", "has no function 'missing'"),
+                         ("raises_on_import:f", r"importing 'raises_on_import' failed at "
+                                                r".*raises_on_import.py:2: RuntimeError: boom"),
+                         ("bad_syntax:f", r"bad_syntax.py:1: SyntaxError"),
+                         ("exits_on_import:f", r"exits_on_import.py:2: SystemExit: 3")):
+        with pytest.raises(ValueError, match=needle) as err:
             python_rewards.load_python_reward(spec)
+        assert "\n" not in str(err.value)
 
 
 def test_a_python_reward_that_does_not_import_is_one_line_before_any_work(tmp_path):

@@ -46,6 +46,7 @@ import reprlib
 import signal
 import threading
 import time
+import traceback
 from collections.abc import Mapping
 from typing import Any, Callable
 
@@ -113,6 +114,16 @@ def load_python_reward(spec: str, *, budget_seconds: float = DEFAULT_BUDGET_SECO
     except ImportError as err:
         raise ValueError(f"{spec!r}: cannot import {module_name!r} ({err}); the module must "
                          "be importable from the folder you run in, or installed") from None
+    except (Exception, SystemExit) as err:  # noqa: BLE001  (the module's own code failed)
+        where = ""
+        frames = traceback.extract_tb(err.__traceback__)
+        if isinstance(err, SyntaxError) and err.filename:
+            where = f" at {err.filename}:{err.lineno}"
+        elif frames:
+            where = f" at {frames[-1].filename}:{frames[-1].lineno}"
+        message = str(err).splitlines()[0] if str(err) else ""
+        raise ValueError(f"{spec!r}: importing {module_name!r} failed{where}: "
+                         f"{type(err).__name__}{': ' + message if message else ''}") from None
     fn = getattr(module, attr, None)
     if not callable(fn):
         raise ValueError(f"{spec!r}: {module_name} has no function {attr!r}")

@@ -104,7 +104,7 @@ def check_run_fields(config: ml_collections.ConfigDict, kinds) -> None:
     if "math_verify" in config:
         verify = Fields(config.math_verify, "math_verify")
         verify.positive("deadline_seconds")
-        verify.integer("workers")
+        verify.integer("workers", high=64)  # each a process holding math-verify (~100 MB)
     check_sandbox(config)
     if "python_rewards" in config:
         Fields(config.python_rewards, "python_rewards").positive("budget_seconds")

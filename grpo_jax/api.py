@@ -15,13 +15,10 @@ workdir (checkpoints, metrics.jsonl, report.md), the same resume.
 
 from __future__ import annotations
 
-import dataclasses
-import json
-
 import ml_collections
 
 from grpo_jax import config_presets, storage
-from grpo_jax.metrics import read_metrics
+from grpo_jax.results import FinishedRun
 from grpo_jax.runner.checks import ConfigError
 
 __all__ = ["ConfigError", "Result", "config", "load", "train"]
@@ -38,25 +35,7 @@ def config(preset: str | None = None, *, job: str = "main") -> ml_collections.Co
     return _JOBS[job](preset)
 
 
-@dataclasses.dataclass(frozen=True)
-class Result:
-    """A run's directory and what it wrote. `evals`: {eval stage: its held-out figures}."""
-    workdir: str
-    evals: dict
-
-    def metrics(self, stage: str | None = None) -> list[dict]:
-        """metrics.jsonl's rows, of one stage when `stage` is given."""
-        rows = read_metrics(self.workdir)
-        return [r for r in rows if stage is None or r.get("stage") == stage]
-
-    def report(self) -> dict:
-        """report.json: the figures per column, the labels, the code's provenance."""
-        return json.loads(storage.read_text(storage.join(self.workdir, "report.json")))
-
-    @property
-    def report_path(self) -> str:
-        """report.md, the human-readable report (tables and plots)."""
-        return storage.join(self.workdir, "report.md")
+Result = FinishedRun  # a run's directory and what it wrote (`grpo_jax.results`)
 
 
 def train(config: ml_collections.ConfigDict, workdir: str) -> Result:
@@ -75,17 +54,9 @@ def train(config: ml_collections.ConfigDict, workdir: str) -> Result:
 
 
 def load(workdir: str) -> Result:
-    """The `Result` of a finished run (its report.json and eval rows)."""
+    """The `Result` of a finished run (its report.json, eval rows and metrics)."""
     workdir = storage.normalize(workdir)
     if not storage.isfile(storage.join(workdir, "report.json")):
         raise FileNotFoundError(f"{workdir}: no report.json (not a finished run; "
                                 "api.train(config, workdir) runs or resumes it)")
-    recorded = json.loads(storage.read_text(storage.join(workdir, "config.json")))
-    names = [n.strip() for n in recorded["stages"].split(",") if n.strip()]
-    kinds = {n: recorded[n].get("kind") for n in names}
-    evals = {}
-    for row in read_metrics(workdir):  # an eval stage's row: its figures (the last one)
-        if kinds.get(row.get("stage")) == "eval":
-            evals[row["stage"]] = {k: v for k, v in row.items()
-                                   if k not in ("stage", "step", "wall_time")}
-    return Result(workdir=workdir, evals=evals)
+    return Result(workdir)

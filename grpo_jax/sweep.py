@@ -27,7 +27,6 @@ import argparse
 import hashlib
 import io
 import itertools
-import json
 import math
 import os
 import re
@@ -41,20 +40,20 @@ from collections.abc import Sequence
 from grpo_jax import storage
 from grpo_jax.json_files import dumps_finite
 
-# The metrics reader only (json and numpy): the runs themselves are subprocesses, and the
-# sweep process never imports jax.
-from grpo_jax.metrics import read_metrics
+# A finished run's files only (json and numpy): the runs themselves are subprocesses, and
+# the sweep process never imports jax.
+from grpo_jax.results import FinishedRun
 from grpo_jax.stats import interval
 
 __all__ = ["Run", "check_extra", "expand", "finished_runs", "format_interval", "main",
-           "stage_figures", "summarize", "write_analysis"]
+           "summarize", "write_analysis"]
 
 CURVES = ("reward_mean", "pass@1", "kl_ref", "completion_length")
-FINAL_TRAINING = ("reward_mean", "kl_ref", "completion_length")  # last RL step's values
 
 
 class Run:
-    """One run of the sweep: its overrides (without the seed), seed, name and command."""
+    """One run of the sweep: its overrides (without the seed), seed, name and command, and
+    its directory's contents (`results`, a `grpo_jax.results.FinishedRun`)."""
 
     def __init__(self, overrides: Sequence[tuple[str, str]], seed: int, root: str,
                  config: str, extra: Sequence[str]):
@@ -62,6 +61,7 @@ class Run:
         self.arm = ",".join(f"{k}={v}" for k, v in self.overrides) or "base"
         self.name = ",".join([*(f"{k}={v}" for k, v in self.overrides), f"seed={seed}"])
         self.workdir = storage.join(root, self.name)
+        self.results = FinishedRun(self.workdir)
         self.command = [sys.executable, "-m", "grpo_jax.main", f"--config={config}",
                         f"--workdir={self.workdir}",
                         *(f"--config.{k}={v}" for k, v in self.overrides),
@@ -69,7 +69,7 @@ class Run:
 
     @property
     def finished(self) -> bool:
-        return storage.isfile(storage.join(self.workdir, "report.json"))
+        return self.results.finished
 
     @property
     def log(self) -> str:
@@ -199,21 +199,6 @@ class _RunLock:
             self.file = None
 
 
-def final_figures(run: Run) -> dict:
-    """A finished run's final evaluation figures (report.json's "after" column, else its
-    last step's) and, as `train/<name>`, its last RL step's FINAL_TRAINING values."""
-    report = json.loads(storage.read_text(storage.join(run.workdir, "report.json")))
-    summary = report.get("summary", report)
-    column = summary.get("after") or summary.get("last_step") or {}
-    figures = {k: v for k, v in column.items() if isinstance(v, (int, float))
-               and not isinstance(v, bool) and not k.endswith("_time_s")
-               and k not in ("num_problems", "num_samples", "num_completions")}
-    rows = training_rows(run)
-    if rows:
-        figures.update({f"train/{k}": rows[-1][k] for k in FINAL_TRAINING if k in rows[-1]})
-    return figures
-
-
 def finished_runs(root: str) -> list[Run]:
     """The finished runs of a local sweep directory, each rebuilt from its directory name
     (`k=v,...,seed=S`: `run.overrides`, `run.arm`, `run.seed`), in name order: what a
@@ -231,12 +216,6 @@ def finished_runs(root: str) -> list[Run]:
         if run.finished:
             runs.append(run)
     return runs
-
-
-def stage_figures(run: Run) -> dict[str, dict]:
-    """{stage name: its last metrics row} of a run: an eval stage's held-out figures, or a
-    training stage's last step."""
-    return {row["stage"]: row for row in read_metrics(run.workdir) if "stage" in row}
 
 
 def format_interval(stats: dict, scale: float = 100.0, digits: int = 1,
@@ -261,12 +240,6 @@ def write_analysis(out: str, summary: dict, table: str) -> None:
     storage.write_text(storage.join(out, "table.md"), table)
 
 
-def training_rows(run: Run) -> list[dict]:
-    """The RL steps of a run's metrics.jsonl, in run order."""
-    return [row for row in read_metrics(run.workdir)
-            if "reward_mean" in row and "stage_step" in row]
-
-
 def summarize(runs: Sequence[Run], root: str) -> dict:
     """Writes summary.json, summary.md and curves.png over the finished runs; returns the
     summary {arm: {"seeds": [...], "figures": {name: interval}}}."""
@@ -276,7 +249,7 @@ def summarize(runs: Sequence[Run], root: str) -> dict:
             arms.setdefault(run.arm, []).append(run)
     summary = {}
     for arm, members in arms.items():
-        per_seed = [final_figures(r) for r in members]
+        per_seed = [r.results.final_figures() for r in members]
         names = sorted({k for figures in per_seed for k in figures})
         summary[arm] = {"seeds": [r.seed for r in members],
                         "figures": {k: interval([f.get(k) for f in per_seed]) for k in names}}
@@ -326,7 +299,7 @@ def _plot_curves(arms: dict, path: str) -> None:
     fig, axes = plt.subplots(1, len(CURVES), figsize=(4 * len(CURVES), 3.2))
     for index, (arm, members) in enumerate(arms.items()):
         color = f"C{index % 10}"  # one colour per arm in every panel
-        curves = [training_rows(r) for r in members]
+        curves = [r.results.training_rows() for r in members]
         for ax, name in zip(axes, CURVES):
             series = [[row.get(name, np.nan) for row in rows] for rows in curves if rows]
             if not series:

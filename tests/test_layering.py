@@ -1,6 +1,7 @@
 """The package's imports run one way: main -> pipeline -> stages -> runner -> library
 (export, the other command, sits beside main: runner and library only; the studies sit above
-the pipeline: pipeline, stages, config_presets, runner and library).
+the pipeline: pipeline, stages, config_presets, runner and library; results, the finished
+run, sits on the runner, whose builders make its policy; sweep on results).
 
 Every `import` statement (module level or inside a function) of every module of grpo_jax is
 read with `ast`; the test fails on any import cycle between modules and on any import
@@ -94,17 +95,23 @@ def _layer(module: str) -> str:
     if len(parts) == 1:
         return "package"
     return parts[1] if parts[1] in ("main", "api", "export", "pipeline", "stages", "runner",
-                                    "studies", "config_presets") else "library"
+                                    "studies", "config_presets", "results", "sweep"
+                                    ) else "library"
 
 
 def test_imports_run_one_way(graph):
     allowed = {  # layer -> layers it may import
         "main": {"pipeline", "runner", "library"},
         # the Python entry point (config -> run -> result): the command line without flags
-        "api": {"pipeline", "config_presets", "runner", "library"},
+        "api": {"pipeline", "config_presets", "results", "runner", "library"},
         # the studies (python -m grpo_jax.studies) sit above the pipeline: runs, their configs
         # (stage kinds' default sections) and finished runs' policies
-        "studies": {"studies", "pipeline", "stages", "config_presets", "runner", "library"},
+        "studies": {"studies", "pipeline", "stages", "config_presets", "results", "sweep",
+                    "runner", "library"},
+        # a finished run: its files read with the library, its policy built by the runner
+        "results": {"runner", "library"},
+        # seeded sweeps: subprocess runs, read back as finished runs
+        "sweep": {"results", "library"},
         # the shared config builders of configs/*.py: stage kinds' default sections
         "config_presets": {"stages", "library"},
         "export": {"runner", "library"},

@@ -157,7 +157,7 @@ def test_distill_from_another_runs_teacher_into_a_pretrained_student(tmp_path, m
     tiny-1m), not a fresh init; a run of another size is refused with one line."""
     import jax
 
-    from grpo_jax.runner.inputs import load_finished_run
+    from grpo_jax.results import FinishedRun
     from grpo_jax.runner.model_init import load_run_policy
     from grpo_jax.stages import distill as distill_stage
     from grpo_jax.training import Policy
@@ -201,13 +201,13 @@ def test_distill_from_another_runs_teacher_into_a_pretrained_student(tmp_path, m
     _, teacher_model, _, _ = load_run_policy(str(tmp_path / "teacher"))
     _, teacher_params = Policy.from_model(teacher_model)
     # What a study loads from a finished run: the same parameters, its task and tokenizer.
-    finished = load_finished_run(str(tmp_path / "teacher"))
+    finished = FinishedRun(str(tmp_path / "teacher")).policy
     jax.tree.map(lambda a, b: np.testing.assert_array_equal(np.asarray(a), np.asarray(b)),
                  jax.device_get(finished.params), jax.device_get(teacher_params))
     assert finished.config.model.num_layers == 2 and finished.task.name == "arithmetic"
     assert finished.tokenizer.encode("Q: 7*8") == teacher_run.tokenizer.encode("Q: 7*8")
     with pytest.raises(FileNotFoundError, match="not a grpo_jax run directory"):
-        load_finished_run(str(tmp_path / "nowhere"))
+        FinishedRun(str(tmp_path / "nowhere")).policy
     assert len(sampled_with) == 1 and len(sampled_with[0]["blocks"]) == 2
     jax.tree.map(lambda a, b: np.testing.assert_array_equal(np.asarray(a), np.asarray(b)),
                  jax.device_get(sampled_with[0]), jax.device_get(teacher_params))

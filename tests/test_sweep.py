@@ -66,7 +66,7 @@ def test_finished_runs_stage_figures_and_format(tmp_path):
     assert [(r.arm, r.seed) for r in found] == [("rl.beta=0.0", 0), ("rl.beta=0.0", 1),
                                                 ("rl.beta=0.1", 0)]
     assert found[2].overrides == (("rl.beta", "0.1"),) and found[2].workdir == runs[2].workdir
-    assert sweep.stage_figures(found[1])["rl"]["pass@1"] == pytest.approx(0.6)
+    assert found[1].results.stage_rows()["rl"]["pass@1"] == pytest.approx(0.6)
     assert sweep.finished_runs(str(tmp_path / "nowhere")) == []
     diff = stats.paired_interval([0.5, 0.6, 0.7], [0.4, 0.45, 0.65])  # mean 0.1, std 0.05
     half = stats.t_quantile(0.975, 2) * 0.05 / math.sqrt(3) * 100
@@ -128,7 +128,7 @@ def test_summary_and_skipping_finished_runs(tmp_path, monkeypatch):
     # Every figure is grpo_jax.stats.interval of the seeds' values, as summary.json writes it
     # (the keys mean, std, n, ci95; NaN as null).
     for arm, entry in summary.items():
-        per_seed = [sweep.final_figures(r) for r in runs if r.arm == arm]
+        per_seed = [r.results.final_figures() for r in runs if r.arm == arm]
         assert entry["seeds"] == [r.seed for r in runs if r.arm == arm]
         for name, figure in entry["figures"].items():
             assert list(figure) == ["mean", "std", "n", "ci95"]

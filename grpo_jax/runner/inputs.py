@@ -1,5 +1,5 @@
 """What a run is built from: its task, tokenizer, prompt bucket and model.init_from's model
-config, from the config; and the same of a finished run (`load_finished_run`).
+config, from the config (a finished run's are rebuilt the same way: `grpo_jax.results`).
 
 `build_inputs(config)` builds the task, model.init_from's model config, the tokenizer and
 the prompt bucket once, at start-up, into a frozen `RunInputs` that validation checks the
@@ -13,20 +13,15 @@ from __future__ import annotations
 import dataclasses
 import os
 import re
-from typing import Any, NamedTuple
-
-import ml_collections
+from typing import Any
 
 from grpo_jax import tasks as tasks_lib
 from grpo_jax import text
 from grpo_jax.models import ModelConfig
 from grpo_jax.runner.checks import ConfigError
-from grpo_jax.runner.model_init import (check_checkpoint_files, checkpoint_config,
-                                        load_run_policy)
+from grpo_jax.runner.model_init import check_checkpoint_files, checkpoint_config
 from grpo_jax.runner.prompts import prompt_of, run_tool_schemas
-from grpo_jax.runner.run_directory import run_directory_config
 from grpo_jax.runner.tokenizers import build_tokenizer, check_tokenizer, tokenizer_kind
-from grpo_jax.training import Policy
 
 PROMPT_BUCKET_MULTIPLE = 8  # task.prompt_len = 0: the longest prompt rounded up to this
 
@@ -142,29 +137,3 @@ def build_inputs(config) -> RunInputs:
         inputs = with_tokenizer(config, inputs, tokenizer)
     check_checkpoint_files(config)
     return inputs
-
-class FinishedRun(NamedTuple):
-    """A finished run's final policy with what it was trained on (`load_finished_run`)."""
-    config: ml_collections.ConfigDict
-    task: Any
-    tokenizer: Any
-    policy: Any  # training.Policy
-    params: Any
-
-def load_finished_run(workdir: str) -> FinishedRun:
-    """The config, task, tokenizer, policy and final parameters of a grpo_jax run directory,
-    built as the run built them (`load_run_policy`): what a study or an evaluation script
-    needs from a finished run.
-
-    Raises:
-      FileNotFoundError: `workdir` is not a grpo_jax run directory, or has no checkpoint.
-    """
-    config = run_directory_config(workdir)
-    if config is None:
-        raise FileNotFoundError(f"{workdir}: not a grpo_jax run directory (no config.json "
-                                "with stages and no checkpoints/)")
-    task = build_task(config)
-    tokenizer = build_tokenizer(config, task, workdir)
-    _, model, _, _ = load_run_policy(workdir, tokenizer=tokenizer)
-    policy, params = Policy.from_model(model)
-    return FinishedRun(config, task, tokenizer, policy, params)

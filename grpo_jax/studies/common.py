@@ -44,7 +44,7 @@ from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
 from grpo_jax import storage, sweep
-from grpo_jax.metrics import read_metrics
+from grpo_jax.results import FinishedRun
 from grpo_jax.stats import interval
 from grpo_jax.studies import summary as summary_lib
 
@@ -70,17 +70,22 @@ class Tier:
 
 @dataclasses.dataclass(frozen=True)
 class RunRecord:
-    """One finished (or planned) run of an arm: what the analyses read."""
+    """One finished (or planned) run of an arm: its labels, its planned config and its
+    directory's contents (`results`, a `grpo_jax.results.FinishedRun`)."""
     arm: str
     base: str  # the base's key ("" without a base)
     seed: int
     workdir: str  # <workdir>/runs/<config hash>: shared by every study asking for the run
     config: Any  # the run's ConfigDict
     link: str = ""  # <workdir>/<study>/runs/<arm>/<base>,seed=<s>: a link to `workdir`
+    results: FinishedRun = dataclasses.field(init=False, repr=False, compare=False)
+
+    def __post_init__(self):
+        object.__setattr__(self, "results", FinishedRun(self.workdir))
 
     @property
     def finished(self) -> bool:
-        return storage.isfile(storage.join(self.workdir, "report.json"))
+        return self.results.finished
 
 
 @dataclasses.dataclass
@@ -457,10 +462,8 @@ def _provenance(argv) -> dict:
 def _run_commits(records: Sequence[RunRecord]) -> list:
     commits = set()
     for record in records:
-        path = storage.join(record.workdir, "report.json")
-        if storage.isfile(path):
-            report = json.loads(storage.read_text(path))
-            code = report.get("provenance") or {}
+        if record.finished:
+            code = record.results.report().get("provenance") or {}
             commits.add(code.get("commit"))
     return sorted(commits, key=str)
 
@@ -604,18 +607,19 @@ def training_mean(rows: Sequence[dict], name: str, skip: int = 0) -> float | Non
 
 def figures(record: RunRecord) -> dict:
     """A finished run's final evaluation figures and its last RL step's train/ values
-    (`sweep.final_figures`)."""
-    return sweep.final_figures(record)
+    (`FinishedRun.final_figures`)."""
+    return record.results.final_figures()
 
 
 def training_rows(record: RunRecord) -> list[dict]:
-    """The RL steps of a run's metrics.jsonl, in run order."""
-    return sweep.training_rows(record)
+    """The RL steps of a run's metrics.jsonl, in run order (`FinishedRun.training_rows`)."""
+    return record.results.training_rows()
 
 
 def last_stage_rows(record: RunRecord) -> dict[str, dict]:
-    """{stage name: its last metrics row} (an eval stage's held-out figures)."""
-    return {row["stage"]: row for row in read_metrics(record.workdir) if "stage" in row}
+    """{stage name: its last metrics row} (an eval stage's held-out figures;
+    `FinishedRun.stage_rows`)."""
+    return record.results.stage_rows()
 
 
 def per_seed(runs: StudyRuns, values: Callable[[RunRecord], Mapping[str, float]],
@@ -643,11 +647,8 @@ def per_seed(runs: StudyRuns, values: Callable[[RunRecord], Mapping[str, float]]
 def eval_values(record: RunRecord, metrics: Sequence[str], final: str = "eval_final",
                 before: str = "eval_base") -> dict:
     """A run's held-out figures: `metrics` of its last `final` evaluation, and of its
-    `before` evaluation as "base_<metric>"."""
-    stages = last_stage_rows(record)
-    values = {name: stages.get(final, {}).get(name) for name in metrics}
-    values.update({f"base_{name}": stages.get(before, {}).get(name) for name in metrics})
-    return values
+    `before` evaluation as "base_<metric>" (`FinishedRun.eval_values`)."""
+    return record.results.eval_values(metrics, final, before)
 
 
 def add_base_arm(arms: dict, source: str, metrics: Sequence[str], name: str = "base") -> None:
@@ -775,19 +776,14 @@ def pyplot():
 
 def load_finished(workdir: str):
     """A finished run's config, task, tokenizer, policy and final parameters
-    (`FinishedRun`), for the studies that measure a trained model after the fact."""
-    from grpo_jax.runner.inputs import load_finished_run
-    return load_finished_run(workdir)
+    (`FinishedRun.policy`), for the studies that measure a trained model after the fact."""
+    return FinishedRun(workdir).policy
 
 
 def load_run_params(workdir: str, tokenizer):
     """A run's final parameters as a plain dict (its latest checkpoint), built with
-    `tokenizer` (`runner.model_init.load_run_policy`)."""
-    from flax import nnx
-
-    from grpo_jax.runner.model_init import load_run_policy
-    _, model, _, _ = load_run_policy(workdir, tokenizer=tokenizer)
-    return nnx.to_pure_dict(nnx.state(model))
+    `tokenizer` (`FinishedRun.params_with`)."""
+    return FinishedRun(workdir).params_with(tokenizer)
 
 
 def eval_seed(config) -> int:

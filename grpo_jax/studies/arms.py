@@ -1,0 +1,111 @@
+"""What the analyses read from finished runs (each `RunRecord.results`, a
+`grpo_jax.results.FinishedRun`): a run's figures and rows, the arms' per-seed values, the
+base and constant pseudo-arms, and a finished run's policy for post-hoc measurements."""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Callable, Mapping, Sequence
+
+from grpo_jax.results import FinishedRun
+from grpo_jax.studies.record import RunRecord, StudyRuns
+
+
+def arm_curves(runs: StudyRuns, arms: Sequence[str]) -> dict[str, list[list[dict]]]:
+    """{arm: the training rows of each of its finished runs} (`curve_panels`' input)."""
+    return {name: [training_rows(r) for r in runs.arm(name) if r.finished] for name in arms}
+
+
+def training_mean(rows: Sequence[dict], name: str, skip: int = 0) -> float | None:
+    """The mean of the finite values of `name` over the training rows after the first
+    `skip` (e.g. 1: the step that compiled), or None without any."""
+    values = [r[name] for r in rows[skip:] if r.get(name) is not None
+              and math.isfinite(r[name])]
+    return sum(values) / len(values) if values else None
+
+
+def figures(record: RunRecord) -> dict:
+    """A finished run's final evaluation figures and its last RL step's train/ values
+    (`FinishedRun.final_figures`)."""
+    return record.results.final_figures()
+
+
+def training_rows(record: RunRecord) -> list[dict]:
+    """The RL steps of a run's metrics.jsonl, in run order (`FinishedRun.training_rows`)."""
+    return record.results.training_rows()
+
+
+def last_stage_rows(record: RunRecord) -> dict[str, dict]:
+    """{stage name: its last metrics row} (an eval stage's held-out figures;
+    `FinishedRun.stage_rows`)."""
+    return record.results.stage_rows()
+
+
+def per_seed(runs: StudyRuns, values: Callable[[RunRecord], Mapping[str, float]],
+             arms: Sequence[str] | None = None, rename: Callable[[str], str] | None = None
+             ) -> dict:
+    """{arm: {"seeds", "bases", "metrics": {metric: per-seed values}}} over the finished runs,
+    `values(run)` giving a run's metrics; `rename` maps an arm's run name to its summary
+    name."""
+    out: dict[str, dict] = {}
+    for record in runs.runs:
+        if not record.finished or (arms is not None and record.arm not in arms):
+            continue
+        name = rename(record.arm) if rename else record.arm
+        entry = out.setdefault(name, {"seeds": [], "bases": [], "rows": []})
+        entry["seeds"].append(record.seed)
+        entry["bases"].append(record.base)
+        entry["rows"].append(dict(values(record)))
+    for entry in out.values():
+        rows = entry.pop("rows")
+        names = sorted({k for row in rows for k in row})
+        entry["metrics"] = {k: [row.get(k) for row in rows] for k in names}
+    return out
+
+
+def eval_values(record: RunRecord, metrics: Sequence[str], final: str = "eval_final",
+                before: str = "eval_base") -> dict:
+    """A run's held-out figures: `metrics` of its last `final` evaluation, and of its
+    `before` evaluation as "base_<metric>" (`FinishedRun.eval_values`)."""
+    return record.results.eval_values(metrics, final, before)
+
+
+def add_base_arm(arms: dict, source: str, metrics: Sequence[str], name: str = "base") -> None:
+    """Adds the arm `name`: the base model, from `source`'s "base_<metric>" values (each run's
+    evaluation before training: every arm of a (base, seed) starts from the same
+    parameters, so one arm's runs give the base's figures paired by (base, seed))."""
+    if source not in arms:
+        return
+    entry = arms[source]
+    arms[name] = {"seeds": list(entry["seeds"]), "bases": list(entry["bases"]),
+                  "metrics": {m: list(entry["metrics"].get(f"base_{m}",
+                                                          [None] * len(entry["seeds"])))
+                              for m in metrics}}
+
+
+def constant_arm(arms: dict, like: str, name: str, metric: str, value: float) -> None:
+    """Adds to the pseudo-arm `name` (made if new) `value` of `metric` for each (base, seed)
+    of `like`: a contrast against it tests a run's value against a fixed bar."""
+    if like in arms:
+        n = len(arms[like]["seeds"])
+        entry = arms.setdefault(name, {"seeds": list(arms[like]["seeds"]),
+                                       "bases": list(arms[like]["bases"]), "metrics": {}})
+        entry["metrics"][metric] = [value] * n
+
+
+def load_finished(workdir: str):
+    """A finished run's config, task, tokenizer, policy and final parameters
+    (`FinishedRun.policy`), for the studies that measure a trained model after the fact."""
+    return FinishedRun(workdir).policy
+
+
+def load_run_params(workdir: str, tokenizer):
+    """A run's final parameters as a plain dict (its latest checkpoint), built with
+    `tokenizer` (`FinishedRun.params_with`)."""
+    return FinishedRun(workdir).params_with(tokenizer)
+
+
+def eval_seed(config) -> int:
+    """The held-out problems' seed of a run's config (`runner.inputs.eval_seed`)."""
+    from grpo_jax.runner.inputs import eval_seed as seed_of
+    return seed_of(config)

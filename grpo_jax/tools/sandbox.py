@@ -20,8 +20,8 @@ default): each program runs in a fresh interpreter (`python -I -S`) under bubble
   no view of the trainer's files, environment (five variables: PATH, HOME, TMPDIR, LANG,
   PYTHONIOENCODING) or open files;
 * a seccomp filter (libseccomp through `pyseccomp`) refusing what no sandboxed program
-  needs (`DENIED_SYSCALLS`: ptrace, pidfd, setpriority and affinity, mknod, mount, keyctl,
-  bpf, perf, namespaces, ...);
+  needs (`DENIED_SYSCALLS`: new processes (fork; a thread's clone is allowed), ptrace,
+  pidfd, setpriority and affinity, mknod, mount, keyctl, bpf, perf, namespaces, ...);
 * resource limits set before the program's first line: CPU seconds (the deadline's),
   address space (memory_mb), file size (1 MiB), open files, processes, no core files;
 * an audit hook (PEP 578) as a second wall: it refuses new processes, signals, sockets,
@@ -110,9 +110,11 @@ PATH_EVENTS = {"os.listdir": ((0, False),), "os.scandir": ((0, False),),
                "shutil.rmtree": ((0, True),), "shutil.make_archive": ((0, True),),
                "shutil.unpack_archive": ((0, False), (1, True)), "glob.glob": ((0, False),),
                "glob.glob/2": ((0, False), (2, False)), "sqlite3.connect": ((0, True),)}
-# System calls the seccomp filter refuses (EPERM): tracing and reaching other processes,
-# scheduling, device nodes and mounts, the kernel's keyrings, BPF and perf, namespaces,
-# modules, clocks. Names the machine's architecture lacks are skipped.
+# System calls the seccomp filter refuses (EPERM): new processes (fork, vfork, and clone
+# except for a thread: as root the process limit does not hold, since the sandbox's user
+# maps to root outside), tracing and reaching other processes, scheduling, device nodes
+# and mounts, the kernel's keyrings, BPF and perf, namespaces, modules, clocks. Names the
+# machine's architecture lacks are skipped.
 DENIED_SYSCALLS = (
     "ptrace", "process_vm_readv", "process_vm_writev", "kcmp", "pidfd_open",
     "pidfd_send_signal", "pidfd_getfd", "setpriority", "sched_setaffinity",
@@ -123,7 +125,8 @@ DENIED_SYSCALLS = (
     "init_module", "finit_module", "delete_module", "reboot", "swapon", "swapoff", "acct",
     "settimeofday", "clock_settime", "clock_adjtime", "adjtimex", "syslog", "io_uring_setup",
     "io_uring_enter", "io_uring_register", "open_by_handle_at", "name_to_handle_at",
-    "quotactl", "lookup_dcookie", "iopl", "ioperm", "vhangup", "personality")
+    "quotactl", "lookup_dcookie", "iopl", "ioperm", "vhangup", "personality", "fork", "vfork")
+_CLONE_THREAD = 0x00010000
 # clone() flags that make new namespaces (clone3 answers ENOSYS, so the C library falls
 # back to clone, whose flags the filter can read).
 _CLONE_NAMESPACE_FLAGS = (0x00020000, 0x02000000, 0x04000000, 0x08000000, 0x10000000,
@@ -316,6 +319,8 @@ def _seccomp_program() -> bytes:
     program.add_rule(pyseccomp.ERRNO(38), "clone3")  # ENOSYS: the C library uses clone
     for flag in _CLONE_NAMESPACE_FLAGS:
         program.add_rule(deny, "clone", pyseccomp.Arg(0, pyseccomp.MASKED_EQ, flag, flag))
+    # no new process at all: a clone that is not a thread (fork's) is refused
+    program.add_rule(deny, "clone", pyseccomp.Arg(0, pyseccomp.MASKED_EQ, _CLONE_THREAD, 0))
     with tempfile.TemporaryFile() as file:
         program.export_bpf(file)
         file.seek(0)

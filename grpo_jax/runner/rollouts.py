@@ -88,6 +88,22 @@ def sample_batch(run, policy, params, examples, key, *, sampling, reward_fns, we
     return _sampler_errors(finish, where)
 
 
+def fixed_batches(run, policy, params, examples, key, *, batch_size: int, sampling,
+                  reward_fns, weights, episodes=None, sharding=None, where: str = "sampling"):
+    """`examples` (one row each) sampled and scored in batches of `batch_size` rows
+    (`sample_batch`), one static shape: the last batch is padded with copies of its first
+    row. The batch from row `start` draws with jax.random.fold_in(key, start). Yields
+    (the batch's examples, its real rows, its Rollout), the padding rows last."""
+    for start in range(0, len(examples), batch_size):
+        chunk = examples[start:start + batch_size]
+        real = len(chunk)
+        chunk = chunk + [chunk[0]] * (batch_size - real)  # static shape: pad with copies
+        yield chunk, real, sample_batch(run, policy, params, chunk,
+                                        jax.random.fold_in(key, start), sampling=sampling,
+                                        reward_fns=reward_fns, weights=weights, where=where,
+                                        episodes=episodes, sharding=sharding)()
+
+
 def sample_and_score(run, examples, *, num_samples: int, batch_size: int, sampling, key,
                      weights=None, policy=None, params=None, episodes=None):
     """Samples `num_samples` completions per example in fixed-size batches with the run's
@@ -106,13 +122,10 @@ def sample_and_score(run, examples, *, num_samples: int, batch_size: int, sampli
         weights = {**{name: 0.0 for name in reward_fns},
                    **{name: w for name, w in weights.items() if name in reward_fns}}
     records = []
-    for start in range(0, len(flat), batch_size):
-        chunk = flat[start:start + batch_size]
-        real = len(chunk)
-        chunk = chunk + [chunk[0]] * (batch_size - real)  # static shape: pad with copies
-        ro = sample_batch(run, policy, params, chunk, jax.random.fold_in(key, start),
-                          sampling=sampling, reward_fns=reward_fns, weights=weights,
-                          where="sampling", episodes=episodes, sharding=run.data_sharding)()
+    for chunk, real, ro in fixed_batches(run, policy, params, flat, key, batch_size=batch_size,
+                                         sampling=sampling, reward_fns=reward_fns,
+                                         weights=weights, episodes=episodes,
+                                         sharding=run.data_sharding):
         for i in range(real):
             records.append({
                 "example": chunk[i],

@@ -33,20 +33,19 @@ group (unbiased: E[g] = 0, independent samples). The single-sample check fits co
 half of each pool and evaluates (r - b)^2 ||g||^2 on the other half (cross-fitted), along
 b = mean + lambda (b* - mean).
 
-`sample_scores`, `load_pool`, `task_rewards` and `pool_protocol` are shared with the
-difficulty_bias study.
+The pool (`measure.measure_pools`) is measured as difficulty_bias measures its groups.
 """
 
 from __future__ import annotations
 
-import io
 import math
 
 import numpy as np
 
-from grpo_jax import storage, sweep
+from grpo_jax import sweep
 from grpo_jax.stats import interval, paired_interval
 from grpo_jax.studies import common
+from grpo_jax.studies import measure as measure_lib
 
 RUN_ARM = "base_eval"
 POOL_FILE = "pool.npz"
@@ -59,7 +58,7 @@ LABELS = {"none": "none (b = 0)", "group_mean": "group mean, self included (GRPO
           "bstar_group": "b* in the group, self included"}
 REWARDS = {"main": {"accuracy": 1.0, "format": 0.2}, "accuracy": {"accuracy": 1.0}}
 LAMBDAS = np.round(np.arange(-1.0, 3.01, 0.25), 2)
-EVAL = ("pass@1", "pass@8", "format_rate", "mean_length")
+EVAL = measure_lib.BASE_EVAL  # RUN_ARM's figures: the base's held-out evaluation
 # Per tier: problems, pool N, group G, random partitions of the pool, problems per sampling
 # call and rows per score-function call.
 SIZES = {"full": {"prompts": 64, "pool": 64, "group": 16, "partitions": 32,
@@ -91,163 +90,6 @@ def eval_config(tier: str = "full"):
 
 def arm_configs(tier: str) -> dict:
     return {RUN_ARM: eval_config(tier)}
-
-
-# ---- sampling and score functions (shared with difficulty_bias) -------------------------------
-
-def setup(base: str) -> dict:
-    """The base run's config, task, tokenizer, policy and parameters, built as the run built
-    them."""
-    config, task, tokenizer, policy, params = common.load_finished(base)
-    return {"config": config, "task": task, "tokenizer": tokenizer, "policy": policy,
-            "params": params, "prompt_len": int(config.task.prompt_len)}
-
-
-def _grad_fn(s: dict):
-    """jit(tokens, attention, loss_mask) -> [rows, P] flattened score functions."""
-    import jax
-
-    from grpo_jax.rl.update import flat_sequence_score_grads
-
-    policy, params, prompt_len = s["policy"], s["params"], s["prompt_len"]
-    return jax.jit(lambda tokens, attention, loss_mask: flat_sequence_score_grads(
-        policy, params, tokens, attention, prompt_len, loss_mask=loss_mask))
-
-
-def _logp_gap(s: dict, ro, rows: int = 16) -> float:
-    """max |sum_t teacher-forced log pi - sum_t sampler log pi| over the first rows: the
-    score functions are those of the distribution that sampled."""
-    from grpo_jax.rl.update import sequence_logp
-
-    full = np.concatenate([ro.prompt_tokens, ro.tokens], 1)[:rows]
-    attention = np.concatenate([ro.prompt_mask, ro.attention_mask], 1)[:rows]
-    logp, _ = sequence_logp(s["policy"], s["params"], full, attention, s["prompt_len"])
-    mask = ro.loss_mask[:rows]
-    return float(np.max(np.abs(np.where(mask, np.asarray(logp), 0).sum(1)
-                               - np.where(mask, ro.behaviour_logp[:rows], 0).sum(1))))
-
-
-def sample_scores(s: dict, examples, *, pool: int, key, prompts_per_call: int,
-                  grad_rows: int, label: str = "") -> dict:
-    """`pool` completions of each problem of `examples` sampled from the base at temperature
-    1 (the base run's rl.max_new_tokens), scored by the task's reward functions, and each
-    problem's Gram matrix of the per-sequence score functions: {"accuracy", "format",
-    "lengths", "truncated": [n, pool], "gram": [n, pool, pool], "ids": [n], "logp_gap"}."""
-    import jax
-
-    from grpo_jax import tasks as tasks_lib
-    from grpo_jax.rl.rollout import rollout
-    from grpo_jax.sampling import SamplingConfig
-
-    config, task, tokenizer = s["config"], s["task"], s["tokenizer"]
-    sampling = SamplingConfig(max_new_tokens=int(config.rl.max_new_tokens), temperature=1.0,
-                              eos_ids=tuple(tokenizer.eos_ids), pad_id=tokenizer.pad_id,
-                              prompt_group=pool)
-    fn = s.setdefault("grad_fn", _grad_fn(s))  # compiled once for every seed
-    out = {"accuracy": [], "format": [], "lengths": [], "truncated": [], "gram": []}
-    logp_gap = 0.0
-    for start in range(0, len(examples), prompts_per_call):
-        chunk = examples[start:start + prompts_per_call]
-        rows = [ex for ex in chunk for _ in range(pool)]
-        prompts = [tasks_lib.apply_template(ex, template=config.task.template,
-                                            tokenizer=tokenizer) for ex in rows]
-        key, sub = jax.random.split(key)
-        ro = rollout(s["policy"], s["params"], tokenizer, rows, prompts, sub,
-                     sampling=sampling, prompt_len=s["prompt_len"],
-                     reward_fns=task.reward_fns(), weights={"accuracy": 1.0, "format": 1.0})
-        if start == 0:
-            logp_gap = _logp_gap(s, ro)
-        full = np.concatenate([ro.prompt_tokens, ro.tokens], 1)
-        attention = np.concatenate([ro.prompt_mask, ro.attention_mask], 1)
-        for p in range(len(chunk)):
-            block = slice(p * pool, (p + 1) * pool)
-            grads = np.concatenate([np.asarray(fn(full[block][i:i + grad_rows],
-                                                  attention[block][i:i + grad_rows],
-                                                  ro.loss_mask[block][i:i + grad_rows]))
-                                    for i in range(0, pool, grad_rows)])
-            grads = grads.astype(np.float64)
-            out["gram"].append(grads @ grads.T)
-        n = len(chunk)
-        for name in ("accuracy", "format"):
-            out[name].append(np.asarray(ro.components[name]).reshape(n, pool))
-        out["lengths"].append(np.asarray(ro.lengths).reshape(n, pool))
-        out["truncated"].append(np.asarray(ro.truncated).reshape(n, pool))
-        print(f"[studies] {label}: {start + n}/{len(examples)} problems sampled", flush=True)
-    data = {k: np.concatenate(v) for k, v in out.items() if k != "gram"}
-    data["gram"] = np.stack(out["gram"])
-    data["ids"] = np.asarray([str(ex.id) for ex in examples])
-    data["logp_gap"] = np.asarray(logp_gap)
-    return data
-
-
-def save_pool(path: str, data: dict) -> None:
-    buffer = io.BytesIO()
-    np.savez_compressed(buffer, **{k: np.asarray(v) for k, v in data.items()})
-    storage.write_bytes(path, buffer.getvalue())
-
-
-def load_pool(record: common.RunRecord, name: str = POOL_FILE) -> dict | None:
-    """A run's measured pool (`save_pool`), None if it has none."""
-    path = storage.join(record.workdir, name)
-    if not record.finished or not storage.isfile(path):
-        return None
-    with np.load(io.BytesIO(storage.read_bytes(path))) as data:
-        return {k: data[k] for k in data.files}
-
-
-def measure_pools(runs: common.StudyRuns, *, name: str, prompts: int, pool: int,
-                  prompts_per_call: int, grad_rows: int) -> None:
-    """For every finished run without `name`: `pool` completions of each of the first
-    `prompts` held-out problems (task.eval_seed: the same problems for every seed), sampled
-    from the run's base with the key jax.random.key(seed), with their Gram matrices."""
-    import jax
-
-    loaded: dict[str, dict] = {}
-    for record in runs.runs:
-        path = storage.join(record.workdir, name)
-        if not record.finished or storage.isfile(path):
-            continue
-        if record.base not in loaded:
-            loaded[record.base] = setup(runs.bases[record.base]["workdir"])
-        s = loaded[record.base]
-        eval_seed = common.eval_seed(record.config)
-        examples = s["task"].examples("test", prompts, seed=eval_seed)
-        label = f"{runs.study.name} {record.base} seed={record.seed}"
-        data = sample_scores(s, examples, pool=pool, key=jax.random.key(record.seed),
-                             prompts_per_call=prompts_per_call, grad_rows=grad_rows,
-                             label=label)
-        data.update(seed=np.asarray(record.seed), eval_seed=np.asarray(eval_seed))
-        save_pool(path, data)
-
-
-def task_rewards(data: dict, weights: dict, tier: str) -> np.ndarray:
-    """The weighted reward of a pool. The mini tier's toy base earns no task reward, so there
-    a stand-in takes accuracy's place: whether the completion ended before the token limit
-    (binary, and it varies), so that the arithmetic runs on rewards that vary."""
-    components = {"accuracy": np.asarray(data["accuracy"], np.float64),
-                  "format": np.asarray(data["format"], np.float64)}
-    if tier == "mini":
-        components["accuracy"] = 1.0 - np.asarray(data["truncated"], np.float64)
-    return sum(w * components[name] for name, w in weights.items())
-
-
-def pool_protocol(pools: list[dict], records: list[common.RunRecord], samples: int,
-                  note: str) -> dict:
-    """The held-out protocol of the measurement: the problems' seed and count, samples per
-    problem, and whether every run measured the same problems (compared by id)."""
-    ids = [tuple(p["ids"].tolist()) for p in pools]
-    seeds = {int(p["eval_seed"]) for p in pools} or {common.eval_seed(r.config)
-                                                    for r in records}
-    return {"eval_seed": seeds.pop() if len(seeds) == 1 else sorted(seeds),
-            "problems": len(ids[0]) if ids else None, "samples_per_problem": samples,
-            "problems_fixed_across_seeds": bool(ids) and len(set(ids)) == 1,
-            "notes": note}
-
-
-def eval_values(record: common.RunRecord) -> dict:
-    """The base's held-out figures from the run's eval stage."""
-    row = common.last_stage_rows(record).get("eval_base", {})
-    return {name: row.get(name) for name in EVAL}
 
 
 # ---- the per-seed figures ----------------------------------------------------------------------
@@ -387,15 +229,15 @@ def analyze(runs: common.StudyRuns) -> common.Analysis:
     G, partitions = sizes["group"], sizes["partitions"]
     records, pools, figs = [], [], []
     for record in runs.arm(RUN_ARM):
-        data = load_pool(record)
+        data = measure_lib.load_pool(record, POOL_FILE)
         if data is None:
             continue
-        seed_figs = {kind: seed_figures(task_rewards(data, weights, runs.tier), data["gram"],
-                                        G, partitions, record.seed)
+        seed_figs = {kind: seed_figures(measure_lib.task_rewards(data, weights, runs.tier),
+                                        data["gram"], G, partitions, record.seed)
                      for kind, weights in REWARDS.items()}
-        seed_figs["mechanism"] = mechanism(data, task_rewards(data, REWARDS["accuracy"],
-                                                              runs.tier))
-        seed_figs["eval"] = eval_values(record)
+        seed_figs["mechanism"] = mechanism(data, measure_lib.task_rewards(
+            data, REWARDS["accuracy"], runs.tier))
+        seed_figs["eval"] = measure_lib.base_eval_values(record)
         records.append(record)
         pools.append(data)
         figs.append(seed_figs)
@@ -408,7 +250,7 @@ def analyze(runs: common.StudyRuns) -> common.Analysis:
     if runs.tier == "mini":
         note += ("; mini tier: the stand-in reward (accuracy = the completion ended before "
                  "the token limit), since the toy base earns no task reward")
-    protocol = pool_protocol(pools, records, sizes["pool"], note)
+    protocol = measure_lib.pool_protocol(pools, records, sizes["pool"], note)
     extra = {"settings": {**sizes, "rewards": REWARDS, "lambdas": LAMBDAS.tolist()},
              "per_seed": [{"base": r.base, "seed": r.seed,
                            **{kind: {k: v for k, v in f[kind].items() if k != "per_prompt"}
@@ -561,8 +403,9 @@ def plot(arms: dict, figs: list, out: str) -> None:
 def measure(runs: common.StudyRuns) -> None:
     """pool.npz for every finished run without one."""
     sizes = SIZES[runs.tier]
-    measure_pools(runs, name=POOL_FILE, prompts=sizes["prompts"], pool=sizes["pool"],
-                  prompts_per_call=sizes["prompts_per_call"], grad_rows=sizes["grad_rows"])
+    measure_lib.measure_pools(runs, name=POOL_FILE, prompts=sizes["prompts"],
+                              pool=sizes["pool"], prompts_per_call=sizes["prompts_per_call"],
+                              grad_rows=sizes["grad_rows"])
 
 
 # ---- the claims ----------------------------------------------------------------------------------

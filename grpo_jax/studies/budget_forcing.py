@@ -30,7 +30,7 @@ import json
 from grpo_jax import storage, sweep
 from grpo_jax.stats import interval, paired_interval
 from grpo_jax.studies import common
-from grpo_jax.studies.pass_at_k import held_out, sample_problems
+from grpo_jax.studies import measure as measure_lib
 
 WAIT, REDO = "wait", "redo"
 MAX_NEW_TOKENS = 48  # every condition, the unforced one included
@@ -145,12 +145,12 @@ def measure(runs: common.StudyRuns) -> None:
             if not todo:
                 continue
             source = record.workdir if model == "rl" else record.config.model.init_from
-            setup = held_out(source, sizes["problems"])
+            setup = measure_lib.held_out(source, sizes["problems"])
             for condition in todo:
                 low, high = conditions[condition]
                 t0 = time.time()
-                problems = sample_problems(
-                    setup, setup["params"], samples=sizes["samples"], seed=record.seed,
+                problems = measure_lib.sample_problems(
+                    setup, setup.run.params, samples=sizes["samples"], seed=record.seed,
                     max_new_tokens=MAX_NEW_TOKENS, batch_rows=sizes["batch_rows"],
                     forcing={"min_thinking_tokens": low, "max_thinking_tokens": high,
                              "end_thinking": "</think>", "continuation": continuation},

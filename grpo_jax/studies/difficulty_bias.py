@@ -9,7 +9,7 @@ problems, `task.eval_seed`: fixed across seeds; the sampling key is the seed's),
 with the task's accuracy (binary, so that p is the group's pass rate and the closed forms
 apply) and reduces the per-sequence score functions g_i = grad log pi(y_i | x) to each
 group's Gram matrix K (`groups.npz` in the run's directory; resumable). Sampling and score
-functions are the baselines study's (`baselines.sample_scores`).
+functions are `measure.sample_scores`, as the baselines study's pools.
 
 Per group, with the library's advantages (`losses.group_advantages`: GRPO scale="group",
 the unbiased std plus 1e-6; Dr. GRPO scale="none"), two weights: the advantage weight
@@ -33,9 +33,11 @@ import numpy as np
 
 from grpo_jax import sweep
 from grpo_jax.stats import interval, paired_interval
-from grpo_jax.studies import baselines, common
+from grpo_jax.studies import common
+from grpo_jax.studies import measure as measure_lib
+from grpo_jax.studies.baselines import base_config, eval_config  # its runs
 
-RUN_ARM = baselines.RUN_ARM
+RUN_ARM = "base_eval"  # the baselines study's run (its eval_config), shared
 POOL_FILE = "groups.npz"
 BINS = (("hard", "(0, 0.25]", lambda p: (p > 0) & (p <= 0.25)),
         ("mid", "(0.25, 0.75)", lambda p: (p > 0.25) & (p < 0.75)),
@@ -52,15 +54,15 @@ SIZES = {"full": {"prompts": 128, "group": 16, "prompts_per_call": 32, "grad_row
 
 
 def arm_configs(tier: str) -> dict:
-    return {RUN_ARM: baselines.eval_config(tier)}
+    return {RUN_ARM: eval_config(tier)}
 
 
 def measure(runs: common.StudyRuns) -> None:
     """groups.npz for every finished run without one."""
     sizes = SIZES[runs.tier]
-    baselines.measure_pools(runs, name=POOL_FILE, prompts=sizes["prompts"],
-                            pool=sizes["group"], prompts_per_call=sizes["prompts_per_call"],
-                            grad_rows=sizes["grad_rows"])
+    measure_lib.measure_pools(runs, name=POOL_FILE, prompts=sizes["prompts"],
+                              pool=sizes["group"], prompts_per_call=sizes["prompts_per_call"],
+                              grad_rows=sizes["grad_rows"])
 
 
 # ---- the per-seed figures -----------------------------------------------------------------------
@@ -150,12 +152,12 @@ def analyze(runs: common.StudyRuns) -> common.Analysis:
     sizes = SIZES[runs.tier]
     records, pools, figs = [], [], []
     for record in runs.arm(RUN_ARM):
-        data = baselines.load_pool(record, POOL_FILE)
+        data = measure_lib.load_pool(record, POOL_FILE)
         if data is None:
             continue
-        acc = baselines.task_rewards(data, WEIGHTS, runs.tier)
+        acc = measure_lib.task_rewards(data, WEIGHTS, runs.tier)
         fig = seed_figures(acc, np.asarray(data["gram"], np.float64))
-        fig["eval"] = baselines.eval_values(record)
+        fig["eval"] = measure_lib.base_eval_values(record)
         records.append(record)
         pools.append(data)
         figs.append(fig)
@@ -168,7 +170,7 @@ def analyze(runs: common.StudyRuns) -> common.Analysis:
     if runs.tier == "mini":
         note += ("; mini tier: the stand-in reward (accuracy = the completion ended before "
                  "the token limit), since the toy base earns no task reward")
-    protocol = baselines.pool_protocol(pools, records, sizes["group"], note)
+    protocol = measure_lib.pool_protocol(pools, records, sizes["group"], note)
     extra = {"settings": {**sizes, "reward": "accuracy", "adv_eps": EPS},
              "per_seed": [{"base": r.base, "seed": r.seed,
                            **{k: v for k, v in f.items() if k not in ("by_k", "eval")}}
@@ -202,7 +204,8 @@ def _arms(records: list, figs: list) -> dict:
         label = "grpo@middle" if name == "mid" else "grpo@hard"
         arms[label] = arm({"relative_grad": [f["relative"][f"grpo/grad/{name}"] for f in figs],
                            "relative_adv": [f["relative"][f"grpo/adv/{name}"] for f in figs]})
-    arms[RUN_ARM] = arm({name: [f["eval"].get(name) for f in figs] for name in baselines.EVAL})
+    arms[RUN_ARM] = arm({name: [f["eval"].get(name) for f in figs]
+                         for name in measure_lib.BASE_EVAL})
     return arms
 
 
@@ -389,7 +392,7 @@ STUDY = common.Study(
                                  "measurements of 8 problems x 8 samples; measured)"),
     },
     arms=(RUN_ARM,),
-    base_config=baselines.base_config,
+    base_config=base_config,
     arm_configs=arm_configs,
     analyze=analyze,
     measure=measure,

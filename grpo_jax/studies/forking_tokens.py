@@ -25,6 +25,7 @@ import math
 
 from grpo_jax import storage
 from grpo_jax.studies import common
+from grpo_jax.studies import measure as measure_lib
 
 ALL, TOP, BOTTOM, EVEN = "all", "top20", "bottom80", "even spread"
 SELECTION = {ALL: (1.0, "top"), TOP: (0.2, "top"), BOTTOM: (0.8, "bottom")}
@@ -63,22 +64,16 @@ def _measure_run(record, base: str, samples: int) -> dict:
     import numpy as np
 
     from grpo_jax.evals.token_analysis import token_divergence, top_share
-    from grpo_jax.rl.rollout import rollout
-    from grpo_jax.runner.prompts import prompt_of
-    from grpo_jax.sampling import SamplingConfig
 
-    config, task, tokenizer, policy, base_params = common.load_finished(base)
+    held_out = measure_lib.held_out(base)
+    run = held_out.run
+    config, tokenizer, policy, base_params = run.config, run.tokenizer, run.policy, run.params
     params = common.load_run_params(record.workdir, tokenizer)
-    examples = task.examples("test", int(config.task.eval_size), seed=common.eval_seed(config))
-    rows = [ex for ex in examples for _ in range(samples)]
-    prompts = [prompt_of(config, task, tokenizer, ex) for ex in rows]
-    sampling = SamplingConfig(max_new_tokens=int(config.rl.max_new_tokens), temperature=1.0,
-                              eos_ids=tuple(tokenizer.eos_ids), pad_id=tokenizer.pad_id,
-                              prompt_group=samples)
+    rows = [ex for ex in held_out.examples for _ in range(samples)]
+    sampling = measure_lib.sampling_config(run, int(config.rl.max_new_tokens), group=samples)
     prompt_len = int(config.task.prompt_len)
-    ro = rollout(policy, params, tokenizer, rows, prompts, jax.random.key(KEY),
-                 sampling=sampling, prompt_len=prompt_len, reward_fns=task.reward_fns(),
-                 weights={"accuracy": 1.0})
+    ro = measure_lib.sample(run, params, rows, jax.random.key(KEY), sampling=sampling,
+                            weights={"accuracy": 1.0})
     tokens = np.concatenate([ro.prompt_tokens, ro.tokens], 1)
     attention = np.concatenate([ro.prompt_mask, ro.attention_mask], 1)
     out = token_divergence(policy, params, base_params, tokens, attention, prompt_len)

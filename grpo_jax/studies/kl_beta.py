@@ -28,6 +28,7 @@ import math
 from grpo_jax import storage
 from grpo_jax.stats import interval, paired_interval
 from grpo_jax.studies import common
+from grpo_jax.studies import measure as measure_lib
 
 BETAS = (0.0, 0.04, 0.1, 1.0)
 REFERENCE = "beta=0.0"
@@ -89,18 +90,12 @@ def _samples(tier: str) -> int:
 # ---- the post-hoc KL measurement --------------------------------------------------------------
 
 def _setup(base: str, samples: int) -> dict:
-    """The base run's task, tokenizer, policy and the fixed held-out prompts."""
-    from grpo_jax import tasks as tasks_lib
-
-    eval_seed = common.eval_seed
-    config, task, tokenizer, policy, params = common.load_finished(base)
-    examples = task.examples("test", int(config.task.eval_size), seed=eval_seed(config))
-    rows = [ex for ex in examples for _ in range(samples)]
-    prompts = [tasks_lib.apply_template(ex, template=config.task.template,
-                                        tokenizer=tokenizer) for ex in rows]
-    return {"config": config, "task": task, "tokenizer": tokenizer, "policy": policy,
-            "base_params": params, "rows": rows, "prompts": prompts,
-            "eval_seed": eval_seed(config), "prompt_len": int(config.task.prompt_len)}
+    """The base (a finished run) and its fixed held-out problems, each repeated for its
+    samples."""
+    held_out = measure_lib.held_out(base)
+    return {"run": held_out.run, "base_params": held_out.run.params,
+            "rows": [ex for ex in held_out.examples for _ in range(samples)],
+            "eval_seed": held_out.eval_seed}
 
 
 def _token_fn(policy, prompt_len: int):
@@ -133,20 +128,16 @@ def _measure_policy(s: dict, params, samples: int, chunk: int = 256) -> dict:
     import numpy as np
 
     from grpo_jax import losses
-    from grpo_jax.rl.rollout import rollout
-    from grpo_jax.sampling import SamplingConfig
 
-    config, tokenizer, policy = s["config"], s["tokenizer"], s["policy"]
-    sampling = SamplingConfig(max_new_tokens=int(config.rl.max_new_tokens), temperature=1.0,
-                              eos_ids=tuple(tokenizer.eos_ids), pad_id=tokenizer.pad_id,
-                              prompt_group=samples)
-    ro = rollout(policy, params, tokenizer, s["rows"], s["prompts"], jax.random.key(KEY),
-                 sampling=sampling, prompt_len=s["prompt_len"],
-                 reward_fns=s["task"].reward_fns(), weights=WEIGHTS)
+    run = s["run"]
+    sampling = measure_lib.sampling_config(run, int(run.config.rl.max_new_tokens),
+                                           group=samples)
+    ro = measure_lib.sample(run, params, s["rows"], jax.random.key(KEY), sampling=sampling,
+                            weights=WEIGHTS)
     sample_logp = ro.behaviour_logp
     full = np.concatenate([ro.prompt_tokens, ro.tokens], 1)
     attention = np.concatenate([ro.prompt_mask, ro.attention_mask], 1)
-    fn = s.setdefault("token_fn", _token_fn(policy, s["prompt_len"]))
+    fn = s.setdefault("token_fn", _token_fn(run.policy, int(run.config.task.prompt_len)))
     parts = [fn(params, s["base_params"], jnp.asarray(full[i:i + chunk]),
                 jnp.asarray(attention[i:i + chunk])) for i in range(0, len(full), chunk)]
     exact, logp, base_logp = (np.concatenate([np.asarray(p[k]) for p in parts])
@@ -220,7 +211,7 @@ def measure(runs: common.StudyRuns) -> None:
                 {"base": key, "eval_seed": s["eval_seed"], "samples": samples, "key": KEY,
                  "problems": len(s["rows"]) // samples, "base_model": figures}, indent=2))
         for record in todo:
-            params = common.load_run_params(record.workdir, s["tokenizer"])
+            params = common.load_run_params(record.workdir, s["run"].tokenizer)
             row = _measure_policy(s, params, samples)
             beta = float(record.config.rl.beta)
             row.update({"beta": beta, "seed": record.seed, "samples": samples, "key": KEY,

@@ -32,6 +32,7 @@ import re
 from grpo_jax import storage, sweep
 from grpo_jax.stats import interval, paired_interval
 from grpo_jax.studies import common
+from grpo_jax.studies.measure import figures_all_and_2op, window_mean
 
 REDO_RATE = 0.3  # the base's pretraining traces (and the arms' task)
 MAX_NEW_TOKENS = 48  # a trace with two redone steps is ~37 tokens; 16 + 48 = max_seq_len 64
@@ -100,7 +101,7 @@ def arm_configs(tier: str) -> dict:
     return {arm: arm_config(tier, arm) for arm in ARMS}
 
 
-# ---- per-completion figures (shared with length_growth) ------------------------------------
+# ---- per-completion figures (`measure.figures_all_and_2op`) ---------------------------------
 
 def problem_steps(prompt: str) -> int:
     """Steps a problem needs: one per operator of "Q: 7+5*3\\nA: " (operands are 1-9)."""
@@ -114,42 +115,9 @@ def token_length(completion: str, max_new_tokens: int) -> int:
     return n + (n < max_new_tokens)
 
 
-def completion_figures(items, suffix: str = "") -> dict:
-    """Length, length of the correct / incorrect completions, redo rate (" redo " per step
-    the problems need), share with a redo and pass@1 with / without a redo, over `items`:
-    dicts {"steps", "text", "correct", "length"}."""
-    items = list(items)
-
-    def mean(values):
-        values = list(values)
-        return sum(values) / len(values) if values else math.nan
-
-    redos = [it["text"].count(" redo ") for it in items]
-    out = {
-        "length": mean(it["length"] for it in items),
-        "length_correct": mean(it["length"] for it in items if it["correct"]),
-        "length_incorrect": mean(it["length"] for it in items if not it["correct"]),
-        "redo_rate": sum(redos) / max(1, sum(it["steps"] for it in items)),
-        "with_redo": mean(n > 0 for n in redos),
-        "pass@1": mean(bool(it["correct"]) for it in items),
-        "pass@1_redo": mean(bool(it["correct"]) for it, n in zip(items, redos) if n),
-        "pass@1_no_redo": mean(bool(it["correct"]) for it, n in zip(items, redos) if not n),
-    }
-    out["gap"] = out["length_incorrect"] - out["length_correct"]
-    return {name + suffix: value for name, value in out.items()}
-
-
-def figures_all_and_2op(items) -> dict:
-    """`completion_figures` over all problems and (suffix _2op) the two-operator ones."""
-    items = list(items)
-    out = completion_figures(items)
-    out.update(completion_figures([it for it in items if it["steps"] == 2], "_2op"))
-    out["completions"] = len(items)
-    return out
-
-
 def stage_samples(workdir: str, stage: str, max_new_tokens: int) -> list[dict]:
-    """Every completion an eval stage logged (samples.jsonl) as `completion_figures` items."""
+    """Every completion an eval stage logged (samples.jsonl) as `measure.completion_figures`
+    items."""
     path = storage.join(workdir, "samples.jsonl")
     if not storage.isfile(path):
         return []
@@ -163,15 +131,6 @@ def stage_samples(workdir: str, stage: str, max_new_tokens: int) -> list[dict]:
                           "correct": row["accuracy"] >= 1.0,
                           "length": token_length(row["completion"], max_new_tokens)})
     return items
-
-
-def window_mean(rows: list[dict], name: str, first: bool) -> float:
-    """Mean of `name` over the first (or last) WINDOW RL steps (half the steps when there
-    are fewer than 2 x WINDOW), NaN steps left out."""
-    n = max(1, min(WINDOW, len(rows) // 2))
-    values = [r.get(name) for r in (rows[:n] if first else rows[-n:])]
-    values = [float(v) for v in values if v is not None and math.isfinite(float(v))]
-    return sum(values) / len(values) if values else math.nan
 
 
 # ---- analysis -----------------------------------------------------------------------------
@@ -201,7 +160,8 @@ def _run_values(record) -> dict:
         values.update({prefix + name: value for name, value in counted.items()})
     rows = common.training_rows(record)
     for name in TRAINING:
-        first, last = window_mean(rows, name, True), window_mean(rows, name, False)
+        first = window_mean(rows, name, True, WINDOW)
+        last = window_mean(rows, name, False, WINDOW)
         values[f"train/{name}_first"] = first
         values[f"train/{name}_last"] = last
         values[f"train/{name}_change"] = last - first

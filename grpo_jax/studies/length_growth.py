@@ -32,7 +32,10 @@ import os
 
 from grpo_jax import storage, sweep
 from grpo_jax.stats import interval
-from grpo_jax.studies import common, length_bias
+from grpo_jax.studies import common
+from grpo_jax.studies import measure as measure_lib
+from grpo_jax.studies.length_bias import arm_config as length_bias_arm
+from grpo_jax.studies.length_bias import base_config as length_bias_base
 
 REDO = "redo_rate=0.3"
 CONTROL = "redo_rate=0"
@@ -41,7 +44,7 @@ BEFORE = "before RL"  # pseudo-arm suffix: the base, measured
 HALFWAY = "halfway"  # pseudo-arm suffix: the checkpoint at half the RL steps
 KEY = 20250  # the sampling key of every measured policy
 WEIGHTS = {"accuracy": 1.0, "format": 0.2}  # the arms' rl.rewards
-MARGIN = length_bias.LENGTH_MARGIN  # tokens: see the README
+MARGIN = 1.5  # tokens: length_bias's LENGTH_MARGIN (see the README)
 FIGURES = ("length", "length_correct", "length_incorrect", "redo_rate", "with_redo", "pass@1",
            "pass@1_2op", "length_2op", "redo_rate_2op", "pass@1_redo_2op",
            "pass@1_no_redo_2op")
@@ -63,12 +66,12 @@ def _plain_base(tier: str):
 
 def base_config(tier: str) -> dict:
     """The redo base (length_bias's) and the plain one, built per base seed."""
-    return {"redo": length_bias.base_config(tier), "plain": _plain_base(tier)}
+    return {"redo": length_bias_base(tier), "plain": _plain_base(tier)}
 
 
 def arm_configs(tier: str) -> dict:
-    return {REDO: length_bias.arm_config(tier, "grpo"),
-            CONTROL: length_bias.arm_config(tier, "grpo", redo_rate=0.0)}
+    return {REDO: length_bias_arm(tier, "grpo"),
+            CONTROL: length_bias_arm(tier, "grpo", redo_rate=0.0)}
 
 
 def attach(config, base: dict) -> None:
@@ -117,22 +120,16 @@ def _params_at(workdir: str, checkpoint_step: int, like):
 
 
 def _setup(base: str, config) -> dict:
-    """The base's task, tokenizer and policy, and the held-out prompts of `config` (the
-    arm's: eval_size, eval_seed, samples and completion budget of its eval_final)."""
-    from grpo_jax import tasks as tasks_lib
-
-    _, task, tokenizer, policy, params = common.load_finished(base)
+    """The base (a finished run) and the held-out problems of `config` (the arm's:
+    eval_size, eval_seed, samples and completion budget of its eval_final), each repeated
+    for its samples."""
+    held_out = measure_lib.held_out(base, config=config)
     samples = int(config.eval_final.num_samples)
-    examples = task.examples("test", int(config.task.eval_size),
-                             seed=common.eval_seed(config))
-    rows = [ex for ex in examples for _ in range(samples)]
-    prompts = [tasks_lib.apply_template(ex, template=config.task.template,
-                                        tokenizer=tokenizer) for ex in rows]
-    return {"task": task, "tokenizer": tokenizer, "policy": policy, "base_params": params,
-            "rows": rows, "prompts": prompts, "samples": samples,
-            "problems": len(examples), "eval_seed": common.eval_seed(config),
-            "max_new_tokens": int(config.eval_final.max_new_tokens),
-            "prompt_len": int(config.task.prompt_len)}
+    return {"run": held_out.run, "base_params": held_out.run.params,
+            "rows": [ex for ex in held_out.examples for _ in range(samples)],
+            "samples": samples, "problems": len(held_out.examples),
+            "eval_seed": held_out.eval_seed,
+            "max_new_tokens": int(config.eval_final.max_new_tokens)}
 
 
 def _measure_policy(s: dict, params) -> dict:
@@ -140,22 +137,16 @@ def _measure_policy(s: dict, params) -> dict:
     import jax
     import numpy as np
 
-    from grpo_jax.rl.rollout import rollout
-    from grpo_jax.sampling import SamplingConfig
-
-    tokenizer = s["tokenizer"]
-    sampling = SamplingConfig(max_new_tokens=s["max_new_tokens"], temperature=1.0,
-                              eos_ids=tuple(tokenizer.eos_ids), pad_id=tokenizer.pad_id,
-                              prompt_group=s["samples"])
-    ro = rollout(s["policy"], params, tokenizer, s["rows"], s["prompts"], jax.random.key(KEY),
-                 sampling=sampling, prompt_len=s["prompt_len"],
-                 reward_fns=s["task"].reward_fns(), weights=WEIGHTS)
+    run = s["run"]
+    sampling = measure_lib.sampling_config(run, s["max_new_tokens"], group=s["samples"])
+    ro = measure_lib.sample(run, params, s["rows"], jax.random.key(KEY), sampling=sampling,
+                            weights=WEIGHTS)
     accuracy = np.asarray(ro.components["accuracy"])
     lengths = np.asarray(ro.lengths)
     items = [{"steps": int(ex.meta["steps"]), "text": ro.texts[i],
               "correct": bool(accuracy[i] >= 1.0), "length": int(lengths[i])}
              for i, ex in enumerate(s["rows"])]
-    return length_bias.figures_all_and_2op(items)
+    return measure_lib.figures_all_and_2op(items)
 
 
 def measure(runs: common.StudyRuns) -> None:
@@ -243,8 +234,8 @@ def _run_values(record) -> dict:
                                            [growth[k]["pass@1"] for k in order[1:]])
     rows = common.training_rows(record)
     for name in ("completion_length", "pass@1"):
-        a = length_bias.window_mean(rows, name, True)
-        b = length_bias.window_mean(rows, name, False)
+        a = measure_lib.window_mean(rows, name, True)
+        b = measure_lib.window_mean(rows, name, False)
         values[f"train/{name}_change"] = b - a
     return values
 

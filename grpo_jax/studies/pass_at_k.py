@@ -19,16 +19,15 @@ key): its spread over seeds is sampling noise; the RL models are one training ru
 
 from __future__ import annotations
 
-import json
-
 from grpo_jax import storage
 from grpo_jax.stats import interval, paired_interval
 from grpo_jax.studies import common
+from grpo_jax.studies import measure as measure_lib
 
 RL, BASE_MODEL = "rl", "base model"
 KS = (1, 2, 4, 8, 16, 32, 64, 128, 256)
 CONTRASTED = (1, 4, 16, 64, 256)  # the Holm family: rl - base model at these k
-KEY = 20250418  # the sampling key's root; each seed folds itself in
+KEY = measure_lib.KEY  # the sampling key's root; each seed folds itself in
 STRATA = {"ops=1": 1, "ops=2": 2}  # difficulty: the number of operators (Example.meta steps)
 
 
@@ -63,184 +62,18 @@ def arm_configs(tier: str) -> dict:
     return {RL: arm_config(tier)}
 
 
-# ---- sampling held-out problems (also budget_forcing's) ----------------------------------------
-
-def held_out(workdir: str, problems: int) -> dict:
-    """A finished run's config, task, tokenizer, policy and parameters, with `problems`
-    held-out problems (task.eval_seed, fixed across seeds) and their prompts."""
-    from grpo_jax import tasks as tasks_lib
-
-    config, task, tokenizer, policy, params = common.load_finished(workdir)
-    examples = task.examples("test", problems, seed=common.eval_seed(config))
-    prompts = [tasks_lib.apply_template(ex, template=config.task.template,
-                                        tokenizer=tokenizer) for ex in examples]
-    return {"config": config, "task": task, "tokenizer": tokenizer, "policy": policy,
-            "params": params, "examples": examples, "prompts": prompts,
-            "eval_seed": common.eval_seed(config)}
-
-
-def sample_problems(setup: dict, params, *, samples: int, seed: int, max_new_tokens: int,
-                    batch_rows: int, forcing: dict | None = None,
-                    keep_texts: int = 0, keep_answers: bool = False,
-                    key: int = KEY) -> list[dict]:
-    """`samples` completions of each held-out problem of `setup` at temperature 1, scored by
-    the task's accuracy and format rewards; per problem: its question, operators, and the
-    count of correct and well-formed completions and their tokens. The key is a function of
-    `seed` only (and of the row), so two models (or two forcings) sampled with one seed
-    share it (`key` is its root). `forcing`: budget forcing (s1) as {min_thinking_tokens,
-    max_thinking_tokens, end_thinking, continuation}. `keep_texts`: the first completions
-    kept as text. `keep_answers`: each problem's samples' extracted answers in sample order
-    (`answer_key`; None where none was extracted) and their correctness, as "answers" and
-    "correct_flags" (a string of 0 and 1)."""
-    import dataclasses
-
-    import jax
-    import numpy as np
-
-    from grpo_jax.evals import metrics
-    from grpo_jax.rl.rollout import rollout
-    from grpo_jax.sampling import SamplingConfig
-
-    tokenizer, config = setup["tokenizer"], setup["config"]
-    if batch_rows % samples and samples % batch_rows:
-        raise ValueError(f"batch_rows {batch_rows} and samples {samples}: one must divide "
-                         "the other")
-    group = samples if batch_rows % samples == 0 else batch_rows
-    sampling = SamplingConfig(max_new_tokens=max_new_tokens, temperature=1.0,
-                              eos_ids=tuple(tokenizer.eos_ids), pad_id=tokenizer.pad_id,
-                              prompt_group=group)
-    if forcing and (forcing.get("min_thinking_tokens") or forcing.get("max_thinking_tokens")):
-        sampling = dataclasses.replace(
-            sampling, min_thinking_tokens=int(forcing.get("min_thinking_tokens", 0)),
-            max_thinking_tokens=int(forcing.get("max_thinking_tokens", 0)),
-            end_thinking_ids=tuple(tokenizer.encode(forcing["end_thinking"])),
-            continuation_ids=tuple(tokenizer.encode(forcing["continuation"])))
-    rows = [(i, ex) for i, ex in enumerate(setup["examples"]) for _ in range(samples)]
-    reward_fns = setup["task"].reward_fns()
-    weights = {"accuracy": 1.0, "format": 0.2}
-    root = jax.random.fold_in(jax.random.key(key), seed)
-    correct = np.zeros(len(setup["examples"]), int)
-    formatted = np.zeros(len(setup["examples"]), int)
-    tokens = np.zeros(len(setup["examples"]), int)
-    texts: list[str] = []
-    answers: list[list] = [[] for _ in setup["examples"]]
-    flags: list[list] = [[] for _ in setup["examples"]]
-    for start in range(0, len(rows), batch_rows):
-        chunk = rows[start:start + batch_rows]
-        real = len(chunk)
-        chunk = chunk + [chunk[-1]] * (batch_rows - real)  # one static shape
-        examples = [ex for _, ex in chunk]
-        ro = rollout(setup["policy"], params, tokenizer, examples,
-                     [setup["prompts"][i] for i, _ in chunk],
-                     jax.random.fold_in(root, start), sampling=sampling,
-                     prompt_len=int(config.task.prompt_len), reward_fns=reward_fns,
-                     weights=weights)
-        ok = np.asarray(metrics.solved(ro.components["accuracy"]))[:real]
-        form = (np.asarray(ro.components["format"]) >= 1.0)[:real]
-        length = np.asarray(ro.lengths)[:real]
-        index = np.asarray([i for i, _ in chunk[:real]])
-        np.add.at(correct, index, ok.astype(int))
-        np.add.at(formatted, index, form.astype(int))
-        np.add.at(tokens, index, length.astype(int))
-        texts += list(ro.texts[:max(0, min(real, keep_texts - len(texts)))])
-        if keep_answers:
-            for i, text, good in zip(index, ro.texts[:real], ok):
-                answers[i].append(answer_key(setup["task"].extract_answer(text)))
-                flags[i].append("1" if good else "0")
-    out = [{"question": ex.prompt, "answer": ex.answer,
-            "operators": int(ex.meta.get("steps", 0)), "samples": samples,
-            "correct": int(c), "formatted": int(f), "tokens": int(t)}
-           for ex, c, f, t in zip(setup["examples"], correct, formatted, tokens)]
-    if keep_texts:
-        out[0]["texts"] = texts
-    if keep_answers:
-        for problem, mine, good in zip(out, answers, flags):
-            problem["answers"], problem["correct_flags"] = mine, "".join(good)
-    return out
-
-
-def answer_key(answer: str | None) -> str | None:
-    """An extracted answer as a vote and as a point of the answer distribution: normalised
-    text (`rewards.accuracy.normalize_text`), None when absent or empty."""
-    from grpo_jax.rewards.accuracy import normalize_text
-
-    if answer is None or not answer.strip():
-        return None
-    return normalize_text(answer)
-
-
-# ---- the measurement --------------------------------------------------------------------------
+# ---- the measurement (`measure.measure_samplings`, shared with sharpening) ---------------------
 
 FILE = "pass_at_k.json"
-
-
-def base_path(runs: common.StudyRuns, key: str, seed: int) -> str:
-    """Where a study keeps the base model's draw with `seed`'s key."""
-    return storage.join(runs.root, "base_model", f"{key},seed={seed}.json")
-
-
-def _write(path: str, problems: list[dict], seed: int, setup: dict, model: str,
-           indent: int | None) -> None:
-    storage.write_text(path, json.dumps(
-        {"model": model, "seed": seed, "key": KEY, "eval_seed": setup["eval_seed"],
-         "problems": problems}, indent=indent))
-
-
-def measure_samplings(runs: common.StudyRuns, sizes: dict, file: str, *,
-                      keep_answers: bool = False) -> None:
-    """`file` for every finished run without one (its policy's `sample_problems` of
-    sizes["problems"] held-out problems x sizes["samples"], with its seed's key), and the base
-    model's draw with each seed's key (`base_path`); a finished measurement is not made
-    again."""
-    import time
-
-    seeds = sorted({r.seed for r in runs.runs})
-    study = runs.study.name
-    for key, base in runs.bases.items():
-        members = [r for r in runs.runs if r.base == key and r.finished]
-        todo = [r for r in members if not storage.isfile(storage.join(r.workdir, file))]
-        base_todo = [s for s in seeds if not storage.isfile(base_path(runs, key, s))]
-        if not todo and not base_todo:
-            continue
-        setup = held_out(base["workdir"], sizes["problems"])
-        max_new = int(setup["config"].eval_final.max_new_tokens)
-        indent = None if keep_answers else 1
-
-        def sample(params, seed, setup=setup, max_new=max_new):
-            return sample_problems(setup, params, samples=sizes["samples"], seed=seed,
-                                   max_new_tokens=max_new, batch_rows=sizes["batch_rows"],
-                                   keep_answers=keep_answers)
-
-        storage.makedirs(storage.join(runs.root, "base_model"))
-        for seed in base_todo:
-            t0 = time.time()
-            _write(base_path(runs, key, seed), sample(setup["params"], seed), seed, setup,
-                   base["workdir"], indent)
-            print(f"[studies] {study}: base model {key} seed={seed} sampled in "
-                  f"{time.time() - t0:.0f}s", flush=True)
-        for record in todo:
-            t0 = time.time()
-            params = common.load_run_params(record.workdir, setup["tokenizer"])
-            _write(storage.join(record.workdir, file), sample(params, record.seed),
-                   record.seed, setup, record.workdir, indent)
-            print(f"[studies] {study}: {record.arm} {key} seed={record.seed} sampled in "
-                  f"{time.time() - t0:.0f}s", flush=True)
 
 
 def measure(runs: common.StudyRuns) -> None:
     """pass_at_k.json for every finished RL run without one, and the base model's draw with
     each seed's key."""
-    measure_samplings(runs, _sizes(runs.tier), FILE)
+    measure_lib.measure_samplings(runs, _sizes(runs.tier), FILE)
 
 
 # ---- the analysis -----------------------------------------------------------------------------
-
-def load_problems(path: str) -> list[dict] | None:
-    """A measurement's problems (`measure_samplings`' files), None when not made yet."""
-    if not storage.isfile(path):
-        return None
-    return json.loads(storage.read_text(path))["problems"]
-
 
 def _figures(problems: list[dict], ks, other: list[dict] | None) -> dict:
     """pass@k over all problems and per stratum, format rate, length, and (against `other`,
@@ -273,8 +106,9 @@ def analyze(runs: common.StudyRuns) -> common.Analysis:
     for record in runs.arm(RL):
         if not record.finished:
             continue
-        rl = load_problems(storage.join(record.workdir, FILE))
-        base = load_problems(base_path(runs, record.base, record.seed))
+        rl = measure_lib.load_problems(storage.join(record.workdir, FILE))
+        base = measure_lib.load_problems(
+            measure_lib.base_path(runs, record.base, record.seed))
         if rl is None or base is None:
             continue
         counts[(record.base, record.seed)] = {

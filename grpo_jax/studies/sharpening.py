@@ -9,7 +9,7 @@ Runs: pass_at_k's (one config, so one run directory when both studies share a wo
 main job's RL stage (GRPO, 60 steps of 16 prompts x 8) from the main base. `measure` samples,
 for each (base, seed), the base model and the RL model on the same held-out problems (fixed
 across seeds) with the same key (a function of the seed, as pass_at_k's): 256 completions per
-problem at temperature 1; each completion's extracted answer (`pass_at_k.answer_key`) and its
+problem at temperature 1; each completion's extracted answer (`measure.answer_key`) and its
 correctness are written to `sharpening.json` (the RL run's directory; the base model's under
 `<study>/base_model/<base>,seed=<s>.json`).
 
@@ -38,7 +38,9 @@ from __future__ import annotations
 import collections
 
 from grpo_jax import storage
-from grpo_jax.studies import common, pass_at_k
+from grpo_jax.studies import common
+from grpo_jax.studies import measure as measure_lib
+from grpo_jax.studies.pass_at_k import arm_configs, base_config  # pass_at_k's runs
 
 RL, BASE, REDRAW = "rl", "base model", "base redraw"
 K = 64  # pass@K and maj@K (DeepSeekMath's figure 7 reaches K = 64)
@@ -61,10 +63,6 @@ def _sizes(tier: str) -> dict:
     return {"problems": 4, "samples": K, "batch_rows": 256}
 
 
-base_config = pass_at_k.base_config
-arm_configs = pass_at_k.arm_configs  # {"rl": ...}: pass_at_k's runs
-
-
 # ---- the measurement --------------------------------------------------------------------------
 
 FILE = "sharpening.json"
@@ -73,7 +71,7 @@ FILE = "sharpening.json"
 def measure(runs: common.StudyRuns) -> None:
     """sharpening.json (each completion's answer and correctness) for every finished RL run
     without one, and the base model's draw with each seed's key."""
-    pass_at_k.measure_samplings(runs, _sizes(runs.tier), FILE, keep_answers=True)
+    measure_lib.measure_samplings(runs, _sizes(runs.tier), FILE, keep_answers=True)
 
 
 # ---- per-problem figures ----------------------------------------------------------------------
@@ -172,10 +170,11 @@ def analyze(runs: common.StudyRuns) -> common.Analysis:
     for record in runs.arm(RL):
         if not record.finished:
             continue
-        rl = pass_at_k.load_problems(storage.join(record.workdir, FILE))
-        reference = pass_at_k.load_problems(pass_at_k.base_path(runs, record.base, record.seed))
-        redraw = pass_at_k.load_problems(
-            pass_at_k.base_path(runs, record.base, redraw_seed(record.seed, seeds)))
+        rl = measure_lib.load_problems(storage.join(record.workdir, FILE))
+        reference = measure_lib.load_problems(
+            measure_lib.base_path(runs, record.base, record.seed))
+        redraw = measure_lib.load_problems(
+            measure_lib.base_path(runs, record.base, redraw_seed(record.seed, seeds)))
         if rl is None or reference is None or redraw is None:
             continue
         for name, mine, ref in ((RL, rl, reference), (BASE, reference, None),
@@ -196,10 +195,10 @@ def analyze(runs: common.StudyRuns) -> common.Analysis:
     sizes = _sizes(runs.tier)
     return common.Analysis(
         arms=arms, specs=SPECS, table=table(arms),
-        extra={"sampling_key": pass_at_k.KEY, "topk": TOPK, "k": K},
+        extra={"sampling_key": measure_lib.KEY, "topk": TOPK, "k": K},
         protocol={"problems": sizes["problems"], "samples_per_problem": sizes["samples"],
                   "notes": (f"measured after training: each (base, seed) samples the base "
-                            f"model and the RL model with one key ({pass_at_k.KEY} folded "
+                            f"model and the RL model with one key ({measure_lib.KEY} folded "
                             f"with the seed; pass_at_k's), {sizes['samples']} completions per "
                             "problem at temperature 1; the base redraw is the base's draw "
                             "with the next seed's key")},

@@ -105,3 +105,36 @@ def test_the_environment_answers_the_last_call_of_a_turn():
     assert answer("<calc>1+1</calc> then <calc>2**5</calc>") == "<result>32</result>"
     assert answer("<calc>1/0</calc>") == "<result>error: division by zero</result>"
     assert answer("no call at all</calc>") == "<result>error: no complete tool call</result>"
+
+
+def test_each_tool_is_one_record_that_its_environments_read():
+    """The table's record is what a tag call's environment (stop text, parallel steps, error
+    prefixes) and JSON calls (schema, state) read; the sampler reads an environment's
+    declared attributes, never probing it with getattr."""
+    import pathlib
+
+    from grpo_jax.sampling import episodes
+    from grpo_jax.tools import (TABLE, TOOLS, Environment, JsonToolEnvironment,
+                                ToolEnvironment, as_environment, make_environment)
+
+    assert set(TOOLS) == {name for name, tool in TABLE.items() if not tool.stateful}
+    for name, fn in TOOLS.items():
+        tool, environment = TABLE[name], make_environment(name)
+        assert isinstance(environment, ToolEnvironment) and fn is tool.fn
+        assert environment.stop_text == tool.stop == f"</{name}>"
+        assert environment.parallel_steps == tool.parallel_steps
+        assert all(environment.is_error(f"<result>{p} x</result>") for p in tool.error_prefixes)
+        assert not environment.is_error("<result>27</result>")
+    for name, tool in TABLE.items():
+        if tool.stateful:
+            assert tool.game(feedback=True, render=render_observation).stop_text == tool.stop
+    json_tools = JsonToolEnvironment(tools=tuple(TABLE))
+    assert json_tools.schemas == [TABLE[name].schema for name in TABLE]
+    assert json_tools.gives_rewards == any(tool.stateful for tool in TABLE.values())
+    assert json_tools.parallel_steps == max(tool.parallel_steps for tool in TABLE.values())
+    # A plain function of the turn's text is an Environment with the defaults declared.
+    adapted = as_environment(lambda text: text)
+    assert isinstance(adapted, Environment) and adapted.step(7, "x") == ("x", 0.0, False, 7)
+    assert (adapted.parallel_steps, adapted.render, adapted.is_error("error: x")) == (1, None,
+                                                                                      False)
+    assert "getattr(" not in pathlib.Path(episodes.__file__).read_text()

@@ -19,6 +19,7 @@ from grpo_jax.rl.batch import RolloutBatch
 from grpo_jax.sampling import SamplingConfig, generate
 from grpo_jax.sampling.episodes import EpisodeConfig, episode_texts, generate_episodes
 from grpo_jax.text import prompt_ids
+from grpo_jax.tools.environment import as_environment
 from grpo_jax.tools.guard import guarded_reset
 from grpo_jax.training import Params, Policy
 
@@ -292,21 +293,21 @@ def episode_rollout(policy: Policy, params: Params, tokenizer, examples: Sequenc
     learner's teacher-forced pass over `[prompt | tokens]` under `[prompt_mask | mask]`
     reproduces the sampler's log-probs; `loss_mask` is the generated tokens.
 
-    An `Environment` starts each episode with `reset(example)` (its observation appended
-    to the prompt), through `tools.guard.guarded_reset`: a reset that fails starts its
-    episode with no observation, every call of it answered with the error, and counts one
-    in the row's `tool_errors`. With the reward name "environment" in `weights`, the sum of
-    its turns' rewards is that component (weighted like the others).
+    The environment (an `Environment`, or what `tools.environment.as_environment` takes)
+    starts each episode with `reset(example)` (its observation appended to the prompt;
+    none, with no state, by default), through `tools.guard.guarded_reset`: a reset that
+    fails starts its episode with no observation, every call of it answered with the
+    error, and counts one in the row's `tool_errors`. With the reward name "environment"
+    in `weights`, the sum of its turns' rewards is that component (weighted like the
+    others).
     """
     weights = dict(weights)
     environment_weight = weights.pop(ENVIRONMENT_REWARD, None)
-    states = None
-    reset_failures = np.zeros(len(examples), np.int32)
-    if hasattr(environment, "reset"):
-        started = [guarded_reset(environment, example) for example in examples]
-        prompts = [prompt + start.observation for prompt, start in zip(prompts, started)]
-        states = [start.state for start in started]
-        reset_failures = np.asarray([start.failed for start in started], np.int32)
+    environment = as_environment(environment)
+    started = [guarded_reset(environment, example) for example in examples]
+    prompts = [prompt + start.observation for prompt, start in zip(prompts, started)]
+    states = [start.state for start in started]
+    reset_failures = np.asarray([start.failed for start in started], np.int32)
     ids = [getattr(e, "id", None) for e in examples]
     prompt_tokens, prompt_mask = encode_prompts(tokenizer, prompts, prompt_len=prompt_len,
                                                 ids=ids)

@@ -50,6 +50,7 @@ from grpo_jax.sampling import decode
 from grpo_jax.sampling.config import SamplingConfig
 from grpo_jax.sampling.decode import DecodeSpec, DecodeState
 from grpo_jax.sampling.sampler import checked_prompts
+from grpo_jax.tools.environment import as_environment
 from grpo_jax.tools.guard import guarded_step, judge
 
 
@@ -174,8 +175,9 @@ def generate_episodes(graphdef, state, prompts, prompt_mask, key, *, config: Epi
       observe: the environment: a `tools.Environment` (`step(state, turn_text) ->
         (observation, reward, done, state)`), or a function of the text a row generated
         since its last observation (its call included) -> the text appended to its context
-        (e.g. "<result>27</result>"; no reward, never done). With an `is_error(observation)
-        -> bool` attribute, the answers it calls errors are counted in `tool_errors`.
+        (e.g. "<result>27</result>"; no reward, never done), taken as an Environment by
+        `tools.environment.as_environment`. The answers its `is_error(observation)` calls
+        errors are counted in `tool_errors`.
         Every call goes through `tools.guard.guarded_step`: a call that raises, hangs past
         the environment's `call_seconds` or answers out of bounds is answered with an
         error observation and counted in `tool_errors`; the run goes on.
@@ -195,15 +197,10 @@ def generate_episodes(graphdef, state, prompts, prompt_mask, key, *, config: Epi
     continuous = 0 < config.sampling.slots < batch
     spec = _spec(config, continuous)
     n, ends = config.max_tokens, spec.phase_ends
-    is_error = getattr(observe, "is_error", None)
-    is_parse_failure = getattr(observe, "is_parse_failure", None)
-    render = getattr(observe, "render", None)
-    environment_step = getattr(observe, "step", None)
-    if environment_step is None:  # a function of the turn's text: no state, no reward
-        environment_step = lambda state, text: (observe(text), 0.0, False, state)  # noqa: E731
+    environment = as_environment(observe)
 
     def step(state, text):  # every call through the guard: it can neither raise nor hang
-        return guarded_step(observe, state, text, environment_step)
+        return guarded_step(environment, state, text)
 
     states = [None] * batch if states is None else list(states)
     if len(states) != batch:
@@ -228,9 +225,9 @@ def generate_episodes(graphdef, state, prompts, prompt_mask, key, *, config: Epi
             slots = _Slots(s, batch, n) if continuous else None
             waiting = slots.waiting if continuous else np.asarray(s.waiting & ~s.done)
             answers, lengths, errors, failed, done, broke = _answers(
-                s, waiting, tokenizer, step, states, turn_rewards, (is_error, is_parse_failure),
-                render, spec.queue_width, config.max_observation_tokens,
-                getattr(observe, "parallel_steps", 1))
+                s, waiting, tokenizer, step, states, turn_rewards,
+                (environment.is_error, environment.is_parse_failure), environment.render,
+                spec.queue_width, config.max_observation_tokens, environment.parallel_steps)
             parse_failures += waiting & failed
             env_done |= done
             room = slots.room if continuous else n - int(s.step)

@@ -1,8 +1,9 @@
 """Tools and environments a policy acts on during an episode (multi-turn rollouts).
 
-A tool is a function text -> observation text. `call_tool` runs one under a deadline and an
-output cap, so a tool never crashes or stalls a run: errors, timeouts and oversized outputs
-come back as observations. An environment (`Environment`: reset / step) keeps state across
+A tool is a record of `TABLE` (`Tool`: its function text -> observation text, stop text,
+error prefixes, parallel steps, schema, state); a new tool is one entry there. `call_tool`
+runs one under a deadline and an output cap, so a tool never crashes or stalls a run:
+errors, timeouts and oversized outputs come back as observations. An environment (`Environment`: reset / step) keeps state across
 turns, gives rewards and may end the episode; each tool is one (`ToolEnvironment`, called
 as `<calc>...</calc>`), "json:python,calc" calls tools as JSON function calls in the
 checkpoint's format (`JsonToolEnvironment`), and `ENVIRONMENTS` has the stateful ones.
@@ -13,13 +14,14 @@ built in or a user's, never crashes or stalls a run either.
 
 from collections.abc import Callable
 
-from grpo_jax.tools.base import (TOOLS, ToolCall, answer, call_tool, find_call,
-                                 render_observation)
+from grpo_jax.tools.base import (TOOLS, ToolCall, ToolEnvironment, answer, call_tool,
+                                 find_call, render_observation)
 from grpo_jax.tools.calculator import calculate, evaluate
 from grpo_jax.tools.calls import PARAMETERS as JSON_TOOLS
 from grpo_jax.tools.calls import JsonToolEnvironment
-from grpo_jax.tools.environment import Environment, ToolEnvironment
+from grpo_jax.tools.environment import Environment, as_environment
 from grpo_jax.tools.games import GuessEnvironment
+from grpo_jax.tools.table import TABLE, Tool
 
 # name -> factory(render) of the stateful environments (beside the tools of TOOLS).
 ENVIRONMENTS: dict[str, Callable[..., Environment]] = {
@@ -68,6 +70,7 @@ def make_environment(name: str, *, render: Callable[[str], str] = render_observa
 
 
 __all__ = ["ENVIRONMENTS", "Environment", "GuessEnvironment", "JSON_TOOLS",
-           "JsonToolEnvironment", "TOOLS", "ToolCall", "ToolEnvironment", "answer", "calculate",
-           "call_tool", "environment_name_error", "environment_names", "evaluate", "find_call",
-           "make_environment", "render_observation"]
+           "JsonToolEnvironment", "TABLE", "TOOLS", "Tool", "ToolCall", "ToolEnvironment",
+           "answer", "as_environment", "calculate", "call_tool", "environment_name_error",
+           "environment_names", "evaluate", "find_call", "make_environment",
+           "render_observation"]

@@ -4,7 +4,10 @@ A call is written `<calc>3 * (4 + 5)</calc>`: the tag names the tool, the closin
 sampler's stop sequence, and the environment appends the observation `<result>27</result>`.
 `call_tool` runs the tool under a deadline and an output cap; whatever goes wrong (an
 unknown tool, an exception, a timeout, an output too long) comes back as an "error: ..."
-observation.
+observation. `ToolEnvironment` is one tool's environment of such calls: each turn's last
+call is run under `call_tool`'s deadline and output cap, with no reward and never done;
+tools are bounded, so the same turn text always gets the same observation. Its stop text,
+error prefixes and parallel steps are its tool's record (`tools.table`).
 """
 
 from __future__ import annotations
@@ -14,12 +17,14 @@ import dataclasses
 import re
 from collections.abc import Callable
 
-from grpo_jax.tools.calculator import calculate
-from grpo_jax.tools.sandbox import python_tool
+from grpo_jax.tools.environment import CALL_SECONDS, StatelessEnvironment, render_observation
+from grpo_jax.tools.table import TABLE
 
-# name -> tool (text -> observation). Tools are functions of their argument alone: the
-# calculator is pure, python runs the code in a fresh sandbox process each call.
-TOOLS: dict[str, Callable[[str], str]] = {"calc": calculate, "python": python_tool}
+# name -> tool (text -> observation): the stateless tools of `tools.table.TABLE`, called as
+# tags. They are functions of their argument alone: the calculator is pure, python runs the
+# code in a fresh sandbox process each call.
+TOOLS: dict[str, Callable[[str], str]] = {name: tool.fn for name, tool in TABLE.items()
+                                          if not tool.stateful}
 DEADLINE_SECONDS = 2.0
 MAX_OBSERVATION_CHARS = 200
 
@@ -49,11 +54,6 @@ def find_call(text: str, tools=None) -> ToolCall | None:
     if match is None:
         return None
     return ToolCall(match.group(1), match.group(2), match.end())
-
-
-def render_observation(observation: str) -> str:
-    """The text appended to the context after a call."""
-    return f"<result>{observation}</result>"
 
 
 def call_tool(name: str, argument: str, *, tools=None,
@@ -98,3 +98,51 @@ def answer(turn_text: str, *, tools=None, deadline_seconds: float = DEADLINE_SEC
     return render(call_tool(call.name, call.argument, tools=tools,
                             deadline_seconds=deadline_seconds, max_chars=max_chars))
 
+
+@dataclasses.dataclass(frozen=True)
+class ToolEnvironment(StatelessEnvironment):
+    """One tool's environment: `environment(turn_text) -> observation text`, and as an
+    `Environment` that answer with no reward, never done.
+
+    Attributes:
+      tool: the tool's name in `tools.TOOLS` (its call is `<tool>argument</tool>`).
+      deadline_seconds: each call's deadline.
+      max_chars: the longest output a call may return.
+      render: the observation's text as the context sees it (`render_observation`, or a
+        checkpoint's tool turn: `text.chat.tool_response_renderer`).
+    """
+
+    tool: str = "calc"
+    deadline_seconds: float = DEADLINE_SECONDS
+    max_chars: int = MAX_OBSERVATION_CHARS
+    render: Callable[[str], str] = render_observation
+
+    def __post_init__(self):
+        if self.tool not in TOOLS:
+            raise ValueError(f"tools: unknown tool {self.tool!r}; available: {sorted(TOOLS)}")
+
+    @property
+    def stop_text(self) -> str:
+        """The text that ends a turn: the call's closing tag."""
+        return TABLE[self.tool].stop
+
+    @property
+    def parallel_steps(self) -> int:
+        """Rows answered at once (the tool's record: python calls are each a sandbox
+        process)."""
+        return TABLE[self.tool].parallel_steps
+
+    @property
+    def call_seconds(self) -> float:
+        """The guard's bound on a step: the tool's own deadline and the default's slack."""
+        return self.deadline_seconds + CALL_SECONDS
+
+    def __call__(self, turn_text: str) -> str:
+        return answer(turn_text, tools={self.tool: TOOLS[self.tool]},
+                      deadline_seconds=self.deadline_seconds, max_chars=self.max_chars,
+                      render=self.render)
+
+    def is_error(self, observation_text: str) -> bool:
+        """Whether an observation (as rendered) reports a failed call: one of the tool's
+        error prefixes (python: also a line saying what stopped the program)."""
+        return any(prefix in observation_text for prefix in TABLE[self.tool].error_prefixes)

@@ -6,10 +6,11 @@
     # the policy writes: <tool_call>{"name": "calc", "arguments": {"expression": "3*9"}}</tool_call>
     environment(turn_text)     # the answer, e.g. "<tool_response>\\n27\\n</tool_response>..."
 
-`guess` is a tool with state: the guessing game of `tools.games` (`GuessEnvironment`), its
-guesses made as calls (`{"name": "guess", "arguments": {"number": "20"}}`); with it the
-environment keeps the game's state, gives its reward and ends the episode when the number
-is found, and every other tool still answers from the call alone.
+The tools, their parameters and descriptions are the records of `tools.table.TABLE`.
+`guess` is a tool with state: the guessing game of `tools.games` (`GuessEnvironment`, its
+record's `game`), its guesses made as calls (`{"name": "guess", "arguments": {"number":
+"20"}}`); with it the environment keeps the game's state, gives its reward and ends the
+episode when the number is found, and every other tool still answers from the call alone.
 
 A turn ends at the closing tag `</tool_call>`. The turn's last call is parsed as JSON: an
 object with a string "name" naming one of the environment's tools and an object "arguments"
@@ -29,37 +30,24 @@ import re
 from collections.abc import Callable
 from typing import Any
 
-from grpo_jax.tools.base import (DEADLINE_SECONDS, MAX_OBSERVATION_CHARS, TOOLS, call_tool,
+from grpo_jax.tools.base import (DEADLINE_SECONDS, MAX_OBSERVATION_CHARS, call_tool,
                                  render_observation)
-from grpo_jax.tools.environment import Environment
-from grpo_jax.tools.games import GuessEnvironment
-from grpo_jax.tools.guard import CALL_SECONDS
-from grpo_jax.tools.sandbox import STOP_PREFIXES
+from grpo_jax.tools.environment import CALL_SECONDS, Environment
+from grpo_jax.tools.table import TABLE, error_prefixes, parallel_steps
 
 OPEN, CLOSE = "<tool_call>", "</tool_call>"
 PARSE_FAILURE = "error: tool call not parsed"
-# tool -> (its one parameter, the function's description for the model)
-PARAMETERS = {
-    "calc": ("expression", "Evaluates an arithmetic expression (integers and fractions, "
-                           "+ - * / // % ** and parentheses) exactly."),
-    "python": ("code", "Runs a short Python program in a sandbox and returns what it "
-                       "prints (1 s, standard library only, no files outside its "
-                       "directory, no network)."),
-    "guess": ("number", "Guesses the hidden number: the answer says whether it is higher or "
-                        "lower, and the game ends when the guess is the number."),
-}
-STATEFUL = ("guess",)  # tools that keep an episode's state (the guessing game)
+# tool -> (its one parameter, the function's description for the model): the table's
+PARAMETERS = {name: (tool.parameter, tool.description) for name, tool in TABLE.items()}
+STATEFUL = tuple(name for name, tool in TABLE.items() if tool.stateful)
+# JSON calls' answers share one format: an error prefix of any tool marks a failed call
+ERROR_PREFIXES = error_prefixes(TABLE)
 _CALL = re.compile(re.escape(OPEN) + r"(.*?)" + re.escape(CLOSE), re.S)
 
 
 def schema(name: str) -> dict:
     """The tool's description in the JSON-schema form chat templates take (`tools=`)."""
-    parameter, description = PARAMETERS[name]
-    return {"type": "function",
-            "function": {"name": name, "description": description,
-                         "parameters": {"type": "object",
-                                        "properties": {parameter: {"type": "string"}},
-                                        "required": [parameter]}}}
+    return TABLE[name].schema
 
 
 def call_text(name: str, arguments: dict) -> str:
@@ -104,7 +92,7 @@ def parse_call(text: str, tools) -> tuple[str, str]:
             arguments = _json(arguments)
         except ToolCallError:
             raise ToolCallError("arguments is a string that is not a JSON object") from None
-    parameter = PARAMETERS[name][0]
+    parameter = TABLE[name].parameter
     if not isinstance(arguments, dict) or not isinstance(arguments.get(parameter), str):
         raise ToolCallError(f"{name} needs arguments {{\"{parameter}\": string}}")
     return name, arguments[parameter]
@@ -117,7 +105,7 @@ class JsonToolEnvironment(Environment):
     the episode's state is the game's (`reset(problem)`, `step(state, turn_text)`).
 
     Attributes:
-      tools: the tools' names (of `PARAMETERS`).
+      tools: the tools' names (of `tools.table.TABLE`; one stateful at most).
       render: the answer's text as the context sees it (a checkpoint's tool turn:
         `text.chat.tool_response_renderer`; default "<result>...</result>").
       deadline_seconds, max_chars: each call's, as `tools.call_tool` takes them.
@@ -131,19 +119,24 @@ class JsonToolEnvironment(Environment):
     feedback: bool = True
 
     def __post_init__(self):
-        unknown = [name for name in self.tools if name not in PARAMETERS]
+        unknown = [name for name in self.tools if name not in TABLE]
         if not self.tools or unknown:
             raise ValueError(f"tools: JSON calls take tools of {sorted(PARAMETERS)}, got "
                              f"{list(self.tools)}")
+        stateful = [name for name in self.tools if TABLE[name].stateful]
+        if len(set(stateful)) > 1:
+            raise ValueError(f"tools: one stateful tool keeps an episode's state, got "
+                             f"{stateful}")
 
     @property
     def gives_rewards(self) -> bool:
-        return any(name in STATEFUL for name in self.tools)
+        return any(TABLE[name].stateful for name in self.tools)
 
     @property
     def parallel_steps(self) -> int:
-        """Rows answered at once: python calls are each a sandbox process."""
-        return 4 if "python" in self.tools else 1
+        """Rows answered at once: the most any of its tools' records allows (python calls
+        are each a sandbox process)."""
+        return parallel_steps(self.tools)
 
     @property
     def call_seconds(self) -> float:
@@ -159,8 +152,11 @@ class JsonToolEnvironment(Environment):
         """The tools as the chat template's `tools=` describes them."""
         return [schema(name) for name in self.tools]
 
-    def _game(self) -> GuessEnvironment:
-        return GuessEnvironment(feedback=self.feedback, render=self.render)
+    def _game(self, name: str | None = None):
+        """The environment of the stateful tool `name` (default: the one among its tools)."""
+        if name is None:
+            name = next(name for name in self.tools if TABLE[name].stateful)
+        return TABLE[name].game(feedback=self.feedback, render=self.render)
 
     def reset(self, problem) -> tuple[str, Any]:
         return self._game().reset(problem) if self.gives_rewards else ("", None)
@@ -170,9 +166,10 @@ class JsonToolEnvironment(Environment):
             name, argument = parse_call(action_text, self.tools)
         except ToolCallError as err:
             return self.render(f"{PARSE_FAILURE}: {err}"), 0.0, False, state
-        if name == "guess":
-            return self._game().play(state, argument)
-        return self.render(call_tool(name, argument, tools={name: TOOLS[name]},
+        tool = TABLE[name]
+        if tool.stateful:
+            return self._game(name).play(state, argument)
+        return self.render(call_tool(name, argument, tools={name: tool.fn},
                                      deadline_seconds=self.deadline_seconds,
                                      max_chars=self.max_chars)), 0.0, False, state
 
@@ -183,7 +180,7 @@ class JsonToolEnvironment(Environment):
         return self.step(None, turn_text)[0]
 
     def is_error(self, observation_text: str) -> bool:
-        return any(prefix in observation_text for prefix in STOP_PREFIXES)
+        return any(prefix in observation_text for prefix in ERROR_PREFIXES)
 
     def is_parse_failure(self, observation_text: str) -> bool:
         return PARSE_FAILURE in observation_text

@@ -1,6 +1,6 @@
 """The environment of a multi-turn rollout.
 
-    environment = ToolEnvironment(tool="calc")
+    environment = make_environment("calc")   # a tools.base.ToolEnvironment
     states = [environment.reset(example)[1] for example in examples]
     out = sampling.generate_episodes(..., observe=environment, states=states, ...)
 
@@ -18,27 +18,34 @@ stop or stall a run: an exception (SystemExit included), a call slower than `cal
 an observation longer than `max_answer_chars`, or a reward that is not a finite number
 becomes an error observation with reward 0, counted in `tool_errors`.
 
-`ToolEnvironment` is the stateless kind: each turn's last call is run under
-`tools.call_tool`'s deadline and output cap, with no reward and never done; tools are
-bounded, so the same turn text always gets the same observation. `tools.games` has a
-stateful one.
+What the sampler reads of an environment is declared on `Environment` with its default
+(`stop_text`, `gives_rewards`, `parallel_steps`, `call_seconds`, `max_answer_chars`,
+`render`, `schemas`, `is_error`, `is_parse_failure`); `as_environment` makes one of a plain
+function of the turn's text, or of an object that only has some of them.
+
+This module is the interface and imports nothing else of `tools`: the tools' environments
+(`tools.base.ToolEnvironment`, `tools.calls.JsonToolEnvironment`) and `tools.games`'
+stateful one subclass it.
 """
 
 from __future__ import annotations
 
-import dataclasses
 from collections.abc import Callable
 from typing import Any
 
-from grpo_jax.tools.base import (DEADLINE_SECONDS, MAX_OBSERVATION_CHARS, TOOLS, answer,
-                                 render_observation)
-from grpo_jax.tools.guard import CALL_SECONDS, MAX_ANSWER_CHARS
-from grpo_jax.tools.sandbox import STOP_PREFIXES
+CALL_SECONDS = 10.0  # one reset or step, unless the environment sets `call_seconds`
+MAX_ANSWER_CHARS = 8192  # one observation, unless the environment sets `max_answer_chars`
+
+
+def render_observation(observation: str) -> str:
+    """The text appended to the context after a call (the default `render`)."""
+    return f"<result>{observation}</result>"
 
 
 class Environment:
     """A multi-turn environment (module docstring). Subclasses define `stop_text` and
-    `step`; `reset` defaults to no observation and no state."""
+    `step`; `reset` defaults to no observation and no state. The class attributes and
+    methods below are everything the sampler reads, with their defaults."""
 
     stop_text: str = ""
     # whether the episode's return has rewards of the environment's own (`step`'s)
@@ -50,6 +57,11 @@ class Environment:
     # one may return: past either the call is answered with an error (`tools.guard`)
     call_seconds = CALL_SECONDS
     max_answer_chars = MAX_ANSWER_CHARS
+    # observation -> the text the context sees (e.g. "<result>27</result>"); with one, a
+    # long answer is cut inside its wrapper and error lines are written like answers
+    render: Callable[[str], str] | None = None
+    # the tools as a chat template's `tools=` describes them (JSON calls), or None
+    schemas: list[dict] | None = None
 
     def reset(self, problem) -> tuple[str, Any]:
         """(the observation appended to the problem's prompt, the episode's first state)."""
@@ -66,6 +78,11 @@ class Environment:
         del observation_text
         return False
 
+    def is_parse_failure(self, observation_text: str) -> bool:
+        """Whether an observation reports a call that did not parse (tool_parse_failures)."""
+        del observation_text
+        return False
+
 
 class StatelessEnvironment(Environment):
     """An environment that answers each turn from the turn's text alone (`__call__`): no
@@ -78,50 +95,28 @@ class StatelessEnvironment(Environment):
         return self(action_text), 0.0, False, state
 
 
-@dataclasses.dataclass(frozen=True)
-class ToolEnvironment(StatelessEnvironment):
-    """One tool's environment: `environment(turn_text) -> observation text`, and as an
-    `Environment` that answer with no reward, never done.
+class _Adapted(Environment):
+    """An `Environment` over `observe`: a function of the turn's text (no state, no reward,
+    never done), or an object with a `step` and some of the attributes `Environment`
+    declares (the others take its defaults)."""
 
-    Attributes:
-      tool: the tool's name in `tools.TOOLS` (its call is `<tool>argument</tool>`).
-      deadline_seconds: each call's deadline.
-      max_chars: the longest output a call may return.
-      render: the observation's text as the context sees it (`render_observation`, or a
-        checkpoint's tool turn: `text.chat.tool_response_renderer`).
-    """
+    _DECLARED = ("stop_text", "gives_rewards", "parallel_steps", "call_seconds",
+                 "max_answer_chars", "render", "schemas", "reset", "is_error",
+                 "is_parse_failure")
 
-    tool: str = "calc"
-    deadline_seconds: float = DEADLINE_SECONDS
-    max_chars: int = MAX_OBSERVATION_CHARS
-    render: Callable[[str], str] = render_observation
+    def __init__(self, observe):
+        self.observe = observe
+        for name in self._DECLARED:  # the one place an environment's attributes are probed
+            if hasattr(observe, name):
+                setattr(self, name, getattr(observe, name))
+        step = getattr(observe, "step", None)
+        if step is None:  # a function of the turn's text
+            step = lambda state, text: (observe(text), 0.0, False, state)  # noqa: E731
+        self.step = step
 
-    def __post_init__(self):
-        if self.tool not in TOOLS:
-            raise ValueError(f"tools: unknown tool {self.tool!r}; available: {sorted(TOOLS)}")
 
-    @property
-    def stop_text(self) -> str:
-        """The text that ends a turn: the call's closing tag."""
-        return f"</{self.tool}>"
-
-    @property
-    def parallel_steps(self) -> int:
-        """Rows answered at once: python calls are each a sandbox process."""
-        return 4 if self.tool == "python" else 1
-
-    @property
-    def call_seconds(self) -> float:
-        """The guard's bound on a step: the tool's own deadline and the default's slack."""
-        return self.deadline_seconds + CALL_SECONDS
-
-    def __call__(self, turn_text: str) -> str:
-        return answer(turn_text, tools={self.tool: TOOLS[self.tool]},
-                      deadline_seconds=self.deadline_seconds, max_chars=self.max_chars,
-                      render=self.render)
-
-    def is_error(self, observation_text: str) -> bool:
-        """Whether an observation (as rendered) reports a failed call: the tool's error, or
-        (python) a line saying what stopped the program."""
-        prefixes = STOP_PREFIXES if self.tool == "python" else ("error:",)
-        return any(prefix in observation_text for prefix in prefixes)
+def as_environment(observe) -> Environment:
+    """`observe` if it is an `Environment`, else an `Environment` over it: a function of the
+    turn's text (its answer; no state, no reward, never done) or an object shaped like one
+    (its `step` and whichever declared attributes it has; the rest are the defaults)."""
+    return observe if isinstance(observe, Environment) else _Adapted(observe)

@@ -21,8 +21,7 @@ import re
 from collections.abc import Callable
 from typing import Any
 
-from grpo_jax.tools.base import render_observation
-from grpo_jax.tools.environment import Environment
+from grpo_jax.tools.environment import Environment, render_observation
 
 GUESS = re.compile(r"<guess>\s*(-?\d{1,6})\s*</guess>")
 

@@ -38,10 +38,8 @@ from typing import Any, NamedTuple
 
 import numpy as np
 
-from grpo_jax.tools.base import render_observation
+from grpo_jax.tools.environment import CALL_SECONDS, MAX_ANSWER_CHARS, render_observation
 
-CALL_SECONDS = 10.0  # one reset or step, unless the environment sets `call_seconds`
-MAX_ANSWER_CHARS = 8192  # one observation, unless the environment sets `max_answer_chars`
 MAX_REASON_CHARS = 160  # an error observation's line
 FLOAT32_MAX = float(np.finfo(np.float32).max)
 

@@ -1,5 +1,5 @@
-"""`python -m grpo_jax.studies list | run NAME [NAME ...] | all --tier=full|mini --workdir=DIR
-[--publish]`."""
+"""`python -m grpo_jax.studies list | design NAME [NAME ...] | all | run NAME [NAME ...] | all
+--tier=full|mini --workdir=DIR [--publish]`."""
 
 from __future__ import annotations
 
@@ -20,12 +20,40 @@ def _list() -> int:
     return 0
 
 
+def _design(names: list[str], check: bool) -> int:
+    names = list(studies.NAMES) if names == ["all"] else names
+    unknown = [n for n in names if n not in studies.NAMES]
+    if unknown:
+        print(f"error: design: unknown study {unknown[0]!r}; expected all or one of "
+              f"{', '.join(studies.NAMES)}", file=sys.stderr)
+        return 2
+    from grpo_jax.studies import publish
+
+    stale = []
+    for name in names:
+        study = studies.get(name)
+        if check:
+            with open(publish.readme_path(study), encoding="utf-8") as f:
+                if publish.committed_design(f.read()) != publish.design_block(study):
+                    stale.append(name)
+                    print(f"[studies] {name}: design block differs from the code", flush=True)
+        elif publish.write_design(study):
+            print(f"[studies] wrote {publish.readme_path(study)} (its design block)", flush=True)
+    return 1 if stale else 0
+
+
 def main(argv: list[str] | None = None) -> int:
     argv = sys.argv[1:] if argv is None else argv
     parser = argparse.ArgumentParser(prog="python -m grpo_jax.studies",
                                      description=studies.__doc__.splitlines()[0])
     commands = parser.add_subparsers(dest="command", required=True)
     commands.add_parser("list", help="every study with the cost of each tier")
+    design = commands.add_parser(
+        "design", help="rewrite experiments/NAME/README.md's design block from the code "
+                       "(the full tier's configs; no runs)")
+    design.add_argument("names", nargs="+", metavar="NAME", help="a study or all")
+    design.add_argument("--check", action="store_true",
+                        help="change nothing; exit 1 if a README's block differs from the code")
     run = commands.add_parser("run", help="build, run, analyse studies, one after another")
     run.add_argument("names", nargs="+", metavar="NAME",
                      help=f"a study ({', '.join(studies.NAMES)}) or all (in that order; "
@@ -38,6 +66,8 @@ def main(argv: list[str] | None = None) -> int:
     args = parser.parse_args(argv)
     if args.command == "list":
         return _list()
+    if args.command == "design":
+        return _design(args.names, args.check)
     if args.publish and args.tier != "full":
         print("error: --publish: only the full tier's results are published", file=sys.stderr)
         return 2

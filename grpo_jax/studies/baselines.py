@@ -44,7 +44,7 @@ import numpy as np
 
 from grpo_jax import sweep
 from grpo_jax.stats import interval, paired_interval
-from grpo_jax.studies import common
+from grpo_jax.studies import common, tiers
 from grpo_jax.studies import measure as measure_lib
 
 RUN_ARM = "base_eval"
@@ -466,16 +466,14 @@ STUDY = common.Study(
     question="the variance of the policy-gradient estimator on the pretrained LM under no "
              "baseline, GRPO's group mean, leave-one-out (RLOO) and the optimal constant "
              "b* = E[r‖g‖²]/E[‖g‖²] (a measurement on two bases, no training)",
-    tiers={
-        "full": common.Tier(bases=(0, 1), seeds=(0, 1, 2),
-                            cost="about 30 min on 2 cores (estimated from the former "
-                                 "script's 265-275 s per seed for 4,096 score functions, x 6 "
-                                 "(base, seed) pairs, plus 6 held-out evaluations of the "
-                                 "base; the two 9-min bases when not built yet)"),
-        "mini": common.Tier(bases=(0,), seeds=(0, 1),
-                            cost="about 1 min on 2 cores (a toy base, 2 toy evaluations, "
-                                 "2 pools of 4 problems x 16 samples; measured)"),
-    },
+    tiers=tiers.standard(
+        full="about 30 min on 2 cores (estimated from the former "
+             "script's 265-275 s per seed for 4,096 score functions, x 6 "
+             "(base, seed) pairs, plus 6 held-out evaluations of the "
+             "base; the two 9-min bases when not built yet)",
+        mini="about 1 min on 2 cores (a toy base, 2 toy evaluations, "
+             "2 pools of 4 problems x 16 samples; measured)",
+        mini_seeds=(0, 1)),
     arms=(RUN_ARM,),
     base_config=base_config,
     arm_configs=arm_configs,

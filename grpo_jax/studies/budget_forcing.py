@@ -29,7 +29,7 @@ import json
 
 from grpo_jax import storage, sweep
 from grpo_jax.stats import interval, paired_interval
-from grpo_jax.studies import common
+from grpo_jax.studies import common, tiers
 from grpo_jax.studies import measure as measure_lib
 
 WAIT, REDO = "wait", "redo"
@@ -325,18 +325,16 @@ STUDY = common.Study(
     question="s1's budget forcing (caps; minima with \"Wait\", or with \" redo\" on a base "
              "whose traces redo steps) on GRPO-trained and base models, paired by (base, seed) "
              "against no forcing",
-    tiers={
-        "full": common.Tier(bases=(0, 1), seeds=(0, 1, 2),
-                            cost="about 25-35 min on 2 cores (estimated: 12 RL runs of 60 "
-                                 "steps, 1-1.5 min each, which dominate; 90 samplings of "
-                                 "128 x 8, 5-10 s each; plus, when not built yet, the shared "
-                                 "9-min main base and the redo base, 9-18 min, per base "
-                                 "seed)"),
-        "mini": common.Tier(bases=(0,), seeds=(0, 1),
-                            cost="about 1-1.5 min on 2 cores (measured: 52-83 s under a load "
-                                 "of 7, the toy bases built in; 4 toy RL runs, the claimed "
-                                 "conditions on 4 x 8 samples)"),
-    },
+    tiers=tiers.standard(
+        full="about 25-35 min on 2 cores (estimated: 12 RL runs of 60 "
+             "steps, 1-1.5 min each, which dominate; 90 samplings of "
+             "128 x 8, 5-10 s each; plus, when not built yet, the shared "
+             "9-min main base and the redo base, 9-18 min, per base "
+             "seed)",
+        mini="about 1-1.5 min on 2 cores (measured: 52-83 s under a load "
+             "of 7, the toy bases built in; 4 toy RL runs, the claimed "
+             "conditions on 4 x 8 samples)",
+        mini_seeds=(0, 1)),
     arms=(WAIT, REDO),
     base_config=base_config,
     arm_configs=arm_configs,

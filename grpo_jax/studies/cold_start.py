@@ -22,7 +22,7 @@ import math
 
 from grpo_jax import sweep
 from grpo_jax.stats import interval
-from grpo_jax.studies import common
+from grpo_jax.studies import common, tiers
 
 # (arm, eval stage, label), in pipeline order
 POINTS = (("zero", "eval_base", "base"),
@@ -241,14 +241,12 @@ STUDY = common.Study(
     name="cold_start",
     question="R1-Zero (GRPO from the base) vs R1's cold-start SFT -> GRPO -> rejection-sampling "
              "SFT -> GRPO, equal RL steps, from two bases",
-    tiers={
-        "full": common.Tier(bases=(0, 1), seeds=(0, 1, 2),
-                            cost="about 60 min on 2 cores (estimated from the recorded "
-                                 "R1-Zero 171-253 s and R1 353-420 s per seed, for 2 bases x "
-                                 "3 seeds; plus 2 x 9 min for the bases when not built yet)"),
-        "mini": common.Tier(bases=(0,), seeds=(0, 1),
-                            cost="about 2 min on 2 cores (4 toy pipelines and a toy base)"),
-    },
+    tiers=tiers.standard(
+        full="about 60 min on 2 cores (estimated from the recorded "
+             "R1-Zero 171-253 s and R1 353-420 s per seed, for 2 bases x "
+             "3 seeds; plus 2 x 9 min for the bases when not built yet)",
+        mini="about 2 min on 2 cores (4 toy pipelines and a toy base)",
+        mini_seeds=(0, 1)),
     arms=("zero", "cold"),
     base_config=base_config,
     arm_configs=arm_configs,

@@ -33,7 +33,7 @@ import numpy as np
 
 from grpo_jax import sweep
 from grpo_jax.stats import interval, paired_interval
-from grpo_jax.studies import common
+from grpo_jax.studies import common, tiers
 from grpo_jax.studies import measure as measure_lib
 from grpo_jax.studies.baselines import base_config, eval_config  # its runs
 
@@ -381,16 +381,14 @@ STUDY = common.Study(
     question="the share of the update on prompts with pass rate p in (0, 1/4], (1/4, 3/4), "
              "[3/4, 1) under GRPO's std-scaled advantages and Dr. GRPO's (Σ abs(A) and the "
              "gradient norm; a measurement on two bases, no training)",
-    tiers={
-        "full": common.Tier(bases=(0, 1), seeds=(0, 1, 2),
-                            cost="about 9 min on 2 cores (estimated from the former script's "
-                                 "63-85 s per seed for 2,048 score functions, x 6 (base, seed) "
-                                 "pairs, plus 6 held-out evaluations of the base; the two "
-                                 "9-min bases when not built yet)"),
-        "mini": common.Tier(bases=(0,), seeds=(0, 1),
-                            cost="about 1 min on 2 cores (a toy base, 2 toy evaluations, 2 "
-                                 "measurements of 8 problems x 8 samples; measured)"),
-    },
+    tiers=tiers.standard(
+        full="about 9 min on 2 cores (estimated from the former script's "
+             "63-85 s per seed for 2,048 score functions, x 6 (base, seed) "
+             "pairs, plus 6 held-out evaluations of the base; the two "
+             "9-min bases when not built yet)",
+        mini="about 1 min on 2 cores (a toy base, 2 toy evaluations, 2 "
+             "measurements of 8 problems x 8 samples; measured)",
+        mini_seeds=(0, 1)),
     arms=(RUN_ARM,),
     base_config=base_config,
     arm_configs=arm_configs,

@@ -27,7 +27,7 @@ import re
 
 from grpo_jax import storage, sweep
 from grpo_jax.stats import interval
-from grpo_jax.studies import common
+from grpo_jax.studies import common, tiers
 
 FIGURES = ("pass@1", "pass@2", "pass@4", "pass@8", "maj@8", "format_rate", "mean_length")
 CONTRASTED = ("pass@1", "pass@8", "format_rate")  # the Holm family
@@ -267,17 +267,15 @@ STUDY = common.Study(
     name="distill_vs_rl",
     question="a tiny-300k student distilled from a GRPO-trained tiny-1m teacher (its verified "
              "traces) vs GRPO on the student for the same 7,680 sequences (R1 sec. 4.1)",
-    tiers={
-        "full": common.Tier(bases=(0, 1), seeds=(0, 1, 2),
-                            cost="about 45 min on 2 cores (estimated from the recorded "
-                                 "per-seed GRPO 60 51-78 s, GRPO 180 179-221 s, distillation "
-                                 "57-96 s, each run with its evaluations, for 2 bases x 3 "
-                                 "seeds; plus each base's student, main base and teacher when "
-                                 "not built yet)"),
-        "mini": common.Tier(bases=(0,), seeds=(0, 1),
-                            cost="about 3 min on 2 cores (6 toy runs, a toy student, base "
-                                 "and teacher)"),
-    },
+    tiers=tiers.standard(
+        full="about 45 min on 2 cores (estimated from the recorded "
+             "per-seed GRPO 60 51-78 s, GRPO 180 179-221 s, distillation "
+             "57-96 s, each run with its evaluations, for 2 bases x 3 "
+             "seeds; plus each base's student, main base and teacher when "
+             "not built yet)",
+        mini="about 3 min on 2 cores (6 toy runs, a toy student, base "
+             "and teacher)",
+        mini_seeds=(0, 1)),
     arms=ARMS,
     base_config=base_config,
     arm_configs=arm_configs,

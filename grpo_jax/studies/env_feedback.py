@@ -27,7 +27,7 @@ import math
 
 from grpo_jax import sweep
 from grpo_jax.stats import interval, paired_interval
-from grpo_jax.studies import common
+from grpo_jax.studies import common, tiers
 
 FEEDBACK, BLIND = "feedback", "blind"  # the run arms (their RL environment)
 TOOLS = {FEEDBACK: "guess", BLIND: "guess_blind"}
@@ -197,14 +197,10 @@ STUDY = common.Study(
     question="does GRPO teach a tiny model to use a stateful environment's feedback (guess a "
              "hidden number: higher / lower), against the same budget without the feedback, "
              "paired by seed?",
-    tiers={
-        "full": common.Tier(bases=(0, 1), seeds=(0, 1, 2),
-                            cost="about 35 min on 2 cores (estimated: 2 bases of 1500 steps, "
-                                 "about 6 min each; 12 runs of 60 GRPO steps with four "
-                                 "evaluations, about 2 min each)"),
-        "mini": common.Tier(bases=(0,), seeds=(0,),
-                            cost="seconds on 2 cores: one toy base, one seed"),
-    },
+    tiers=tiers.standard(
+        full="about 35 min on 2 cores (estimated: 2 bases of 1500 steps, "
+             "about 6 min each; 12 runs of 60 GRPO steps with four "
+             "evaluations, about 2 min each)"),
     arms=(FEEDBACK, BLIND),
     base_config=base_config,
     arm_configs=arm_configs,

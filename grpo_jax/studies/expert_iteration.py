@@ -16,7 +16,7 @@ own current policy (7,680: 60 x 128):
 from __future__ import annotations
 
 from grpo_jax.metrics import read_metrics
-from grpo_jax.studies import common
+from grpo_jax.studies import common, tiers
 
 GRPO, EI = "GRPO", "expert iteration"
 ROUNDS, PROBLEMS, SAMPLES, SFT_STEPS = 4, 240, 8, 15
@@ -107,14 +107,10 @@ STUDY = common.Study(
     name="expert_iteration",
     question="does expert iteration (four rounds of SFT on the policy's own verified samples) "
              "match GRPO at the same 7,680 samples, paired by seed?",
-    tiers={
-        "full": common.Tier(bases=(0, 1), seeds=(0, 1, 2),
-                            cost="about 10 min on 2 cores (measured: 610 s beside another "
-                                 "study process, the 2 main bases already built (shared "
-                                 "with the other studies of the main base); 12 runs)"),
-        "mini": common.Tier(bases=(0,), seeds=(0,),
-                            cost="seconds on 2 cores: one toy base, one seed"),
-    },
+    tiers=tiers.standard(
+        full="about 10 min on 2 cores (measured: 610 s beside another "
+             "study process, the 2 main bases already built (shared "
+             "with the other studies of the main base); 12 runs)"),
     arms=(GRPO, EI),
     base_config=base_config,
     arm_configs=arm_configs,

@@ -24,7 +24,7 @@ import json
 import math
 
 from grpo_jax import storage
-from grpo_jax.studies import common
+from grpo_jax.studies import common, tiers
 from grpo_jax.studies import measure as measure_lib
 
 ALL, TOP, BOTTOM, EVEN = "all", "top20", "bottom80", "even spread"
@@ -182,15 +182,11 @@ STUDY = common.Study(
     question="do the high-entropy minority of tokens carry what GRPO changes, and does a "
              "policy gradient on the top 20% by entropy match the full one while the bottom "
              "80% falls short, paired by seed?",
-    tiers={
-        "full": common.Tier(bases=(0, 1), seeds=(0, 1, 2),
-                            cost="about 35 min on 2 cores (estimated: 2 main bases of 1500 "
-                                 "steps, shared with the other studies of the main base; 18 "
-                                 "runs of the main job's GRPO stage with two evaluations and "
-                                 "the token measurement)"),
-        "mini": common.Tier(bases=(0,), seeds=(0,),
-                            cost="seconds on 2 cores: one toy base, one seed"),
-    },
+    tiers=tiers.standard(
+        full="about 35 min on 2 cores (estimated: 2 main bases of 1500 "
+             "steps, shared with the other studies of the main base; 18 "
+             "runs of the main job's GRPO stage with two evaluations and "
+             "the token measurement)"),
     arms=tuple(SELECTION),
     base_config=base_config,
     arm_configs=arm_configs,

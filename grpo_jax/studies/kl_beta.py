@@ -27,7 +27,7 @@ import math
 
 from grpo_jax import storage
 from grpo_jax.stats import interval, paired_interval
-from grpo_jax.studies import common
+from grpo_jax.studies import common, tiers
 from grpo_jax.studies import measure as measure_lib
 
 BETAS = (0.0, 0.04, 0.1, 1.0)
@@ -452,17 +452,15 @@ STUDY = common.Study(
     name="kl_beta",
     question="GRPO's KL coefficient β in {0, 0.04, 0.1, 1} from two base models, paired "
              "by seed against β = 0; the exact KL to the base and the KL term's gradient weight",
-    tiers={
-        "full": common.Tier(bases=(0, 1), seeds=(0, 1, 2),
-                            cost="about 100 min on 2 cores (estimated from the recorded 4 min "
-                                 "per run of 80 GRPO steps for 4 betas x 2 bases x 3 seeds, "
-                                 "and 80 s of KL measurement per base; plus 2 x 9 min for the "
-                                 "bases when not built yet)"),
-        "mini": common.Tier(bases=(0,), seeds=(0, 1), arms=(REFERENCE, arm_name(0.04),
-                                                            arm_name(1.0)),
-                            cost="about 2 min on 2 cores (6 toy runs, their KL measurement "
-                                 "and a toy base)"),
-    },
+    tiers=tiers.standard(
+        full="about 100 min on 2 cores (estimated from the recorded 4 min "
+             "per run of 80 GRPO steps for 4 betas x 2 bases x 3 seeds, "
+             "and 80 s of KL measurement per base; plus 2 x 9 min for the "
+             "bases when not built yet)",
+        mini="about 2 min on 2 cores (6 toy runs, their KL measurement "
+             "and a toy base)",
+        mini_seeds=(0, 1),
+        mini_arms=(REFERENCE, arm_name(0.04), arm_name(1.0))),
     arms=ARMS,
     base_config=base_config,
     arm_configs=arm_configs,

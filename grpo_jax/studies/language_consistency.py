@@ -18,7 +18,7 @@ from __future__ import annotations
 
 import ml_collections
 
-from grpo_jax.studies import common
+from grpo_jax.studies import common, tiers
 
 ACCURACY, CONSISTENT = "accuracy", "with consistency"
 REWARDS = {ACCURACY: {"accuracy": 1.0, "format": 0.2, "language": 0.0},
@@ -98,14 +98,10 @@ STUDY = common.Study(
     question="on the two-script task, does GRPO without a consistency reward mix scripts, "
              "and does R1's language-consistency reward remove the mixing at a cost in "
              "pass@1, paired by seed?",
-    tiers={
-        "full": common.Tier(bases=(0, 1), seeds=(0, 1, 2),
-                            cost="about 60 min on 2 cores (measured: 3661 s, mostly beside "
-                                 "other processes: 2 two-script bases of 1500 steps, about 13 "
-                                 "min each, and 12 runs on host rewards of about 3 min)"),
-        "mini": common.Tier(bases=(0,), seeds=(0,),
-                            cost="seconds on 2 cores: one toy base, one seed"),
-    },
+    tiers=tiers.standard(
+        full="about 60 min on 2 cores (measured: 3661 s, mostly beside "
+             "other processes: 2 two-script bases of 1500 steps, about 13 "
+             "min each, and 12 runs on host rewards of about 3 min)"),
     arms=tuple(REWARDS),
     base_config=base_config,
     arm_configs=arm_configs,

@@ -31,7 +31,7 @@ import re
 
 from grpo_jax import storage, sweep
 from grpo_jax.stats import interval, paired_interval
-from grpo_jax.studies import common
+from grpo_jax.studies import common, tiers
 from grpo_jax.studies.measure import figures_all_and_2op, window_mean
 
 REDO_RATE = 0.3  # the base's pretraining traces (and the arms' task)
@@ -361,20 +361,18 @@ STUDY = common.Study(
     question="GRPO's two normalisations one at a time (1/|o| length, std scaling; Dr. GRPO "
              "removes both), from a base whose longer traces are more often right: which "
              "lengthens the incorrect completions, and which shortens the correct ones?",
-    tiers={
-        "full": common.Tier(bases=(0, 1), seeds=(0, 1, 2),
-                            cost="about 1.5 h on 2 cores, estimated: 24 runs of 120 GRPO "
-                                 "steps at ~3 min each (8 full-size GRPO steps timed at ~0.6 "
-                                 "s per step after ~20 s of compilation, on a CPU shared with "
-                                 "other jobs; the recorded runs took 235-445 s under heavier "
-                                 "sharing), plus two redo_rate-0.3 bases of ~9-18 min when "
-                                 "not built yet (shared with length_growth)"),
-        "mini": common.Tier(bases=(0,), seeds=(0, 1),
-                            arms=("grpo", "grpo_no_len_norm", "dr_grpo"),
-                            cost="about 1 min on 2 cores, measured (45 s of CPU, 1 min 45 s "
-                                 "wall on a CPU loaded by other jobs: 6 toy runs of ~10 s "
-                                 "and a toy base)"),
-    },
+    tiers=tiers.standard(
+        full="about 1.5 h on 2 cores, estimated: 24 runs of 120 GRPO "
+             "steps at ~3 min each (8 full-size GRPO steps timed at ~0.6 "
+             "s per step after ~20 s of compilation, on a CPU shared with "
+             "other jobs; the recorded runs took 235-445 s under heavier "
+             "sharing), plus two redo_rate-0.3 bases of ~9-18 min when "
+             "not built yet (shared with length_growth)",
+        mini="about 1 min on 2 cores, measured (45 s of CPU, 1 min 45 s "
+             "wall on a CPU loaded by other jobs: 6 toy runs of ~10 s "
+             "and a toy base)",
+        mini_seeds=(0, 1),
+        mini_arms=("grpo", "grpo_no_len_norm", "dr_grpo")),
     arms=ARMS,
     base_config=base_config,
     arm_configs=arm_configs,

@@ -32,7 +32,7 @@ import os
 
 from grpo_jax import storage, sweep
 from grpo_jax.stats import interval
-from grpo_jax.studies import common
+from grpo_jax.studies import common, tiers
 from grpo_jax.studies import measure as measure_lib
 from grpo_jax.studies.length_bias import arm_config as length_bias_arm
 from grpo_jax.studies.length_bias import base_config as length_bias_base
@@ -418,19 +418,17 @@ STUDY = common.Study(
     question="does GRPO lengthen the completions, as R1-Zero's curve, where a longer trace "
              "is more often right (a base that redoes steps), against a base where nothing "
              "longer pays; and does the length keep growing through training?",
-    tiers={
-        "full": common.Tier(bases=(0, 1), seeds=(0, 1, 2),
-                            cost="about 50 min on 2 cores, estimated: 12 runs of 120 GRPO "
-                                 "steps at ~3 min (6 of them the same configs as "
-                                 "length_bias's grpo arm, run again in this study's "
-                                 "directory) and the measurement of 7 checkpoints x 1,024 "
-                                 "completions per run (~1 min per run); plus the redo and "
-                                 "the main job's bases when not built yet (shared)"),
-        "mini": common.Tier(bases=(0,), seeds=(0, 1),
-                            cost="about 1 min on 2 cores, measured (37 s of CPU, 1 min 12 "
-                                 "s wall on a CPU loaded by other jobs: 4 toy runs, their "
-                                 "measurement, two toy bases)"),
-    },
+    tiers=tiers.standard(
+        full="about 50 min on 2 cores, estimated: 12 runs of 120 GRPO "
+             "steps at ~3 min (6 of them the same configs as "
+             "length_bias's grpo arm, run again in this study's "
+             "directory) and the measurement of 7 checkpoints x 1,024 "
+             "completions per run (~1 min per run); plus the redo and "
+             "the main job's bases when not built yet (shared)",
+        mini="about 1 min on 2 cores, measured (37 s of CPU, 1 min 12 "
+             "s wall on a CPU loaded by other jobs: 4 toy runs, their "
+             "measurement, two toy bases)",
+        mini_seeds=(0, 1)),
     arms=ARMS,
     base_config=base_config,
     arm_configs=arm_configs,

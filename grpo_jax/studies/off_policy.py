@@ -36,7 +36,7 @@ import math
 
 from grpo_jax import sweep
 from grpo_jax.stats import interval
-from grpo_jax.studies import common
+from grpo_jax.studies import common, tiers
 from grpo_jax.studies import summary as summary_lib
 
 FIGURES = ("pass@1", "pass@8", "maj@8", "format_rate")
@@ -253,18 +253,16 @@ STUDY = common.Study(
     question="GRPO on rollouts K updates stale (K = 2, 8), trained with PPO's clipped ratio "
              "against the stale sampler, AReaL's decoupled objective, or the TIS / MIS "
              "weights, paired by (base, seed) against on-policy K = 0",
-    tiers={
-        "full": common.Tier(bases=(0, 1), seeds=(0, 1, 2),
-                            cost="about 55 min on 2 cores (estimated: 7 arms x 2 bases x 3 "
-                                 "seeds = 42 runs at the 55-100 s per run recorded for the "
-                                 "former 39; plus 2 x 9 min for the bases, shared with "
-                                 "cold_start, kl_beta and distill_vs_rl, when not built yet)"),
-        "mini": common.Tier(bases=(0,), seeds=(0, 1),
-                            arms=(REFERENCE, arm_name(2, "ppo-clip"),
-                                  arm_name(2, "decoupled")),
-                            cost="about 40 s on 2 cores (measured, XLA cache warm: 6 toy runs "
-                                 "and a toy base; compiling them afresh takes 2-3 min)"),
-    },
+    tiers=tiers.standard(
+        full="about 55 min on 2 cores (estimated: 7 arms x 2 bases x 3 "
+             "seeds = 42 runs at the 55-100 s per run recorded for the "
+             "former 39; plus 2 x 9 min for the bases, shared with "
+             "cold_start, kl_beta and distill_vs_rl, when not built yet)",
+        mini="about 40 s on 2 cores (measured, XLA cache warm: 6 toy runs "
+             "and a toy base; compiling them afresh takes 2-3 min)",
+        mini_seeds=(0, 1),
+        mini_arms=(REFERENCE, arm_name(2, "ppo-clip"),
+                   arm_name(2, "decoupled"))),
     arms=ARMS,
     base_config=base_config,
     arm_configs=arm_configs,

@@ -14,7 +14,7 @@ is in `4 problems` and so on, for a given seed.
 
 from __future__ import annotations
 
-from grpo_jax.studies import common
+from grpo_jax.studies import common, tiers
 
 SIZES = {"1 problem": 1, "4 problems": 4, "16 problems": 16, "full set": 20000}
 ONE, FULL = "1 problem", "full set"
@@ -81,16 +81,14 @@ STUDY = common.Study(
     name="one_shot",
     question="does GRPO on 1, 4 or 16 training problems raise held-out pass@1 as much as on "
              "the full 20,000, paired by seed?",
-    tiers={
-        "full": common.Tier(bases=(0, 1), seeds=(0, 1, 2),
-                            cost="about an hour on 2 cores (measured: 61 min beside "
-                                 "another study process and the test suite; the 2 main bases "
-                                 "shared with the other studies of the main base; 24 runs of "
-                                 "the main job's GRPO stage with two evaluations)"),
-        "mini": common.Tier(bases=(0,), seeds=(0,), arms=(ONE, FULL),
-                            cost="seconds on 2 cores: one toy base, one seed, "
-                                 "a subset of the arms"),
-    },
+    tiers=tiers.standard(
+        full="about an hour on 2 cores (measured: 61 min beside "
+             "another study process and the test suite; the 2 main bases "
+             "shared with the other studies of the main base; 24 runs of "
+             "the main job's GRPO stage with two evaluations)",
+        mini="seconds on 2 cores: one toy base, one seed, "
+             "a subset of the arms",
+        mini_arms=(ONE, FULL)),
     arms=tuple(SIZES),
     base_config=base_config,
     arm_configs=arm_configs,

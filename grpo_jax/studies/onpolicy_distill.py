@@ -19,7 +19,7 @@ from __future__ import annotations
 
 import ml_collections
 
-from grpo_jax.studies import common
+from grpo_jax.studies import common, tiers
 from grpo_jax.studies import distill_vs_rl
 
 OPD, R1, RL = "on-policy distillation", "R1 distillation", "GRPO"
@@ -119,14 +119,10 @@ STUDY = common.Study(
     question="does on-policy distillation (reverse KL to the teacher on the student's own "
              "samples) beat R1's distillation and GRPO on the student at 7,680 sequences, "
              "paired by seed?",
-    tiers={
-        "full": common.Tier(bases=(0, 1), seeds=(0, 1, 2),
-                            cost="about 25 min on 2 cores (measured: 1465 s beside another "
-                                 "study process, distill_vs_rl's bases built in (the main "
-                                 "base already built); 18 runs of the tiny-300k student)"),
-        "mini": common.Tier(bases=(0,), seeds=(0,),
-                            cost="seconds on 2 cores: one toy base, one seed"),
-    },
+    tiers=tiers.standard(
+        full="about 25 min on 2 cores (measured: 1465 s beside another "
+             "study process, distill_vs_rl's bases built in (the main "
+             "base already built); 18 runs of the tiny-300k student)"),
     arms=(OPD, R1, RL),
     base_config=base_config,
     arm_configs=arm_configs,

@@ -21,7 +21,7 @@ from __future__ import annotations
 
 from grpo_jax import storage
 from grpo_jax.stats import interval, paired_interval
-from grpo_jax.studies import common
+from grpo_jax.studies import common, tiers
 from grpo_jax.studies import measure as measure_lib
 
 RL, BASE_MODEL = "rl", "base model"
@@ -254,17 +254,15 @@ STUDY = common.Study(
     name="pass_at_k",
     question="Base vs RL pass@k up to k = 256 (does RL widen what the model can solve?), paired "
              "by (base, seed), per difficulty",
-    tiers={
-        "full": common.Tier(bases=(0, 1), seeds=(0, 1, 2),
-                            cost="about 25-40 min on 2 cores (estimated: 12 samplings of 128 x "
-                                 "256 completions, about 2 min each, which dominate; 6 RL "
-                                 "runs of 60 steps, 1-1.5 min each; plus the shared 9-min "
-                                 "base per base seed when not built yet)"),
-        "mini": common.Tier(bases=(0,), seeds=(0, 1),
-                            cost="about 1 min on 2 cores (measured: 56 s under a load of 7, "
-                                 "the shared toy base built in; 2 toy RL runs, 4 samplings "
-                                 "of 4 x 256)"),
-    },
+    tiers=tiers.standard(
+        full="about 25-40 min on 2 cores (estimated: 12 samplings of 128 x "
+             "256 completions, about 2 min each, which dominate; 6 RL "
+             "runs of 60 steps, 1-1.5 min each; plus the shared 9-min "
+             "base per base seed when not built yet)",
+        mini="about 1 min on 2 cores (measured: 56 s under a load of 7, "
+             "the shared toy base built in; 2 toy RL runs, 4 samplings "
+             "of 4 x 256)",
+        mini_seeds=(0, 1)),
     arms=(RL,),
     base_config=base_config,
     arm_configs=arm_configs,

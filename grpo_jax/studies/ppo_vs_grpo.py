@@ -14,7 +14,7 @@ update (means over the steps; the runs of a study run one after another in one p
 
 from __future__ import annotations
 
-from grpo_jax.studies import common
+from grpo_jax.studies import common, tiers
 
 PPO = "PPO"
 GROUPS = {"GRPO G=2": 2, "GRPO G=4": 4, "GRPO G=8": 8, "GRPO G=16": 16}
@@ -108,16 +108,14 @@ STUDY = common.Study(
     name="ppo_vs_grpo",
     question="does GRPO (G in 2, 4, 8, 16) match PPO with a critic at the same 20,480 samples, "
              "and at what cost per step, paired by seed?",
-    tiers={
-        "full": common.Tier(bases=(0, 1), seeds=(0, 1, 2),
-                            cost="about 2 hours on 2 cores (measured: 7404 s beside another "
-                                 "study process, the 2 main bases already built; 30 runs: "
-                                 "PPO's about 11 min each, GRPO's about 3 min, G=8's six "
-                                 "shared with updates_per_batch's mu=1)"),
-        "mini": common.Tier(bases=(0,), seeds=(0,), arms=(PPO, "GRPO G=2", MAIN),
-                            cost="seconds on 2 cores: one toy base, one seed, "
-                                 "a subset of the arms"),
-    },
+    tiers=tiers.standard(
+        full="about 2 hours on 2 cores (measured: 7404 s beside another "
+             "study process, the 2 main bases already built; 30 runs: "
+             "PPO's about 11 min each, GRPO's about 3 min, G=8's six "
+             "shared with updates_per_batch's mu=1)",
+        mini="seconds on 2 cores: one toy base, one seed, "
+             "a subset of the arms",
+        mini_arms=(PPO, "GRPO G=2", MAIN)),
     arms=ARMS,
     base_config=base_config,
     arm_configs=arm_configs,

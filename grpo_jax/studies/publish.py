@@ -10,6 +10,7 @@ import shutil
 
 from grpo_jax import storage
 from grpo_jax.studies import summary as summary_lib
+from grpo_jax.studies.configs import VOLATILE_FIELDS
 from grpo_jax.studies.record import Analysis, Study
 
 
@@ -116,3 +117,208 @@ def index_table(folder: str) -> str:
 def _short(text: str, words: int = 12) -> str:
     parts = text.replace("|", "\\|").split()
     return " ".join(parts[:words]) + (" ..." if len(parts) > words else "")
+
+
+# The README's design block: what a study runs, generated from its full tier's configs.
+
+DESIGN_BEGIN, DESIGN_END = "<!-- design:begin -->", "<!-- design:end -->"
+_LEFT_OUT = ("model.init_from",)  # set per base by the study
+_MAX_FIELDS = 8  # differing fields named per arm (the rest counted)
+
+
+class _Roles(dict):
+    """The {role: workdir} a base's role config is a function of, with placeholder paths."""
+
+    def __missing__(self, key):
+        return f"<{key}>"
+
+
+def readme_path(study: Study) -> str:
+    """experiments/<study>/README.md."""
+    return os.path.join(experiments_dir(), study.name, "README.md")
+
+
+def design_block(study: Study, tier: str = "full") -> str:
+    """The README's design block: the tier's bases (their configs and seeds), its seeds, each
+    arm's stages (kind, steps, prompts x completions, new tokens, lr, held-out problems x
+    samples) and the fields in which the arms differ, all read from the configs."""
+    import copy
+
+    from grpo_jax.studies import configs as configs_lib
+
+    spec = study.tiers[tier]
+    every = study.arm_configs(tier)
+    names = [a for a in study.arms if a in every and (spec.arms is None or a in spec.arms)]
+    arms = {a: configs_lib.for_tier(every[a], tier) for a in names}
+    runs = len(arms) * (len(spec.bases) if study.base_config else 1) * len(spec.seeds)
+    lines = [f"Generated from the {tier} tier's configs by `python -m grpo_jax.studies design "
+             f"{study.name}` (and by `run --publish`); edit the code, not this block.", ""]
+    if study.base_config is not None:
+        base = study.base_config(tier)
+        roles = base if isinstance(base, dict) else {"base": base}
+        built = {}
+        for role, config in roles.items():
+            if callable(config):
+                config = config(_Roles())
+            built[role] = configs_lib.for_tier_base(copy.deepcopy(config), tier)
+        seeds = ", ".join(map(str, spec.bases))
+        lines.append(f"- **Bases**: seeds {seeds}; each pretrained once and shared by every "
+                     "study asking for the same config.")
+        for role, config in built.items():
+            label = "" if role == "base" and len(built) == 1 else f"`{role}`: "
+            stages = "; ".join(_stage(config, s) for s in config.stages.split(","))
+            lines.append(f"  - {label}{_model(config)}; {stages}.")
+        differ = _differing(built)
+        if differ:
+            lines.append("  - the roles differ in " + "; ".join(
+                f"`{key}` ({', '.join(f'{r}: {_value(v)}' for r, v in values.items())})"
+                for key, values in differ.items()) + ".")
+    else:
+        lines.append("- **Bases**: none (each arm's config starts from its own model).")
+    lines.append(f"- **Seeds** {', '.join(map(str, spec.seeds))} per base: {len(arms)} arm(s) x "
+                 f"{len(spec.bases) if study.base_config else 1} base(s) x {len(spec.seeds)} "
+                 f"seed(s) = {runs} runs.")
+    first = next(iter(arms.values()))
+    lines.append(f"- **Held-out set**: {first.task.eval_size} problems of `{first.task.name}`, "
+                 f"eval seed {first.task.eval_seed}; model `{first.model.name}`.")
+    summaries = {a: {s: _stage(c, s) for s in c.stages.split(",")} for a, c in arms.items()}
+    stage_names = list(dict.fromkeys(s for per in summaries.values() for s in per))
+    shared = [s for s in stage_names
+              if len({per.get(s) for per in summaries.values()}) == 1]
+    if shared and len(arms) > 1:
+        lines.append("- **Stages alike in every arm**:")
+        lines += [f"  - {summaries[names[0]][s]}" for s in shared]
+    differ = _differing(arms)
+    lines += ["", "| arm | stages | differs from the other arms in |", "|---|---|---|"]
+    for arm, config in arms.items():
+        stages = "; ".join(f"`{s}`" if s in shared and len(arms) > 1 else summaries[arm][s]
+                           for s in config.stages.split(","))
+        fields = [f"`{key}` = {_value(values[arm])}" for key, values in differ.items()
+                  if not any(key.startswith(s + ".") for s in stage_names if s not in shared)]
+        if len(fields) > _MAX_FIELDS:
+            fields = fields[:_MAX_FIELDS] + [f"{len(fields) - _MAX_FIELDS} more fields"]
+        cell = ", ".join(fields) or ("-" if len(arms) == 1 else "its stages")
+        row = (arm, stages, cell)
+        lines.append("| " + " | ".join(c.replace("|", "\\|") for c in row) + " |")
+    return "\n".join(lines).rstrip() + "\n"
+
+
+def _model(config) -> str:
+    return f"model `{config.model.name}`, task `{config.task.name}`"
+
+
+def _stage(config, name: str) -> str:
+    """One stage of a config in words: kind, steps, batch or prompts x completions, the data
+    it samples or trains on, new tokens, learning rate, and the policy loss's knobs."""
+    stage = config[name]
+    kind = stage.get("kind", name)
+    parts = []
+    if kind == "eval":
+        parts.append(f"{config.task.eval_size} held-out problems x {stage.num_samples} samples")
+    if "steps" in stage:
+        steps = f"{stage.steps} steps"
+        if "num_prompts" in stage:
+            steps += f" of {stage.num_prompts} prompts x {stage.group_size} completions"
+        elif "batch_size" in stage:
+            steps += f" of batch {stage.batch_size}"
+        parts.append(steps)
+    if "num_problems" in stage:
+        parts.append(f"sampling {stage.num_problems} problems x {stage.num_samples}")
+    if "num_examples" in stage:
+        parts.append(f"{stage.num_examples} examples")
+    if "num_pairs" in stage:
+        parts.append(f"{stage.num_pairs} preference pairs")
+    if "max_new_tokens" in stage:
+        parts.append(f"≤ {stage.max_new_tokens} new tokens")
+    if "lr" in stage:
+        parts.append(f"lr {_value(stage.lr)}")
+    if "critic_lr" in stage:
+        parts.append(f"critic lr {_value(stage.critic_lr)}")
+    if "algorithm" in stage:
+        parts.append(f"{stage.algorithm}")
+    if "beta" in stage:
+        parts.append(f"β {_value(stage.beta)}")
+    if "num_iterations" in stage and stage.num_iterations != 1:
+        parts.append(f"{stage.num_iterations} updates per batch")
+    if stage.get("tools"):
+        parts.append(f"tools `{stage.tools}`")
+    return f"`{name}` ({kind}: {', '.join(parts)})"
+
+
+def _flat(config, prefix: str = "") -> dict:
+    out = {}
+    for key in config.keys():
+        value = config[key]
+        if not prefix and key in VOLATILE_FIELDS or f"{prefix}{key}" in _LEFT_OUT:
+            continue
+        if hasattr(value, "keys"):
+            out.update(_flat(value, f"{prefix}{key}."))
+        else:
+            out[f"{prefix}{key}"] = value
+    return out
+
+
+def _differing(configs: dict) -> dict:
+    """{field: {name: value}} for the fields every config has and not all alike."""
+    flats = {name: _flat(c) for name, c in configs.items()}
+    if len(flats) < 2:
+        return {}
+    keys = set.intersection(*(set(f) for f in flats.values()))
+    order = list(next(iter(flats.values())))
+    return {k: {name: f[k] for name, f in flats.items()} for k in order
+            if k in keys and len({repr(f[k]) for f in flats.values()}) > 1}
+
+
+def _value(value) -> str:
+    if isinstance(value, bool) or value is None:
+        return str(value)
+    if isinstance(value, float):
+        return f"{value:g}"
+    if isinstance(value, (tuple, list)):
+        return "(" + ", ".join(_value(v) for v in value) + ")"
+    if isinstance(value, str):
+        return f'"{value}"'
+    return str(value)
+
+
+def replace_design(text: str, block: str) -> str:
+    """`text` with its design block replaced by `block`; without one, the block goes right
+    under the "## Design" heading (or, without that, before the results block / at the end)."""
+    marked = f"{DESIGN_BEGIN}\n{block.rstrip()}\n{DESIGN_END}"
+    begin, end = text.find(DESIGN_BEGIN), text.find(DESIGN_END)
+    if begin >= 0 and end > begin:
+        return text[:begin] + marked + text[end + len(DESIGN_END):]
+    heading = text.find("\n## Design")
+    if heading >= 0:
+        cut = text.index("\n", heading + 1) + 1
+        return text[:cut] + "\n" + marked + "\n" + text[cut:]
+    results = text.find(summary_lib.MARK_BEGIN)
+    section = "## Design (generated)\n\n" + marked + "\n\n"
+    if results >= 0:
+        return text[:results] + section + text[results:]
+    return text.rstrip() + "\n\n" + section
+
+
+def committed_design(text: str) -> str | None:
+    """The design block a README holds (None without one)."""
+    begin, end = text.find(DESIGN_BEGIN), text.find(DESIGN_END)
+    if begin < 0 or end < begin:
+        return None
+    return text[begin + len(DESIGN_BEGIN):end].strip("\n") + "\n"
+
+
+def write_design(study: Study) -> bool:
+    """Rewrites experiments/<study>/README.md's design block from the code; True if it
+    changed."""
+    path = readme_path(study)
+    text = f"# {study.name}\n\n{study.question}\n"
+    if os.path.exists(path):
+        with open(path, encoding="utf-8") as f:
+            text = f.read()
+    new = replace_design(text, design_block(study))
+    if new == text:
+        return False
+    os.makedirs(os.path.dirname(path), exist_ok=True)
+    with open(path, "w", encoding="utf-8") as f:
+        f.write(new)
+    return True

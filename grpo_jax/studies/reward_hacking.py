@@ -21,7 +21,7 @@ import math
 
 import ml_collections
 
-from grpo_jax.studies import common
+from grpo_jax.studies import common, tiers
 
 RULE, MODEL, ZERO = "rule", "reward model", "no change"
 REWARDS = {RULE: {"accuracy": 1.0, "format": 0.2, "reward_model": 0.0},
@@ -135,15 +135,11 @@ STUDY = common.Study(
     name="reward_hacking",
     question="does GRPO against a learned reward model raise the model's score while true "
              "accuracy falls, against the rule reward, paired by seed?",
-    tiers={
-        "full": common.Tier(bases=(0, 1), seeds=(0, 1, 2),
-                            cost="about 70 min on 2 cores (measured: 4253 s beside another "
-                                 "study process, the 2 main bases already built (shared with "
-                                 "the other studies of the main base); 12 runs of about 6 "
-                                 "min, each with its reward model)"),
-        "mini": common.Tier(bases=(0,), seeds=(0,),
-                            cost="seconds on 2 cores: one toy base, one seed"),
-    },
+    tiers=tiers.standard(
+        full="about 70 min on 2 cores (measured: 4253 s beside another "
+             "study process, the 2 main bases already built (shared with "
+             "the other studies of the main base); 12 runs of about 6 "
+             "min, each with its reward model)"),
     arms=tuple(REWARDS),
     base_config=base_config,
     arm_configs=arm_configs,

@@ -38,7 +38,7 @@ from __future__ import annotations
 import collections
 
 from grpo_jax import storage
-from grpo_jax.studies import common
+from grpo_jax.studies import common, tiers
 from grpo_jax.studies import measure as measure_lib
 from grpo_jax.studies.pass_at_k import arm_configs, base_config  # pass_at_k's runs
 
@@ -333,17 +333,15 @@ STUDY = common.Study(
     question="per held-out problem, does RL solve what the base never samples in 256 tries, "
              "write answers the base never writes, or move the base's own mass onto its "
              "correct answers, against a second draw of the base, paired by (base, seed)?",
-    tiers={
-        "full": common.Tier(bases=(0, 1), seeds=(0, 1, 2),
-                            cost="about 20 min on 2 cores (measured: 1202 s beside another "
-                                 "study process, the 6 RL runs (pass_at_k's, shared in one "
-                                 "workdir) about 80 s each, 12 samplings of 128 x 256 "
-                                 "completions 35-57 s each, the analysis about 5 min; plus "
-                                 "the shared main bases when not built yet)"),
-        "mini": common.Tier(bases=(0,), seeds=(0, 1),
-                            cost="seconds on 2 cores: one toy base, two seeds (the redraw "
-                                 "needs two), 4 problems x 64 samples"),
-    },
+    tiers=tiers.standard(
+        full="about 20 min on 2 cores (measured: 1202 s beside another "
+             "study process, the 6 RL runs (pass_at_k's, shared in one "
+             "workdir) about 80 s each, 12 samplings of 128 x 256 "
+             "completions 35-57 s each, the analysis about 5 min; plus "
+             "the shared main bases when not built yet)",
+        mini="seconds on 2 cores: one toy base, two seeds (the redraw "
+             "needs two), 4 problems x 64 samples",
+        mini_seeds=(0, 1)),
     arms=(RL,),
     base_config=base_config,
     arm_configs=arm_configs,

@@ -19,7 +19,7 @@ from __future__ import annotations
 
 import ml_collections
 
-from grpo_jax.studies import common
+from grpo_jax.studies import common, tiers
 
 TRUE, FORMAT, RANDOM, INCORRECT = "ground truth", "format", "random", "incorrect"
 REWARDS = {TRUE: {"accuracy": 1.0, "format": 0.2}, FORMAT: {"format": 1.0},
@@ -107,15 +107,11 @@ STUDY = common.Study(
     question="does GRPO with a random, a format-only or an incorrect-answer reward still "
              "raise held-out pass@1 over the base, and how close to the ground-truth "
              "reward, paired by seed?",
-    tiers={
-        "full": common.Tier(bases=(0, 1), seeds=(0, 1, 2),
-                            cost="about 40 min on 2 cores (estimated: 2 main bases of 1500 "
-                                 "steps, shared with the other studies of the main base; 24 "
-                                 "runs of the main job's GRPO stage on host rewards with two "
-                                 "evaluations)"),
-        "mini": common.Tier(bases=(0,), seeds=(0,),
-                            cost="seconds on 2 cores: one toy base, one seed"),
-    },
+    tiers=tiers.standard(
+        full="about 40 min on 2 cores (estimated: 2 main bases of 1500 "
+             "steps, shared with the other studies of the main base; 24 "
+             "runs of the main job's GRPO stage on host rewards with two "
+             "evaluations)"),
     arms=tuple(REWARDS),
     base_config=base_config,
     arm_configs=arm_configs,

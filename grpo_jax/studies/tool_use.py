@@ -29,7 +29,7 @@ import ml_collections
 
 from grpo_jax import sweep
 from grpo_jax.stats import interval, paired_interval
-from grpo_jax.studies import common
+from grpo_jax.studies import common, tiers
 from grpo_jax.studies import summary as summary_lib
 
 RUN = "grpo"  # from the tool job's base
@@ -294,17 +294,15 @@ STUDY = common.Study(
     question="does GRPO on multi-turn episodes teach a tiny model to use a calculator (3-4 "
              "digit + - *), from a base that already uses it and from the former base that "
              "could not (3-5 digits, correct calls 3%), paired by seed?",
-    tiers={
-        "full": common.Tier(bases=(0, 1), seeds=(0, 1, 2),
-                            cost="about 65 min on 2 cores (estimated from the recorded base "
-                                 "660 s and runs 131-240 s: the 4 bases 2 x (660 + 265) s = "
-                                 "31 min, the former base pro rata 1000/2500 steps; 12 runs of "
-                                 "60 GRPO steps with their evaluations, about 35 min)"),
-        "mini": common.Tier(bases=(0,), seeds=(0, 1),
-                            cost="about 40 s on 2 cores (measured, XLA cache warm: 2 toy "
-                                 "bases of 60 and 24 steps, 4 toy runs; compiling them afresh "
-                                 "takes about 3 min)"),
-    },
+    tiers=tiers.standard(
+        full="about 65 min on 2 cores (estimated from the recorded base "
+             "660 s and runs 131-240 s: the 4 bases 2 x (660 + 265) s = "
+             "31 min, the former base pro rata 1000/2500 steps; 12 runs of "
+             "60 GRPO steps with their evaluations, about 35 min)",
+        mini="about 40 s on 2 cores (measured, XLA cache warm: 2 toy "
+             "bases of 60 and 24 steps, 4 toy runs; compiling them afresh "
+             "takes about 3 min)",
+        mini_seeds=(0, 1)),
     arms=(RUN, FORMER),
     base_config=base_config,
     arm_configs=arm_configs,

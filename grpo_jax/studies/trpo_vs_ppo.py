@@ -21,7 +21,7 @@ from __future__ import annotations
 
 import math
 
-from grpo_jax.studies import common
+from grpo_jax.studies import common, tiers
 
 TRPO = "TRPO"
 FISHER_FRACTION = 0.2
@@ -113,15 +113,13 @@ STUDY = common.Study(
     name="trpo_vs_ppo",
     question="does PPO match TRPO's stability (per-step KL, learning rates 1x to 100x) at "
              "first-order cost per step, at the same 20,480 samples, paired by seed?",
-    tiers={
-        "full": common.Tier(bases=(0, 1), seeds=(0, 1, 2),
-                            cost="about 4 hours on 2 cores (measured beside another study "
-                                 "process: 11 min a TRPO run, 9-10.5 min a PPO run; 24 runs, "
-                                 "PPO lr 2e-4's six shared with ppo_vs_grpo)"),
-        "mini": common.Tier(bases=(0,), seeds=(0,), arms=(TRPO, PPO),
-                            cost="seconds on 2 cores: one toy base, one seed, "
-                                 "a subset of the arms"),
-    },
+    tiers=tiers.standard(
+        full="about 4 hours on 2 cores (measured beside another study "
+             "process: 11 min a TRPO run, 9-10.5 min a PPO run; 24 runs, "
+             "PPO lr 2e-4's six shared with ppo_vs_grpo)",
+        mini="seconds on 2 cores: one toy base, one seed, "
+             "a subset of the arms",
+        mini_arms=(TRPO, PPO)),
     arms=ARMS,
     base_config=base_config,
     arm_configs=arm_configs,

@@ -21,7 +21,7 @@ from __future__ import annotations
 import json
 
 from grpo_jax import storage
-from grpo_jax.studies import common
+from grpo_jax.studies import common, tiers
 
 RL, SFT, RANK_BAR, SMALL = "rl", "sft", "80% rank", "30% of entries"
 MEASURED = ("changed_bf16", "changed_1e-5", "relative_rank")
@@ -156,13 +156,9 @@ STUDY = common.Study(
     question="what fraction of the parameters does GRPO change, and with what rank, against "
              "SFT of the same steps, sequences and learning rate from the same base, paired "
              "by seed?",
-    tiers={
-        "full": common.Tier(bases=(0, 1), seeds=(0, 1, 2),
-                            cost="about 20 min on 2 cores (estimated: 2 main bases, shared "
-                                 "with the other studies of the main base; 12 runs)"),
-        "mini": common.Tier(bases=(0,), seeds=(0,),
-                            cost="seconds on 2 cores: one toy base, one seed"),
-    },
+    tiers=tiers.standard(
+        full="about 20 min on 2 cores (estimated: 2 main bases, shared "
+             "with the other studies of the main base; 12 runs)"),
     arms=(RL, SFT),
     base_config=base_config,
     arm_configs=arm_configs,

@@ -17,7 +17,7 @@ training clip fraction and KL to the reference over the steps.
 
 from __future__ import annotations
 
-from grpo_jax.studies import common
+from grpo_jax.studies import common, tiers
 
 # (passes per batch, clip epsilon); None keeps the algorithm's own epsilon (0.2), so the mu=1
 # arm is the same run as ppo_vs_grpo's G=8 and is computed once in a shared workdir
@@ -99,15 +99,13 @@ STUDY = common.Study(
     name="updates_per_batch",
     question="does GRPO gain from 2 or 4 passes over each rollout batch, and what does the "
              "clip do at 4, paired by seed?",
-    tiers={
-        "full": common.Tier(bases=(0, 1), seeds=(0, 1, 2),
-                            cost="about 2.5 hours on 2 cores (measured beside another study "
-                                 "process, the 2 main bases already built: 24 runs on the "
-                                 "host loop, about 3 min at mu = 1, 5 at mu = 2, 8 at mu = 4)"),
-        "mini": common.Tier(bases=(0,), seeds=(0,), arms=("mu=1", "mu=4"),
-                            cost="seconds on 2 cores: one toy base, one seed, "
-                                 "a subset of the arms"),
-    },
+    tiers=tiers.standard(
+        full="about 2.5 hours on 2 cores (measured beside another study "
+             "process, the 2 main bases already built: 24 runs on the "
+             "host loop, about 3 min at mu = 1, 5 at mu = 2, 8 at mu = 4)",
+        mini="seconds on 2 cores: one toy base, one seed, "
+             "a subset of the arms",
+        mini_arms=("mu=1", "mu=4")),
     arms=tuple(ARMS),
     base_config=base_config,
     arm_configs=arm_configs,

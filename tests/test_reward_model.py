@@ -73,3 +73,53 @@ def test_reward_model_stage_learns_and_scores(tmp_path):
                                chosen, rtol=1e-5, atol=1e-6)
     with pytest.raises(ValueError, match="reward_model"):
         reward_model_stage.load(run, "missing_stage")
+
+
+def test_reward_model_stage_stopped_and_resumed_ends_with_the_same_model(tmp_path, monkeypatch):
+    """4 steps straight vs SIGTERM after step 2 (a checkpoint of the run's parameters, the
+    reward model's and its optimizer state, then a stop) and the same command again: the
+    same saved reward model, bit for bit, and the same logged steps once each."""
+    import os
+    import signal
+
+    from grpo_jax.checkpoint import Checkpointer
+    from grpo_jax.metrics import MetricWriter
+    from grpo_jax.pipeline import train_and_evaluate
+    from grpo_jax.runner.guards import Preempted
+
+    config = default_config.get_config("smoke")
+    config.mesh.num_devices = 1
+    config.model.num_layers = 1
+    config.rm = default_section("reward_model")
+    config.rm.update(dict(num_pairs=32, eval_pairs=8, steps=4, batch_size=8, lr=5e-3))
+    config.stages = "rm"
+    straight, resumed = tmp_path / "straight", tmp_path / "resumed"
+    train_and_evaluate(config, str(straight))
+    original = MetricWriter.write
+
+    def stop(self, at, metrics, *, stage=None):
+        if stage == "rm" and metrics.get("stage_step") == 2:
+            os.kill(os.getpid(), signal.SIGTERM)
+        return original(self, at, metrics, stage=stage)
+
+    monkeypatch.setattr(MetricWriter, "write", stop)
+    with pytest.raises(Preempted):
+        train_and_evaluate(config, str(resumed))
+    monkeypatch.setattr(MetricWriter, "write", original)
+    with Checkpointer(resumed / "checkpoints") as ckpt:
+        meta = ckpt.restore_meta(ckpt.latest_step())
+    assert (meta["stage"], meta["stage_step"], meta["stage_done"]) == ("rm", 2, False)
+    train_and_evaluate(config, str(resumed))
+
+    def saved(workdir):
+        with Checkpointer(workdir / "rm") as ckpt:
+            state, meta = ckpt.restore()
+        return state["params"], meta
+
+    (a, meta_a), (b, meta_b) = saved(straight), saved(resumed)
+    jax.tree.map(lambda x, y: np.testing.assert_array_equal(np.asarray(x), np.asarray(y)), a, b)
+    assert meta_a == meta_b
+    rows = lambda workdir: [r for r in read_metrics(workdir / "metrics.jsonl")
+                            if r["stage"] == "rm" and "loss" in r]
+    assert [r["stage_step"] for r in rows(resumed)] == [1, 2, 3, 4]
+    assert [r["loss"] for r in rows(resumed)] == [r["loss"] for r in rows(straight)]

@@ -1,6 +1,12 @@
 """Stage kind "reward_model": a Bradley-Terry reward model on correct-vs-incorrect worked
 solutions, saved to `<workdir>/<stage name>/`; it provides the reward "reward_model" to any
-later RL section that names it (with `<section>.reward_model = "<this stage's name>"`)."""
+later RL section that names it (with `<section>.reward_model = "<this stage's name>"`).
+
+It checkpoints and resumes as the other training loops do (`Run.save_if_due`): on SIGTERM /
+SIGINT a checkpoint of the step (the run's parameters, the reward model's and its optimizer
+state) and a stop, and after its last step when it is the run's extendable stage; the same
+command continues from there to the same reward model.
+"""
 
 from __future__ import annotations
 
@@ -21,6 +27,10 @@ from grpo_jax.runner.toolkit import (StepTimer, device_batch, log_step, progress
                                      stage_optimizer, stage_record_step)
 from grpo_jax.sft.data import epoch_batches
 from grpo_jax.training import init_opt_state
+
+
+# The reward model's parameters in the run's checkpoints (beside the run's own "params").
+REWARD_MODEL_STATE = "reward_model_params"
 
 
 def default_section() -> ml_collections.ConfigDict:
@@ -92,11 +102,18 @@ def run_reward_model(run, stage) -> None:
             rngs=nnx.Rngs(run.stage_seed(stage.name, "init"))))
     optimizer, schedule = stage_optimizer(run, lr=section.lr, steps=section.steps)
     opt_state = init_opt_state(optimizer, params, run.mesh)
+    start = 0
+    if stage.resume_meta is not None:  # a checkpoint of this stage's step `start`
+        state = run.restore_stage({"params": run.params, REWARD_MODEL_STATE: params,
+                                   "opt_state": opt_state})
+        run.params, params, opt_state = (state["params"], state[REWARD_MODEL_STATE],
+                                         state["opt_state"])
+        start = int(stage.resume_meta["stage_step"])
     step_fn = rm.make_reward_model_step(policy, optimizer, micro_batches=section.micro_batches)
     batch_seed = run.stage_seed(stage.name, "batches")
     skips = SkipCounter(cfg.max_consecutive_skips)
-    bar = progress(stage, section.steps, 0)
-    for step in range(section.steps):
+    bar = progress(stage, section.steps, start)
+    for step in range(start, section.steps):
         timer = StepTimer()
         rows = epoch_batches(len(train), section.batch_size, step, seed=batch_seed)
         batch = device_batch(run, data.take(rows))
@@ -108,6 +125,11 @@ def run_reward_model(run, stage) -> None:
             "learning_rate": float(schedule(step)), **skips.count(m), **timer.record()},
             bar, loss="loss")
         skips.check(stage.name, step + 1)
+        # every=0: the stage has no checkpoint_every field (adding one would change the
+        # config hashes of finished runs); it saves on a stop and at the extendable end
+        run.save_if_due(stage, {"params": run.params, REWARD_MODEL_STATE: params,
+                                "opt_state": opt_state},
+                        stage_step=step + 1, total=section.steps, every=0)
     bar.close()
     record = {"train_pairs": len(train), "eval_pairs": len(held)}
     if held:
@@ -128,7 +150,7 @@ def run_reward_model(run, stage) -> None:
     parallel.sync("grpo_jax: reward model directory cleared")
     with Checkpointer(out_dir, max_to_keep=1, async_=False) as ckpt:
         ckpt.save(0, state={"params": params}, meta=record, force=True)
-    run.finish_stage(stage)
+    run.finish_stage(stage, section.steps)
 
 
 KIND = StageKind("reward_model", run_reward_model, default_section, validate,

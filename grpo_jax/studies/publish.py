@@ -1,6 +1,7 @@
 """A study's outputs: summary.json, table.md, the plots and README.md with its generated
-results block; `--publish` copies them into experiments/<study>/ and regenerates
-experiments/README.md's index of verdicts."""
+design block (from the full tier's configs: `python -m grpo_jax.studies design NAME` writes
+it without runs) and results block; `--publish` copies them into experiments/<study>/ and
+regenerates experiments/README.md's index of verdicts."""
 
 from __future__ import annotations
 
@@ -22,7 +23,8 @@ def experiments_dir() -> str:
 
 def write_outputs(study: Study, result: dict, analysis: Analysis, out: str) -> None:
     """summary.json, table.md (the study's table, then the contrasts), the plots and
-    README.md (experiments/<study>/README.md with the generated block) into `out`."""
+    README.md (experiments/<study>/README.md with the generated design and results blocks)
+    into `out`."""
     storage.makedirs(out)
     storage.write_text(storage.join(out, "summary.json"), summary_lib.to_json(result))
     table = generated_block(result, analysis)
@@ -34,6 +36,7 @@ def write_outputs(study: Study, result: dict, analysis: Analysis, out: str) -> N
     if os.path.exists(readme):
         with open(readme, encoding="utf-8") as f:
             text = f.read()
+    text = replace_design(text, design_block(study))
     storage.write_text(storage.join(out, "README.md"), summary_lib.replace_marked(text, table))
 
 
@@ -175,12 +178,13 @@ def design_block(study: Study, tier: str = "full") -> str:
                 for key, values in differ.items()) + ".")
     else:
         lines.append("- **Bases**: none (each arm's config starts from its own model).")
-    lines.append(f"- **Seeds** {', '.join(map(str, spec.seeds))} per base: {len(arms)} arm(s) x "
-                 f"{len(spec.bases) if study.base_config else 1} base(s) x {len(spec.seeds)} "
-                 f"seed(s) = {runs} runs.")
+    lines.append(f"- **Seeds** {', '.join(map(str, spec.seeds))} per base: "
+                 f"{_count(len(arms), 'arm')} x "
+                 f"{_count(len(spec.bases) if study.base_config else 1, 'base')} x "
+                 f"{_count(len(spec.seeds), 'seed')} = {runs} runs.")
     first = next(iter(arms.values()))
     lines.append(f"- **Held-out set**: {first.task.eval_size} problems of `{first.task.name}`, "
-                 f"eval seed {first.task.eval_seed}; model `{first.model.name}`.")
+                 f"eval seed {first.task.eval_seed}.")
     summaries = {a: {s: _stage(c, s) for s in c.stages.split(",")} for a, c in arms.items()}
     stage_names = list(dict.fromkeys(s for per in summaries.values() for s in per))
     shared = [s for s in stage_names
@@ -203,6 +207,10 @@ def design_block(study: Study, tier: str = "full") -> str:
     return "\n".join(lines).rstrip() + "\n"
 
 
+def _count(n: int, word: str) -> str:
+    return f"{n} {word}{'' if n == 1 else 's'}"
+
+
 def _model(config) -> str:
     return f"model `{config.model.name}`, task `{config.task.name}`"
 
@@ -218,7 +226,8 @@ def _stage(config, name: str) -> str:
     if "steps" in stage:
         steps = f"{stage.steps} steps"
         if "num_prompts" in stage:
-            steps += f" of {stage.num_prompts} prompts x {stage.group_size} completions"
+            steps += (f" of {stage.num_prompts} prompts x "
+                      f"{_count(stage.group_size, 'completion')}")
         elif "batch_size" in stage:
             steps += f" of batch {stage.batch_size}"
         parts.append(steps)
@@ -236,7 +245,11 @@ def _stage(config, name: str) -> str:
         parts.append(f"critic lr {_value(stage.critic_lr)}")
     if "algorithm" in stage:
         parts.append(f"{stage.algorithm}")
-    if "beta" in stage:
+    if kind == "rl":  # the knobs left unset take the algorithm's defaults
+        from grpo_jax.stages.rl import settings
+
+        parts.append(f"β {_value(settings(stage)[1].beta)}")
+    elif "beta" in stage:
         parts.append(f"β {_value(stage.beta)}")
     if "num_iterations" in stage and stage.num_iterations != 1:
         parts.append(f"{stage.num_iterations} updates per batch")
@@ -246,10 +259,16 @@ def _stage(config, name: str) -> str:
 
 
 def _flat(config, prefix: str = "") -> dict:
+    """A config's fields by dotted name, without those that do not change what it computes
+    (where caches live, stage sections it does not run, its stage list: shown beside)."""
     out = {}
+    run = set(config.stages.split(",")) if not prefix else set()
     for key in config.keys():
         value = config[key]
-        if not prefix and key in VOLATILE_FIELDS or f"{prefix}{key}" in _LEFT_OUT:
+        if not prefix and (key in VOLATILE_FIELDS or key == "stages" or (
+                hasattr(value, "keys") and "kind" in value and key not in run)):
+            continue
+        if f"{prefix}{key}" in _LEFT_OUT:
             continue
         if hasattr(value, "keys"):
             out.update(_flat(value, f"{prefix}{key}."))
@@ -259,17 +278,28 @@ def _flat(config, prefix: str = "") -> dict:
 
 
 def _differing(configs: dict) -> dict:
-    """{field: {name: value}} for the fields every config has and not all alike."""
+    """{field: {name: value}} for the fields not alike in every config (a field a config
+    lacks reads "unset"), but for those of stages not every config runs."""
     flats = {name: _flat(c) for name, c in configs.items()}
     if len(flats) < 2:
         return {}
-    keys = set.intersection(*(set(f) for f in flats.values()))
-    order = list(next(iter(flats.values())))
-    return {k: {name: f[k] for name, f in flats.items()} for k in order
-            if k in keys and len({repr(f[k]) for f in flats.values()}) > 1}
+    every = set.intersection(*(set(c.stages.split(",")) for c in configs.values()))
+    stages = set.union(*(set(c.stages.split(",")) for c in configs.values()))
+    order = list(dict.fromkeys(k for f in flats.values() for k in f))
+    unset = _Unset()
+    return {k: {name: f.get(k, unset) for name, f in flats.items()} for k in order
+            if k.split(".")[0] not in stages - every
+            and len({repr(f.get(k, unset)) for f in flats.values()}) > 1}
+
+
+class _Unset:
+    def __repr__(self):
+        return "unset"
 
 
 def _value(value) -> str:
+    if isinstance(value, _Unset):
+        return "unset"
     if isinstance(value, bool) or value is None:
         return str(value)
     if isinstance(value, float):

@@ -1,0 +1,40 @@
+"""Each study README's design block is what its code generates: the full tier's configs
+(bases, seeds, stages, steps, prompts x completions, held-out problems x samples, the fields
+that differ between arms). Regenerated in memory, no runs; a config change without
+`python -m grpo_jax.studies design NAME` fails here."""
+
+import os
+
+import pytest
+
+from grpo_jax import studies
+from grpo_jax.studies import publish
+
+
+@pytest.mark.parametrize("name", studies.NAMES)
+def test_readme_design_block_is_generated_from_the_configs(name):
+    study = studies.get(name)
+    with open(publish.readme_path(study), encoding="utf-8") as f:
+        committed = publish.committed_design(f.read())
+    assert committed is not None, f"experiments/{name}/README.md has no design block"
+    assert committed == publish.design_block(study), (
+        f"experiments/{name}/README.md's design block differs from its code: run "
+        f"`python -m grpo_jax.studies design {name}`")
+
+
+def test_replace_design_is_idempotent_and_keeps_the_prose():
+    text = "# x\n\n## Design\n\nprose 1.\n\n<!-- results:begin -->\nr\n<!-- results:end -->\n"
+    once = publish.replace_design(text, "block 1\n")
+    assert once.index("block 1") < once.index("prose 1.") < once.index("results:begin")
+    twice = publish.replace_design(once, "block 2\n")
+    assert "block 1" not in twice and twice.count(publish.DESIGN_BEGIN) == 1
+    assert publish.replace_design(twice, "block 2\n") == twice
+    assert publish.committed_design(twice) == "block 2\n"
+
+
+def test_design_command_check(capsys):
+    from grpo_jax.studies.__main__ import main
+
+    assert main(["design", "--check", "all"]) == 0
+    assert main(["design", "--check", "no_such_study"]) == 2
+    assert os.path.exists(publish.readme_path(studies.get(studies.NAMES[0])))

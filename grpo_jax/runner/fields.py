@@ -241,3 +241,28 @@ def _check_training(check) -> None:
 # micro-batches and the policy's learning rate.
 TRAINING = FieldGroup("training", _add_training, _check_training)
 
+
+
+def _add_supervised(s) -> None:
+    s.steps = 1500  # optimizer steps
+    s.batch_size = 64  # rows per step (divisible by micro_batches x data-parallel devices)
+    s.lr = 3e-3  # peak learning rate (warmup + cosine from config.optim)
+    s.micro_batches = 1  # gradient accumulation inside one optimizer step
+    s.checkpoint_every = 0  # steps between checkpoints (0 = only at the stage's end)
+    # Rows of this many tokens holding several examples each (attention and positions kept
+    # per example: the same loss on fewer positions); 0 = one example per padded row.
+    s.pack_len = 0
+
+
+def _check_supervised(check) -> None:
+    check.integer("steps")
+    check.integer("batch_size")
+    check.positive("lr")
+    check.integer("checkpoint_every", low=0)
+    check.divides("batch_size", check.section.batch_size)
+    check.pack_len()
+
+
+# Next-token training on (prompt, completion) rows (`runner.supervised.train_supervised`:
+# pretrain, sft, rejection_sft, distill): steps, batch, learning rate, checkpoints, packing.
+SUPERVISED = FieldGroup("supervised", _add_supervised, _check_supervised)

@@ -13,6 +13,7 @@ from grpo_jax import parallel, storage
 from grpo_jax.sft.data import encode_pairs, epoch_batches, pack_rows, packed_rows_for
 from grpo_jax.sft.loss import make_supervised_step
 from grpo_jax.sft.verified import fill_rows, select_verified
+from grpo_jax.runner.fields import SUPERVISED, declare
 from grpo_jax.runner.guards import SkipCounter
 from grpo_jax.runner.rollouts import sample_and_score
 from grpo_jax.runner.toolkit import (StepTimer, device_batch, log_step, progress, prompt_text,
@@ -163,9 +164,13 @@ def train_on_rows(run, stage, prompts, completions, info) -> None:
     train_supervised(run, stage, prompts, completions, loss_on_prompt=False)
 
 
+# The field groups of rejection_sft and distill sections (`verified_sampling_fields`).
+VERIFIED_GROUPS = (SUPERVISED,)
+
+
 def verified_sampling_fields(s: ml_collections.ConfigDict) -> None:
-    """Fields of rejection_sft and distill sections: what to sample, what to keep, how to
-    fine-tune."""
+    """Fields of rejection_sft and distill sections: what to sample, what to keep, and the
+    supervised group (how to fine-tune on what was kept)."""
     s.num_problems = 256  # training problems to sample from
     s.num_samples = 4  # k completions per problem
     s.temperature = 1.0  # sampling temperature
@@ -174,24 +179,19 @@ def verified_sampling_fields(s: ml_collections.ConfigDict) -> None:
     s.min_accuracy = 1.0  # keep completions with accuracy reward >= this
     s.min_format = 1.0  # ... and strict format reward >= this
     s.dedupe = True  # drop repeated (problem, completion) pairs
+    declare(s, *VERIFIED_GROUPS)  # the SFT on the kept rows, with these defaults:
     s.steps = 100  # SFT optimizer steps on the kept rows
     s.batch_size = 32  # SFT rows per step
-    s.micro_batches = 1
     s.lr = 1e-3
-    s.checkpoint_every = 0  # SFT steps between checkpoints (0 = only at the end)
-    s.pack_len = 0  # packed SFT rows of this many tokens (0 = one example per row)
 
 
 def validate_verified_sampling(check) -> None:
-    """Checks the fields of `verified_sampling_fields`."""
-    for field in ("num_problems", "num_samples", "sample_batch_size", "steps", "batch_size"):
+    """Checks the fields of `verified_sampling_fields` outside its groups (checked
+    before)."""
+    for field in ("num_problems", "num_samples", "sample_batch_size"):
         check.integer(field)
     check.positive("temperature")
     check.fits_context("max_new_tokens")
     check.number("min_accuracy")
     check.number("min_format")
-    check.positive("lr")
-    check.integer("checkpoint_every", low=0)
-    check.pack_len()
     check.divides("sample_batch_size", check.section.sample_batch_size, micro_field=None)
-    check.divides("batch_size", check.section.batch_size)

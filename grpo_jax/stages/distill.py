@@ -13,8 +13,9 @@ import ml_collections
 
 from grpo_jax.models import available_models
 from grpo_jax.runner import StageKind
-from grpo_jax.runner.supervised import (sample_verified, stage_rows, train_on_rows,
-                                        validate_verified_sampling, verified_sampling_fields)
+from grpo_jax.runner.supervised import (VERIFIED_GROUPS, sample_verified, stage_rows,
+                                        train_on_rows, validate_verified_sampling,
+                                        verified_sampling_fields)
 from grpo_jax.training import Policy
 
 
@@ -93,4 +94,5 @@ def pretrained_student(run, section):
 
 
 KIND = StageKind("distill", run_distill, default_section, validate,
-                 description="distillation of verified teacher traces into a fresh student")
+                 description="distillation of verified teacher traces into a fresh student",
+                 groups=VERIFIED_GROUPS)

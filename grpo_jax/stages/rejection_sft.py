@@ -10,9 +10,9 @@ from __future__ import annotations
 import ml_collections
 
 from grpo_jax.runner import StageKind
-from grpo_jax.runner.supervised import (clean_solutions, sample_verified, stage_rows,
-                                        train_on_rows, validate_verified_sampling,
-                                        verified_sampling_fields)
+from grpo_jax.runner.supervised import (VERIFIED_GROUPS, clean_solutions, sample_verified,
+                                        stage_rows, train_on_rows,
+                                        validate_verified_sampling, verified_sampling_fields)
 
 
 def default_section() -> ml_collections.ConfigDict:
@@ -45,4 +45,4 @@ def run_rejection_sft(run, stage) -> None:
 
 KIND = StageKind("rejection_sft", run_rejection_sft, default_section, validate,
                  description="rejection-sampling SFT on the policy's verified samples",
-                 lora=True)
+                 lora=True, groups=VERIFIED_GROUPS)

@@ -7,25 +7,18 @@ import ml_collections
 import numpy as np
 
 from grpo_jax.runner import StageKind, train_supervised
+from grpo_jax.runner.fields import SUPERVISED, declare
 from grpo_jax.runner.toolkit import prompt_text
 
 
-def _training_fields(s: ml_collections.ConfigDict, *, steps: int, lr: float) -> None:
-    s.steps = steps  # optimizer steps
-    s.batch_size = 64  # rows per step (divisible by micro_batches x data-parallel devices)
-    s.lr = lr  # peak learning rate (warmup + cosine from config.optim)
-    s.micro_batches = 1  # gradient accumulation inside one optimizer step
-    s.checkpoint_every = 0  # steps between checkpoints (0 = only at the stage's end)
-    # Rows of this many tokens holding several examples each (attention and positions kept
-    # per example: the same loss on fewer positions); 0 = one example per padded row.
-    s.pack_len = 0
+GROUPS = (SUPERVISED,)  # a pretrain or sft section's field groups
 
 
 def default_pretrain_section() -> ml_collections.ConfigDict:
     """Config section of a "pretrain" stage (every field commented)."""
     s = ml_collections.ConfigDict()
     s.kind = "pretrain"
-    _training_fields(s, steps=1500, lr=3e-3)
+    declare(s, *GROUPS)  # steps, batch_size, lr, micro_batches, checkpoint_every, pack_len
     s.corpus_size = 0  # distinct noisy solutions to train on; 0 = steps x batch_size
     return s
 
@@ -34,19 +27,14 @@ def default_sft_section() -> ml_collections.ConfigDict:
     """Config section of an "sft" stage (every field commented)."""
     s = ml_collections.ConfigDict()
     s.kind = "sft"
-    _training_fields(s, steps=1500, lr=3e-3)
+    declare(s, *GROUPS)  # steps, batch_size, lr, micro_batches, checkpoint_every, pack_len
     s.num_examples = 2048  # worked solutions of training problems
     s.error_rate = 0.0  # chance that a solution step is wrong (0 = clean solutions)
     return s
 
 
 def validate(check) -> None:
-    check.integer("steps")
-    check.integer("batch_size")
-    check.positive("lr")
-    check.integer("checkpoint_every", low=0)
-    check.divides("batch_size", check.section.batch_size)
-    check.pack_len()
+    """The kind's own fields (the supervised group's are checked before)."""
     if check.section.kind == "pretrain":
         check.integer("corpus_size", low=0)
     else:
@@ -94,6 +82,7 @@ def run_sft(run, stage) -> None:
 
 PRETRAIN = StageKind("pretrain", run_pretrain, default_pretrain_section, validate,
                      description="next-token pretraining on noisy worked solutions",
-                     lora=True)
+                     lora=True, groups=GROUPS)
 SFT = StageKind("sft", run_sft, default_sft_section, validate,
-                description="completion-only SFT on worked solutions (cold start)", lora=True)
+                description="completion-only SFT on worked solutions (cold start)", lora=True,
+                groups=GROUPS)

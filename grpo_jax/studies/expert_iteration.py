@@ -16,7 +16,7 @@ own current policy (7,680: 60 x 128):
 from __future__ import annotations
 
 from grpo_jax.metrics import read_metrics
-from grpo_jax.studies import common, tiers
+from grpo_jax.studies import common, tables, tiers
 
 GRPO, EI = "GRPO", "expert iteration"
 ROUNDS, PROBLEMS, SAMPLES, SFT_STEPS = 4, 240, 8, 15
@@ -76,19 +76,14 @@ def analyze(runs: common.StudyRuns) -> common.Analysis:
 
 
 def table(arms: dict) -> str:
-    lines = ["| policy | runs | pass@1 | pass@8 | format rate | samples kept and trained on |",
-             "|---|---|---|---|---|---|"]
-    for name in ("base", GRPO, EI):
-        if name in arms:
-            m = arms[name]["metrics"]
-            kept = [v for v in m.get("kept", []) if v is not None]
-            lines.append(f"| {name} | {len(arms[name]['seeds'])} | {common.cell(m['pass@1'])} | "
-                         f"{common.cell(m['pass@8'])} | {common.cell(m['format_rate'])} | "
-                         f"{common.cell(kept, 1.0, 0) if kept else '-'} |")
-    lines += ["", ("In %, mean ± 95% half-width over (base, seed) runs; 128 held-out problems "
-                   "x 8 samples. Both arms sample 7,680 completions from their own current "
-                   "policy.")]
-    return "\n".join(lines) + "\n"
+    return tables.arm_table(
+        arms, ("base", GRPO, EI),
+        ("pass@1", "pass@8", "format rate", "samples kept and trained on"),
+        lambda m: [common.cell(m["pass@1"]), common.cell(m["pass@8"]),
+                   common.cell(m["format_rate"]),
+                   tables.optional_cell(m.get("kept", []), 1.0, 0)],
+        "In %, mean ± 95% half-width over (base, seed) runs; 128 held-out problems x 8 "
+        "samples. Both arms sample 7,680 completions from their own current policy.")
 
 
 SOURCE = ("Havrilla et al. 2024, \"Teaching Large Language Models to Reason with "

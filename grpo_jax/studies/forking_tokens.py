@@ -24,7 +24,7 @@ import json
 import math
 
 from grpo_jax import storage
-from grpo_jax.studies import common, tiers
+from grpo_jax.studies import common, tables, tiers
 from grpo_jax.studies import measure as measure_lib
 
 ALL, TOP, BOTTOM, EVEN = "all", "top20", "bottom80", "even spread"
@@ -128,30 +128,22 @@ def analyze(runs: common.StudyRuns) -> common.Analysis:
 
 
 def table(arms: dict) -> str:
-    lines = ["| arm | runs | pass@1 | tokens trained | KL share of the top-20% entropy "
-             "tokens | KL share of digits (digits' share of tokens) | mean KL per token | "
-             "entropy (base) |", "|---|---|---|---|---|---|---|---|"]
-    for name in (*SELECTION, "base"):
-        if name not in arms:
-            continue
-        m = arms[name]["metrics"]
+    def row(m):
+        cell = tables.optional_cells(m)
+        return [cell("pass@1"), cell("token_frac"), cell("kl_top20_share"),
+                f"{cell('kl_digit_share')} ({cell('digit_share')})", cell("kl_mean", 1.0, 4),
+                f"{cell('entropy_mean', 1.0, 3)} ({cell('base_entropy_mean', 1.0, 3)})"]
 
-        def cell(metric, scale=100.0, digits=1, m=m):
-            values = [v for v in m.get(metric, []) if v is not None]
-            return common.cell(values, scale, digits) if values else "-"
-
-        lines.append(f"| {name} | {len(arms[name]['seeds'])} | {cell('pass@1')} | "
-                     f"{cell('token_frac')} | {cell('kl_top20_share')} | "
-                     f"{cell('kl_digit_share')} ({cell('digit_share')}) | "
-                     f"{cell('kl_mean', 1.0, 4)} | {cell('entropy_mean', 1.0, 3)} "
-                     f"({cell('base_entropy_mean', 1.0, 3)}) |")
-    lines += ["", ("pass@1 and shares in %, mean ± 95% half-width over (base, seed) runs; KL "
-                   "in nats per sampled token. \"tokens trained\" is the share of the loss "
-                   "mask's tokens that carried the policy gradient (training mean). The KL "
-                   "columns measure the final policy against its base on its own samples "
-                   "of the held-out problems; the base row is the runs' evaluation before "
-                   "RL.")]
-    return "\n".join(lines) + "\n"
+    return tables.arm_table(
+        arms, (*SELECTION, "base"),
+        ("pass@1", "tokens trained", "KL share of the top-20% entropy tokens",
+         "KL share of digits (digits' share of tokens)", "mean KL per token", "entropy (base)"),
+        row,
+        "pass@1 and shares in %, mean ± 95% half-width over (base, seed) runs; KL in nats per "
+        "sampled token. \"tokens trained\" is the share of the loss mask's tokens that carried "
+        "the policy gradient (training mean). The KL columns measure the final policy against "
+        "its base on its own samples of the held-out problems; the base row is the runs' "
+        "evaluation before RL.", first="arm")
 
 
 def plot(curves: dict, out: str) -> None:

@@ -18,7 +18,7 @@ from __future__ import annotations
 
 import ml_collections
 
-from grpo_jax.studies import common, tiers
+from grpo_jax.studies import common, tables, tiers
 
 ACCURACY, CONSISTENT = "accuracy", "with consistency"
 REWARDS = {ACCURACY: {"accuracy": 1.0, "format": 0.2, "language": 0.0},
@@ -64,18 +64,13 @@ def analyze(runs: common.StudyRuns) -> common.Analysis:
 
 
 def table(arms: dict) -> str:
-    lines = ["| policy | runs | pass@1 | language consistency | format rate |",
-             "|---|---|---|---|---|"]
-    for name in ("base", *REWARDS):
-        if name in arms:
-            m = arms[name]["metrics"]
-            lines.append(f"| {name} | {len(arms[name]['seeds'])} | {common.cell(m['pass@1'])} | "
-                         f"{common.cell(m['reward/language'])} | "
-                         f"{common.cell(m['format_rate'])} |")
-    lines += ["", ("In %, mean ± 95% half-width over (base, seed) runs; language consistency "
-                   "is the mean share of English step words in the thinking of the held-out "
-                   "completions (1 without any step word).")]
-    return "\n".join(lines) + "\n"
+    return tables.arm_table(
+        arms, ("base", *REWARDS), ("pass@1", "language consistency", "format rate"),
+        lambda m: [common.cell(m["pass@1"]), common.cell(m["reward/language"]),
+                   common.cell(m["format_rate"])],
+        "In %, mean ± 95% half-width over (base, seed) runs; language consistency is the mean "
+        "share of English step words in the thinking of the held-out completions (1 without "
+        "any step word).")
 
 
 SOURCE = ("DeepSeek-AI 2025, \"DeepSeek-R1: Incentivizing Reasoning Capability in LLMs via "

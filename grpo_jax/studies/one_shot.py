@@ -14,7 +14,7 @@ is in `4 problems` and so on, for a given seed.
 
 from __future__ import annotations
 
-from grpo_jax.studies import common, tiers
+from grpo_jax.studies import common, tables, tiers
 
 SIZES = {"1 problem": 1, "4 problems": 4, "16 problems": 16, "full set": 20000}
 ONE, FULL = "1 problem", "full set"
@@ -52,15 +52,12 @@ def analyze(runs: common.StudyRuns) -> common.Analysis:
 
 
 def table(arms: dict) -> str:
-    lines = ["| policy | runs | pass@1 | pass@8 | format rate |", "|---|---|---|---|---|"]
-    for name in ("base", *SIZES):
-        if name in arms:
-            m = arms[name]["metrics"]
-            lines.append(f"| {name} | {len(arms[name]['seeds'])} | {common.cell(m['pass@1'])} | "
-                         f"{common.cell(m['pass@8'])} | {common.cell(m['format_rate'])} |")
-    lines += ["", ("In %, mean ± 95% half-width over (base, seed) runs, on the 128 held-out "
-                   "problems x 8 samples after 60 GRPO steps (the base: before).")]
-    return "\n".join(lines) + "\n"
+    return tables.arm_table(
+        arms, ("base", *SIZES), ("pass@1", "pass@8", "format rate"),
+        lambda m: [common.cell(m["pass@1"]), common.cell(m["pass@8"]),
+                   common.cell(m["format_rate"])],
+        "In %, mean ± 95% half-width over (base, seed) runs, on the 128 held-out problems x 8 "
+        "samples after 60 GRPO steps (the base: before).")
 
 
 SOURCE = ("Wang et al. 2025, \"Reinforcement Learning for Reasoning in Large Language Models "

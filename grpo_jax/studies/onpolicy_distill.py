@@ -19,7 +19,7 @@ from __future__ import annotations
 
 import ml_collections
 
-from grpo_jax.studies import common, tiers
+from grpo_jax.studies import common, tables, tiers
 from grpo_jax.studies import distill_vs_rl
 
 OPD, R1, RL = "on-policy distillation", "R1 distillation", "GRPO"
@@ -84,21 +84,20 @@ def analyze(runs: common.StudyRuns) -> common.Analysis:
 
 
 def table(arms: dict) -> str:
-    lines = ["| policy | runs | pass@1 | pass@8 | format rate | reverse KL to the teacher "
-             "(first step → last 10) |", "|---|---|---|---|---|---|"]
-    for name in ("student", OPD, R1, RL):
-        if name not in arms:
-            continue
-        m = arms[name]["metrics"]
+    def row(m):
         kl = "-"
         if m.get("reverse_kl_first"):
             kl = (f"{common.cell(m['reverse_kl_first'], 1.0, 3)} → "
                   f"{common.cell(m['reverse_kl_last10'], 1.0, 3)}")
-        lines.append(f"| {name} | {len(arms[name]['seeds'])} | {common.cell(m['pass@1'])} | "
-                     f"{common.cell(m['pass@8'])} | {common.cell(m['format_rate'])} | {kl} |")
-    lines += ["", ("In %, the KL in nats per token; mean ± 95% half-width over (base, seed) "
-                   "runs; 128 held-out problems x 8 samples, the student's before and after.")]
-    return "\n".join(lines) + "\n"
+        return [common.cell(m["pass@1"]), common.cell(m["pass@8"]),
+                common.cell(m["format_rate"]), kl]
+
+    return tables.arm_table(
+        arms, ("student", OPD, R1, RL),
+        ("pass@1", "pass@8", "format rate", "reverse KL to the teacher (first step → last 10)"),
+        row,
+        "In %, the KL in nats per token; mean ± 95% half-width over (base, seed) runs; 128 "
+        "held-out problems x 8 samples, the student's before and after.")
 
 
 SOURCE = ("Agarwal et al. 2024, \"On-Policy Distillation of Language Models: Learning from "

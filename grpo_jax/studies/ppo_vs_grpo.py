@@ -14,7 +14,7 @@ update (means over the steps; the runs of a study run one after another in one p
 
 from __future__ import annotations
 
-from grpo_jax.studies import common, tiers
+from grpo_jax.studies import common, tables, tiers
 
 PPO = "PPO"
 GROUPS = {"GRPO G=2": 2, "GRPO G=4": 4, "GRPO G=8": 8, "GRPO G=16": 16}
@@ -69,25 +69,18 @@ def analyze(runs: common.StudyRuns) -> common.Analysis:
 
 
 def table(arms: dict) -> str:
-    lines = ["| policy | runs | pass@1 | format rate | sampling s/step | update s/step |",
-             "|---|---|---|---|---|---|"]
-    for name in ("base", *ARMS):
-        if name in arms:
-            m = arms[name]["metrics"]
+    def row(m):
+        time = tables.optional_cells(m)
+        return [common.cell(m["pass@1"]), common.cell(m["format_rate"]),
+                time("sample_time_s", 1.0, 3), time("update_time_s", 1.0, 3)]
 
-            def time(metric, m=m):
-                values = [v for v in m.get(metric, []) if v is not None]
-                return common.cell(values, 1.0, 3) if values else "-"
-
-            lines.append(f"| {name} | {len(arms[name]['seeds'])} | {common.cell(m['pass@1'])} | "
-                         f"{common.cell(m['format_rate'])} | {time('sample_time_s')} | "
-                         f"{time('update_time_s')} |")
-    lines += ["", ("pass@1 and format in %, seconds per training step (the first, compiling, "
-                   "left out); mean ± 95% half-width over (base, seed) runs. By construction "
-                   "PPO holds seven parameter-sized buffers (policy, critic, reference, Adam's "
-                   "two moments for policy and critic), GRPO with a KL term four (policy, "
-                   "reference, two moments).")]
-    return "\n".join(lines) + "\n"
+    return tables.arm_table(
+        arms, ("base", *ARMS), ("pass@1", "format rate", "sampling s/step", "update s/step"),
+        row,
+        "pass@1 and format in %, seconds per training step (the first, compiling, left out); "
+        "mean ± 95% half-width over (base, seed) runs. By construction PPO holds seven "
+        "parameter-sized buffers (policy, critic, reference, Adam's two moments for policy and "
+        "critic), GRPO with a KL term four (policy, reference, two moments).")
 
 
 SOURCE = ("Shao et al. 2024, \"DeepSeekMath: Pushing the Limits of Mathematical Reasoning in "

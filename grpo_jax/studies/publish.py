@@ -197,8 +197,7 @@ def design_block(study: Study, tier: str = "full") -> str:
     for arm, config in arms.items():
         stages = "; ".join(f"`{s}`" if s in shared and len(arms) > 1 else summaries[arm][s]
                            for s in config.stages.split(","))
-        fields = [f"`{key}` = {_value(values[arm])}" for key, values in differ.items()
-                  if not any(key.startswith(s + ".") for s in stage_names if s not in shared)]
+        fields = [f"`{key}` = {_value(values[arm])}" for key, values in differ.items()]
         if len(fields) > _MAX_FIELDS:
             fields = fields[:_MAX_FIELDS] + [f"{len(fields) - _MAX_FIELDS} more fields"]
         cell = ", ".join(fields) or ("-" if len(arms) == 1 else "its stages")

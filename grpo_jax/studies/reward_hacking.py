@@ -21,7 +21,7 @@ import math
 
 import ml_collections
 
-from grpo_jax.studies import common, tiers
+from grpo_jax.studies import common, tables, tiers
 
 RULE, MODEL, ZERO = "rule", "reward model", "no change"
 REWARDS = {RULE: {"accuracy": 1.0, "format": 0.2, "reward_model": 0.0},
@@ -95,25 +95,18 @@ def analyze(runs: common.StudyRuns) -> common.Analysis:
 
 
 def table(arms: dict) -> str:
-    lines = ["| policy | runs | pass@1 | RM score, last 10 steps (change) | training accuracy, "
-             "last 10 steps (change) | RM pair accuracy |", "|---|---|---|---|---|---|"]
-    for name in ("base", *REWARDS):
-        if name not in arms:
-            continue
-        m = arms[name]["metrics"]
+    def row(m):
+        cell = tables.optional_cells(m)
+        return [cell("pass@1"), f"{cell('rm_score_last10', 1.0, 3)} ({cell('rm_gain', 1.0, 3)})",
+                f"{cell('accuracy_last10')} ({cell('accuracy_gain')})", cell("rm_pair_accuracy")]
 
-        def cell(metric, scale=100.0, digits=1, m=m):
-            values = [v for v in m.get(metric, []) if v is not None]
-            return common.cell(values, scale, digits) if values else "-"
-
-        lines.append(f"| {name} | {len(arms[name]['seeds'])} | {cell('pass@1')} | "
-                     f"{cell('rm_score_last10', 1.0, 3)} ({cell('rm_gain', 1.0, 3)}) | "
-                     f"{cell('accuracy_last10')} ({cell('accuracy_gain')}) | "
-                     f"{cell('rm_pair_accuracy')} |")
-    lines += ["", ("pass@1 and accuracies in %, the reward model's score in its own units; "
-                   "mean ± 95% half-width over (base, seed) runs. A change is the mean of the "
-                   "last 10 training steps minus the first step.")]
-    return "\n".join(lines) + "\n"
+    return tables.arm_table(
+        arms, ("base", *REWARDS),
+        ("pass@1", "RM score, last 10 steps (change)",
+         "training accuracy, last 10 steps (change)", "RM pair accuracy"), row,
+        "pass@1 and accuracies in %, the reward model's score in its own units; mean ± 95% "
+        "half-width over (base, seed) runs. A change is the mean of the last 10 training steps "
+        "minus the first step.")
 
 
 SOURCE = ("DeepSeek-AI 2025, \"DeepSeek-R1\", arXiv:2501.12948, sec. 2.2.2 (close "

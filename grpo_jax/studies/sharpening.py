@@ -38,7 +38,7 @@ from __future__ import annotations
 import collections
 
 from grpo_jax import storage
-from grpo_jax.studies import common, tiers
+from grpo_jax.studies import common, tables, tiers
 from grpo_jax.studies import measure as measure_lib
 from grpo_jax.studies.pass_at_k import arm_configs, base_config  # pass_at_k's runs
 
@@ -205,11 +205,6 @@ def analyze(runs: common.StudyRuns) -> common.Analysis:
         plots=lambda out: plot(arms, points, out))
 
 
-def _cell(values, scale=100.0, digits=1) -> str:
-    values = [v for v in values if v is not None]
-    return common.cell(values, scale, digits) if values else "-"
-
-
 ROWS = (("pass@1", "pass@1", 100.0), (f"pass@{K}", f"pass@{K}", 100.0),
         (f"maj@{K}", f"maj@{K}", 100.0), ("distinct answers per problem", "distinct_answers",
                                           1.0),
@@ -234,8 +229,8 @@ def table(arms: dict) -> str:
     lines = ["| figure (%, against the reference draw: the base model's with the same key) | "
              + " | ".join(names) + " |", "|---|" + "---|" * len(names)]
     for label, metric, scale in ROWS:
-        cells = [_cell(arms[n]["metrics"].get(metric, []), scale, 1 if scale > 1 else 2)
-                 for n in names]
+        cells = [tables.optional_cell(arms[n]["metrics"].get(metric, []), scale,
+                                      1 if scale > 1 else 2) for n in names]
         lines.append(f"| {label} | " + " | ".join(cells) + " |")
     lines += ["", ("Mean ± 95% half-width over (base, seed). The base model is the reference "
                    "draw itself (no figures against itself); the redraw is the same base "

@@ -19,7 +19,7 @@ from __future__ import annotations
 
 import ml_collections
 
-from grpo_jax.studies import common, tiers
+from grpo_jax.studies import common, tables, tiers
 
 TRUE, FORMAT, RANDOM, INCORRECT = "ground truth", "format", "random", "incorrect"
 REWARDS = {TRUE: {"accuracy": 1.0, "format": 0.2}, FORMAT: {"format": 1.0},
@@ -58,18 +58,13 @@ def analyze(runs: common.StudyRuns) -> common.Analysis:
 
 
 def table(arms: dict) -> str:
-    lines = ["| policy | runs | pass@1 | format rate | mean length |", "|---|---|---|---|---|"]
-    for name in ("base", *REWARDS):
-        if name not in arms:
-            continue
-        m = arms[name]["metrics"]
-        lines.append(f"| {name} | {len(arms[name]['seeds'])} | {common.cell(m['pass@1'])} | "
-                     f"{common.cell(m['format_rate'])} | "
-                     f"{common.cell(m['mean_length'], 1.0, 1)} |")
-    lines += ["", ("pass@1 and format rate in %, mean length in tokens; mean ± 95% half-width "
-                   "over (base, seed) runs, the held-out problems after 60 GRPO steps on each "
-                   "reward (the base: before).")]
-    return "\n".join(lines) + "\n"
+    return tables.arm_table(
+        arms, ("base", *REWARDS), ("pass@1", "format rate", "mean length"),
+        lambda m: [common.cell(m["pass@1"]), common.cell(m["format_rate"]),
+                   common.cell(m["mean_length"], 1.0, 1)],
+        "pass@1 and format rate in %, mean length in tokens; mean ± 95% half-width over (base, "
+        "seed) runs, the held-out problems after 60 GRPO steps on each reward (the base: "
+        "before).")
 
 
 def plot(curves: dict, out: str) -> None:

@@ -21,7 +21,7 @@ from __future__ import annotations
 
 import math
 
-from grpo_jax.studies import common, tiers
+from grpo_jax.studies import common, tables, tiers
 
 TRPO = "TRPO"
 FISHER_FRACTION = 0.2
@@ -73,22 +73,16 @@ def analyze(runs: common.StudyRuns) -> common.Analysis:
 
 
 def table(arms: dict) -> str:
-    lines = ["| policy | runs | pass@1 | format rate | largest per-step KL | update s/step |",
-             "|---|---|---|---|---|---|"]
-    for name in ("base", *ARMS):
-        if name in arms:
-            m = arms[name]["metrics"]
+    def row(m):
+        raw = tables.optional_cells(m)
+        return [common.cell(m["pass@1"]), common.cell(m["format_rate"]),
+                raw("kl_step_max", 1.0, 4), raw("update_time_s", 1.0, 3)]
 
-            def raw(metric, digits, m=m):
-                values = [v for v in m.get(metric, []) if v is not None]
-                return common.cell(values, 1.0, digits) if values else "-"
-
-            lines.append(f"| {name} | {len(arms[name]['seeds'])} | {common.cell(m['pass@1'])} | "
-                         f"{common.cell(m['format_rate'])} | {raw('kl_step_max', 4)} | "
-                         f"{raw('update_time_s', 3)} |")
-    lines += ["", ("pass@1 and format in %, KL in nats per token, seconds per step; mean ± "
-                   "95% half-width over (base, seed) runs.")]
-    return "\n".join(lines) + "\n"
+    return tables.arm_table(
+        arms, ("base", *ARMS),
+        ("pass@1", "format rate", "largest per-step KL", "update s/step"), row,
+        "pass@1 and format in %, KL in nats per token, seconds per step; mean ± 95% "
+        "half-width over (base, seed) runs.")
 
 
 SOURCE = ("Schulman et al. 2017, \"Proximal Policy Optimization Algorithms\", "

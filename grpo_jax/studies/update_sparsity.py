@@ -21,7 +21,7 @@ from __future__ import annotations
 import json
 
 from grpo_jax import storage
-from grpo_jax.studies import common, tiers
+from grpo_jax.studies import common, tables, tiers
 
 RL, SFT, RANK_BAR, SMALL = "rl", "sft", "80% rank", "30% of entries"
 MEASURED = ("changed_bf16", "changed_1e-5", "relative_rank")
@@ -113,24 +113,15 @@ def analyze(runs: common.StudyRuns) -> common.Analysis:
 
 
 def table(arms: dict) -> str:
-    lines = ["| arm | runs | entries changed (bf16) | entries changed (> 1e-5) | update's "
-             "effective rank / full rank | pass@1 |", "|---|---|---|---|---|---|"]
-    for name in (RL, SFT):
-        if name not in arms:
-            continue
-        m = arms[name]["metrics"]
-
-        def cell(metric, m=m):
-            values = [v for v in m.get(metric, []) if v is not None]
-            return common.cell(values) if values else "-"
-
-        lines.append(f"| {name} | {len(arms[name]['seeds'])} | {cell('changed_bf16')} | "
-                     f"{cell('changed_1e-5')} | {cell('relative_rank')} | {cell('pass@1')} |")
-    lines += ["", ("All in %, mean ± 95% half-width over (base, seed) runs: the final "
-                   "parameters against the base's, every entry of every leaf (embeddings "
-                   "included in the fractions; the ranks over the weight matrices, "
-                   "embeddings left out).")]
-    return "\n".join(lines) + "\n"
+    return tables.arm_table(
+        arms, (RL, SFT),
+        ("entries changed (bf16)", "entries changed (> 1e-5)",
+         "update's effective rank / full rank", "pass@1"),
+        lambda m: [tables.optional_cells(m)(metric) for metric in
+                   ("changed_bf16", "changed_1e-5", "relative_rank", "pass@1")],
+        "All in %, mean ± 95% half-width over (base, seed) runs: the final parameters against "
+        "the base's, every entry of every leaf (embeddings included in the fractions; the ranks "
+        "over the weight matrices, embeddings left out).", first="arm")
 
 
 SOURCE = ("Mukherjee et al. 2025, \"Reinforcement Learning Finetunes Small Subnetworks in "

@@ -17,7 +17,7 @@ training clip fraction and KL to the reference over the steps.
 
 from __future__ import annotations
 
-from grpo_jax.studies import common, tiers
+from grpo_jax.studies import common, tables, tiers
 
 # (passes per batch, clip epsilon); None keeps the algorithm's own epsilon (0.2), so the mu=1
 # arm is the same run as ppo_vs_grpo's G=8 and is computed once in a shared workdir
@@ -68,18 +68,15 @@ def analyze(runs: common.StudyRuns) -> common.Analysis:
 
 
 def table(arms: dict) -> str:
-    lines = ["| policy | runs | pass@1 | format rate | clip fraction (training mean) | KL to "
-             "the reference (training mean) |", "|---|---|---|---|---|---|"]
-    for name in ("base", *ARMS):
-        if name in arms:
-            m = arms[name]["metrics"]
-            clip = common.cell(m["clip_frac"]) if m.get("clip_frac") else "-"
-            kl = common.cell(m["kl_ref"], 1.0, 4) if m.get("kl_ref") else "-"
-            lines.append(f"| {name} | {len(arms[name]['seeds'])} | {common.cell(m['pass@1'])} "
-                         f"| {common.cell(m['format_rate'])} | {clip} | {kl} |")
-    lines += ["", ("pass@1, format and clip fraction in %, the KL in nats per token; mean ± "
-                   "95% half-width over (base, seed) runs.")]
-    return "\n".join(lines) + "\n"
+    return tables.arm_table(
+        arms, ("base", *ARMS),
+        ("pass@1", "format rate", "clip fraction (training mean)",
+         "KL to the reference (training mean)"),
+        lambda m: [common.cell(m["pass@1"]), common.cell(m["format_rate"]),
+                   common.cell(m["clip_frac"]) if m.get("clip_frac") else "-",
+                   common.cell(m["kl_ref"], 1.0, 4) if m.get("kl_ref") else "-"],
+        "pass@1, format and clip fraction in %, the KL in nats per token; mean ± 95% "
+        "half-width over (base, seed) runs.")
 
 
 SOURCE = ("Schulman et al. 2017, \"Proximal Policy Optimization Algorithms\", "

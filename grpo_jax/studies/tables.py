@@ -1,0 +1,36 @@
+"""The per-arm table of a study's table.md: a row per arm (its name, its runs, its figures as
+cells of mean ± the 95% half-width over seeds), a note under it."""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Mapping, Sequence
+
+from grpo_jax.studies.present import cell
+
+
+def optional_cell(values: Sequence, scale: float = 100.0, digits: int = 1) -> str:
+    """`cell` of the values that are not None; "-" without any."""
+    values = [v for v in values if v is not None]
+    return cell(values, scale, digits) if values else "-"
+
+
+def optional_cells(metrics: Mapping) -> Callable[..., str]:
+    """`cell(metric, scale=100.0, digits=1)`: the optional cell of one arm's metric ("-"
+    where the arm has no value of it)."""
+    return lambda metric, scale=100.0, digits=1: optional_cell(metrics.get(metric, []),
+                                                               scale, digits)
+
+
+def arm_table(arms: Mapping, names: Sequence[str], columns: Sequence[str],
+              row: Callable[[Mapping], Sequence[str]], note: str, *,
+              first: str = "policy") -> str:
+    """| `first` | runs | `columns` |, then for each of `names` in `arms`: | the name | its
+    seeds | row(its metrics) |; then a blank line and `note`."""
+    lines = ["| " + " | ".join((first, "runs", *columns)) + " |",
+             "|" + "---|" * (len(columns) + 2)]
+    for name in names:
+        if name in arms:
+            cells = (name, str(len(arms[name]["seeds"])), *row(arms[name]["metrics"]))
+            lines.append("| " + " | ".join(cells) + " |")
+    lines += ["", note]
+    return "\n".join(lines) + "\n"

@@ -139,6 +139,19 @@ class ModelConfig:
         return total
 
 
+# What the Qwen2.5 models share (their config.json files); each size adds its shape.
+_QWEN2_5 = dict(
+    vocab_size=151936,
+    num_kv_heads=2,
+    max_seq_len=32768,
+    rope_theta=1000000.0,
+    qkv_bias=True,
+    tie_embeddings=True,
+    rms_norm_eps=1e-6,
+    dtype="bfloat16",
+    param_dtype="bfloat16",
+)
+
 _NAMED = {
     # ~0.3M parameters at vocab 64: a student a quarter of tiny-1m's size (distillation
     # studies: a small pretrained student and a larger RL-trained teacher).
@@ -176,36 +189,20 @@ _NAMED = {
     ),
     # Shapes from the released config.json files on the Hugging Face hub.
     "qwen2.5-0.5b": dict(
-        vocab_size=151936,
+        _QWEN2_5,
         hidden_size=896,
         num_layers=24,
         num_heads=14,
-        num_kv_heads=2,
         head_dim=64,
         mlp_size=4864,
-        max_seq_len=32768,
-        rope_theta=1000000.0,
-        qkv_bias=True,
-        tie_embeddings=True,
-        rms_norm_eps=1e-6,
-        dtype="bfloat16",
-        param_dtype="bfloat16",
     ),
     "qwen2.5-1.5b": dict(
-        vocab_size=151936,
+        _QWEN2_5,
         hidden_size=1536,
         num_layers=28,
         num_heads=12,
-        num_kv_heads=2,
         head_dim=128,
         mlp_size=8960,
-        max_seq_len=32768,
-        rope_theta=1000000.0,
-        qkv_bias=True,
-        tie_embeddings=True,
-        rms_norm_eps=1e-6,
-        dtype="bfloat16",
-        param_dtype="bfloat16",
     ),
     "llama-3.2-1b": dict(
         vocab_size=128256,

@@ -24,6 +24,12 @@ def training_mean(rows: Sequence[dict], name: str, skip: int = 0) -> float | Non
     return sum(values) / len(values) if values else None
 
 
+def training_means(record: RunRecord, names: Sequence[str], skip: int = 0) -> dict:
+    """{name: `training_mean` of it over the run's training rows} for each of `names`."""
+    rows = training_rows(record)
+    return {name: training_mean(rows, name, skip) for name in names}
+
+
 def figures(record: RunRecord) -> dict:
     """A finished run's final evaluation figures and its last RL step's train/ values
     (`FinishedRun.final_figures`)."""
@@ -61,6 +67,14 @@ def per_seed(runs: StudyRuns, values: Callable[[RunRecord], Mapping[str, float]]
         names = sorted({k for row in rows for k in row})
         entry["metrics"] = {k: [row.get(k) for row in rows] for k in names}
     return out
+
+
+def per_arm(runs: StudyRuns, values: Callable[[RunRecord], Mapping[str, float]],
+            names: Sequence[str]) -> dict:
+    """`per_seed` of the arms `names`, in that order (an arm without a finished run left
+    out)."""
+    arms = per_seed(runs, values)
+    return {name: arms[name] for name in names if name in arms}
 
 
 def eval_values(record: RunRecord, metrics: Sequence[str], final: str = "eval_final",

@@ -29,7 +29,7 @@ import json
 
 from grpo_jax import storage, sweep
 from grpo_jax.stats import interval, paired_interval
-from grpo_jax.studies import common, tiers
+from grpo_jax.studies import common, jobs, tiers
 from grpo_jax.studies import measure as measure_lib
 
 WAIT, REDO = "wait", "redo"
@@ -83,16 +83,10 @@ def arm_config(tier: str = "full", arm: str = WAIT):
     held-out sampling is `measure`'s."""
     if arm not in (WAIT, REDO):
         raise ValueError(f"budget_forcing: arm {WAIT} or {REDO}, got {arm!r}")
-    config = common.main_job(common.preset(tier))
-    config.stages = "rl"
-    del config.pretrain, config.eval_base, config.eval_final
-    if tier == "full":
-        config.rl.steps = 60
-        config.rl.num_prompts = 16
+    config = jobs.rl_alone(tier)
     if arm == REDO:
         config.task.kwargs.redo_rate = REDO_RATE  # as its base was pretrained
         config.rl.max_new_tokens = MAX_NEW_TOKENS  # a trace with two redos is ~37 tokens
-    config.model.init_from = ""
     return config
 
 

@@ -17,6 +17,7 @@ from __future__ import annotations
 
 from grpo_jax.metrics import read_metrics
 from grpo_jax.studies import common, tables, tiers
+from grpo_jax.studies.arms import per_arm
 
 GRPO, EI = "GRPO", "expert iteration"
 ROUNDS, PROBLEMS, SAMPLES, SFT_STEPS = 4, 240, 8, 15
@@ -66,8 +67,7 @@ def _values(record) -> dict:
 
 
 def analyze(runs: common.StudyRuns) -> common.Analysis:
-    arms = common.per_seed(runs, _values)
-    arms = {name: arms[name] for name in (GRPO, EI) if name in arms}
+    arms = per_arm(runs, _values, (GRPO, EI))
     common.add_base_arm(arms, GRPO, METRICS)
     return common.Analysis(arms=arms, specs=SPECS, table=table(arms),
                            plots=lambda out: common.bar_plot(

@@ -26,6 +26,7 @@ import math
 from grpo_jax import storage
 from grpo_jax.studies import common, tables, tiers
 from grpo_jax.studies import measure as measure_lib
+from grpo_jax.studies.arms import per_arm
 
 ALL, TOP, BOTTOM, EVEN = "all", "top20", "bottom80", "even spread"
 SELECTION = {ALL: (1.0, "top"), TOP: (0.2, "top"), BOTTOM: (0.8, "bottom")}
@@ -115,8 +116,7 @@ def _values(record) -> dict:
 
 
 def analyze(runs: common.StudyRuns) -> common.Analysis:
-    arms = common.per_seed(runs, _values)
-    arms = {name: arms[name] for name in SELECTION if name in arms}
+    arms = per_arm(runs, _values, SELECTION)
     common.add_base_arm(arms, ALL, ("pass@1",))
     common.constant_arm(arms, ALL, EVEN, "kl_top20_share", FRACTION)
     curves = common.arm_curves(runs, SELECTION)

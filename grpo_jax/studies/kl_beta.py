@@ -29,6 +29,7 @@ from grpo_jax import storage
 from grpo_jax.stats import interval, paired_interval
 from grpo_jax.studies import common, tiers
 from grpo_jax.studies import measure as measure_lib
+from grpo_jax.studies.arms import per_arm
 
 BETAS = (0.0, 0.04, 0.1, 1.0)
 REFERENCE = "beta=0.0"
@@ -245,8 +246,7 @@ def _run_values(record) -> dict:
 
 
 def analyze(runs: common.StudyRuns) -> common.Analysis:
-    arms = common.per_seed(runs, _run_values)
-    arms = {name: arms[name] for name in ARMS if name in arms}
+    arms = per_arm(runs, _run_values, ARMS)
     if REFERENCE in arms:  # the base model: every seed's eval_base (the same parameters)
         reference = arms[REFERENCE]
         arms[BASE_MODEL] = {"seeds": list(reference["seeds"]),

@@ -16,9 +16,8 @@ after: pass@1 and the mean language consistency of the completions (`reward/lang
 
 from __future__ import annotations
 
-import ml_collections
-
-from grpo_jax.studies import common, tables, tiers
+from grpo_jax.studies import common, jobs, tables, tiers
+from grpo_jax.studies.arms import per_arm
 
 ACCURACY, CONSISTENT = "accuracy", "with consistency"
 REWARDS = {ACCURACY: {"accuracy": 1.0, "format": 0.2, "language": 0.0},
@@ -43,9 +42,7 @@ def base_config(tier: str):
 def arm_config(arm: str, tier: str = "full"):
     """One arm's run from the base in model.init_from, evaluated before and after."""
     config = _two_scripts(common.main_arm(tier, "eval_base,rl,eval_final"))
-    config.rl.fused_steps = 0  # the language reward is scored on the host
-    config.rl.rewards = ml_collections.ConfigDict(REWARDS[arm])
-    return config
+    return jobs.host_rewards(config, REWARDS[arm])  # the language reward is scored on the host
 
 
 def arm_configs(tier: str) -> dict:
@@ -53,8 +50,7 @@ def arm_configs(tier: str) -> dict:
 
 
 def analyze(runs: common.StudyRuns) -> common.Analysis:
-    arms = common.per_seed(runs, lambda r: common.eval_values(r, METRICS))
-    arms = {name: arms[name] for name in REWARDS if name in arms}
+    arms = per_arm(runs, lambda r: common.eval_values(r, METRICS), REWARDS)
     common.add_base_arm(arms, ACCURACY, METRICS)
     curves = common.arm_curves(runs, REWARDS)
     return common.Analysis(arms=arms, specs=SPECS, table=table(arms),

@@ -32,6 +32,7 @@ import re
 from grpo_jax import storage, sweep
 from grpo_jax.stats import interval, paired_interval
 from grpo_jax.studies import common, tiers
+from grpo_jax.studies.arms import per_arm
 from grpo_jax.studies.measure import figures_all_and_2op, window_mean
 
 REDO_RATE = 0.3  # the base's pretraining traces (and the arms' task)
@@ -169,8 +170,7 @@ def _run_values(record) -> dict:
 
 
 def analyze(runs: common.StudyRuns) -> common.Analysis:
-    arms = common.per_seed(runs, _run_values)
-    arms = {name: arms[name] for name in ARMS if name in arms}
+    arms = per_arm(runs, _run_values, ARMS)
     if REFERENCE in arms:  # the base before RL: the reference arm's eval_base samples
         ref = arms[REFERENCE]
         arms[BASE_MODEL] = {"seeds": list(ref["seeds"]), "bases": list(ref["bases"]),

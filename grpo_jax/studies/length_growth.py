@@ -34,6 +34,7 @@ from grpo_jax import storage, sweep
 from grpo_jax.stats import interval
 from grpo_jax.studies import common, tiers
 from grpo_jax.studies import measure as measure_lib
+from grpo_jax.studies.arms import per_arm
 from grpo_jax.studies.length_bias import arm_config as length_bias_arm
 from grpo_jax.studies.length_bias import base_config as length_bias_base
 
@@ -247,8 +248,7 @@ def _minus(a, b):
 
 
 def analyze(runs: common.StudyRuns) -> common.Analysis:
-    arms = common.per_seed(runs, _run_values)
-    arms = {name: arms[name] for name in ARMS if name in arms}
+    arms = per_arm(runs, _run_values, ARMS)
     points: dict[str, dict[str, list]] = {}  # arm -> step -> per-run figures
     for arm in ARMS:
         for record in runs.arm(arm):

@@ -15,6 +15,7 @@ is in `4 problems` and so on, for a given seed.
 from __future__ import annotations
 
 from grpo_jax.studies import common, tables, tiers
+from grpo_jax.studies.arms import per_arm
 
 SIZES = {"1 problem": 1, "4 problems": 4, "16 problems": 16, "full set": 20000}
 ONE, FULL = "1 problem", "full set"
@@ -41,8 +42,7 @@ def arm_configs(tier: str) -> dict:
 
 
 def analyze(runs: common.StudyRuns) -> common.Analysis:
-    arms = common.per_seed(runs, lambda r: common.eval_values(r, METRICS))
-    arms = {name: arms[name] for name in SIZES if name in arms}
+    arms = per_arm(runs, lambda r: common.eval_values(r, METRICS), SIZES)
     common.add_base_arm(arms, FULL, METRICS)
     curves = common.arm_curves(runs, SIZES)
     return common.Analysis(arms=arms, specs=SPECS, table=table(arms),

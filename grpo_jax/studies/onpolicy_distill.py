@@ -20,6 +20,7 @@ from __future__ import annotations
 import ml_collections
 
 from grpo_jax.studies import common, tables, tiers
+from grpo_jax.studies.arms import per_arm
 from grpo_jax.studies import distill_vs_rl
 
 OPD, R1, RL = "on-policy distillation", "R1 distillation", "GRPO"
@@ -74,8 +75,7 @@ def _values(record) -> dict:
 
 
 def analyze(runs: common.StudyRuns) -> common.Analysis:
-    arms = common.per_seed(runs, _values)
-    arms = {name: arms[name] for name in (OPD, R1, RL) if name in arms}
+    arms = per_arm(runs, _values, (OPD, R1, RL))
     common.add_base_arm(arms, RL, METRICS, name="student")
     return common.Analysis(arms=arms, specs=SPECS, table=table(arms),
                            plots=lambda out: common.bar_plot(

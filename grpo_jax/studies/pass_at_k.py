@@ -21,7 +21,7 @@ from __future__ import annotations
 
 from grpo_jax import storage
 from grpo_jax.stats import interval, paired_interval
-from grpo_jax.studies import common, tiers
+from grpo_jax.studies import common, jobs, tiers
 from grpo_jax.studies import measure as measure_lib
 
 RL, BASE_MODEL = "rl", "base model"
@@ -48,14 +48,7 @@ def base_config(tier: str):
 def arm_config(tier: str = "full"):
     """The RL run: the main job's RL stage from the base (model.init_from, set per base);
     the held-out sampling is `measure`'s."""
-    config = common.main_job(common.preset(tier))
-    config.stages = "rl"
-    del config.pretrain, config.eval_base, config.eval_final
-    if tier == "full":
-        config.rl.steps = 60
-        config.rl.num_prompts = 16
-    config.model.init_from = ""  # the base's workdir, set by the study per base
-    return config
+    return jobs.rl_alone(tier)
 
 
 def arm_configs(tier: str) -> dict:

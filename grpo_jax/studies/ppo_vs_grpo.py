@@ -15,6 +15,7 @@ update (means over the steps; the runs of a study run one after another in one p
 from __future__ import annotations
 
 from grpo_jax.studies import common, tables, tiers
+from grpo_jax.studies.arms import per_arm, training_means
 
 PPO = "PPO"
 GROUPS = {"GRPO G=2": 2, "GRPO G=4": 4, "GRPO G=8": 8, "GRPO G=16": 16}
@@ -51,16 +52,12 @@ def arm_configs(tier: str) -> dict:
 
 
 def _values(record) -> dict:
-    values = common.eval_values(record, METRICS)
-    rows = common.training_rows(record)
-    for name in TIMES:
-        values[name] = common.training_mean(rows, name, skip=1)  # the first step compiles
-    return values
+    # the first step compiles
+    return {**common.eval_values(record, METRICS), **training_means(record, TIMES, skip=1)}
 
 
 def analyze(runs: common.StudyRuns) -> common.Analysis:
-    arms = common.per_seed(runs, _values)
-    arms = {name: arms[name] for name in ARMS if name in arms}
+    arms = per_arm(runs, _values, ARMS)
     common.add_base_arm(arms, MAIN, METRICS)
     return common.Analysis(arms=arms, specs=SPECS, table=table(arms),
                            plots=lambda out: common.bar_plot(

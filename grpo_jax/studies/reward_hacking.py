@@ -19,9 +19,8 @@ from __future__ import annotations
 
 import math
 
-import ml_collections
-
-from grpo_jax.studies import common, tables, tiers
+from grpo_jax.studies import common, jobs, tables, tiers
+from grpo_jax.studies.arms import per_arm
 
 RULE, MODEL, ZERO = "rule", "reward model", "no change"
 REWARDS = {RULE: {"accuracy": 1.0, "format": 0.2, "reward_model": 0.0},
@@ -45,10 +44,8 @@ def arm_config(arm: str, tier: str = "full"):
     if tier != "full":
         config.rm.update(num_pairs=16, eval_pairs=8, steps=2, batch_size=8)
     config.stages = "rm,eval_base,rl,eval_final"
-    config.rl.fused_steps = 0  # the reward model scores on the host
     config.rl.reward_model = "rm"
-    config.rl.rewards = ml_collections.ConfigDict(REWARDS[arm])
-    return config
+    return jobs.host_rewards(config, REWARDS[arm])  # the reward model scores on the host
 
 
 def arm_configs(tier: str) -> dict:
@@ -81,8 +78,7 @@ def _values(record) -> dict:
 
 
 def analyze(runs: common.StudyRuns) -> common.Analysis:
-    arms = common.per_seed(runs, _values)
-    arms = {name: arms[name] for name in REWARDS if name in arms}
+    arms = per_arm(runs, _values, REWARDS)
     common.add_base_arm(arms, RULE, METRICS)
     for metric in ("rm_gain", "accuracy_gain"):
         common.constant_arm(arms, MODEL, ZERO, metric, 0.0)

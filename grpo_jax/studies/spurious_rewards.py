@@ -17,9 +17,8 @@ problems. The base's pass@1 is the ground-truth runs' evaluation before GRPO.
 
 from __future__ import annotations
 
-import ml_collections
-
-from grpo_jax.studies import common, tables, tiers
+from grpo_jax.studies import common, jobs, tables, tiers
+from grpo_jax.studies.arms import per_arm
 
 TRUE, FORMAT, RANDOM, INCORRECT = "ground truth", "format", "random", "incorrect"
 REWARDS = {TRUE: {"accuracy": 1.0, "format": 0.2}, FORMAT: {"format": 1.0},
@@ -38,10 +37,7 @@ base_config = common.main_base
 def arm_config(arm: str, tier: str = "full"):
     """One arm's run: the held-out evaluation, the main job's GRPO stage on the arm's reward,
     the evaluation again, from the base in model.init_from."""
-    config = common.main_arm(tier, "eval_base,rl,eval_final")
-    config.rl.fused_steps = 0  # host rewards for every arm
-    config.rl.rewards = ml_collections.ConfigDict(REWARDS[arm])
-    return config
+    return jobs.host_rewards(common.main_arm(tier, "eval_base,rl,eval_final"), REWARDS[arm])
 
 
 def arm_configs(tier: str) -> dict:
@@ -49,8 +45,7 @@ def arm_configs(tier: str) -> dict:
 
 
 def analyze(runs: common.StudyRuns) -> common.Analysis:
-    arms = common.per_seed(runs, lambda r: common.eval_values(r, METRICS))
-    arms = {name: arms[name] for name in REWARDS if name in arms}
+    arms = per_arm(runs, lambda r: common.eval_values(r, METRICS), REWARDS)
     common.add_base_arm(arms, TRUE, METRICS)
     curves = common.arm_curves(runs, REWARDS)
     return common.Analysis(arms=arms, specs=SPECS, table=table(arms),

@@ -22,6 +22,7 @@ from __future__ import annotations
 import math
 
 from grpo_jax.studies import common, tables, tiers
+from grpo_jax.studies.arms import per_arm
 
 TRPO = "TRPO"
 FISHER_FRACTION = 0.2
@@ -62,8 +63,7 @@ def _values(record) -> dict:
 
 
 def analyze(runs: common.StudyRuns) -> common.Analysis:
-    arms = common.per_seed(runs, _values)
-    arms = {name: arms[name] for name in ARMS if name in arms}
+    arms = per_arm(runs, _values, ARMS)
     common.add_base_arm(arms, TRPO, METRICS)
     curves = common.arm_curves(runs, ARMS)
     return common.Analysis(arms=arms, specs=SPECS, table=table(arms),

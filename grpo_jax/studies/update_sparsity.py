@@ -22,6 +22,7 @@ import json
 
 from grpo_jax import storage
 from grpo_jax.studies import common, tables, tiers
+from grpo_jax.studies.arms import per_arm
 
 RL, SFT, RANK_BAR, SMALL = "rl", "sft", "80% rank", "30% of entries"
 MEASURED = ("changed_bf16", "changed_1e-5", "relative_rank")
@@ -101,8 +102,7 @@ def _values(record) -> dict:
 
 
 def analyze(runs: common.StudyRuns) -> common.Analysis:
-    arms = common.per_seed(runs, _values)
-    arms = {name: arms[name] for name in (RL, SFT) if name in arms}
+    arms = per_arm(runs, _values, (RL, SFT))
     common.constant_arm(arms, RL, RANK_BAR, "relative_rank", 0.8)
     common.constant_arm(arms, RL, SMALL, "changed_bf16", 0.3)
     return common.Analysis(arms=arms, specs=SPECS, table=table(arms),

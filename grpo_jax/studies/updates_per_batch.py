@@ -18,6 +18,7 @@ training clip fraction and KL to the reference over the steps.
 from __future__ import annotations
 
 from grpo_jax.studies import common, tables, tiers
+from grpo_jax.studies.arms import per_arm, training_means
 
 # (passes per batch, clip epsilon); None keeps the algorithm's own epsilon (0.2), so the mu=1
 # arm is the same run as ppo_vs_grpo's G=8 and is computed once in a shared workdir
@@ -48,16 +49,12 @@ def arm_configs(tier: str) -> dict:
 
 
 def _values(record) -> dict:
-    values = common.eval_values(record, METRICS)
-    rows = common.training_rows(record)
-    for name in ("clip_frac", "kl_ref"):
-        values[name] = common.training_mean(rows, name)
-    return values
+    return {**common.eval_values(record, METRICS),
+            **training_means(record, ("clip_frac", "kl_ref"))}
 
 
 def analyze(runs: common.StudyRuns) -> common.Analysis:
-    arms = common.per_seed(runs, _values)
-    arms = {name: arms[name] for name in ARMS if name in arms}
+    arms = per_arm(runs, _values, ARMS)
     common.add_base_arm(arms, "mu=1", METRICS)
     curves = common.arm_curves(runs, ARMS)
     return common.Analysis(arms=arms, specs=SPECS, table=table(arms),

@@ -270,7 +270,14 @@ def _flat(config, prefix: str = "") -> dict:
         if f"{prefix}{key}" in _LEFT_OUT:
             continue
         if hasattr(value, "keys"):
-            out.update(_flat(value, f"{prefix}{key}."))
+            section = _flat(value, f"{prefix}{key}.")
+            if value.get("kind") == "rl":  # unset knobs read as the algorithm's defaults
+                from grpo_jax.stages.rl import settings
+
+                resolved = settings(value)[1]
+                section = {k: getattr(resolved, k.rsplit(".", 1)[1], v) if v is None else v
+                           for k, v in section.items()}
+            out.update(section)
         else:
             out[f"{prefix}{key}"] = value
     return out

@@ -102,7 +102,8 @@ HOSTILE = [
                                               "at least one update old: set max_staleness"),
     (DEFAULT, "--config.rl.partial_tokens=24 --config.rl.max_staleness=1",
      "rl.partial_tokens: expected <= 23"),
-    (DEFAULT, "--config.rl.partial_tokens=4 --config.rl.max_staleness=1 --config.rl.tools=calc",
+    (DEFAULT, "--config.rl.partial_tokens=4 --config.rl.max_staleness=1 --config.rl.tools=calc "
+              "--config.rl.max_observation_tokens=8",
      "rl.partial_tokens: multi-turn episodes are not continued"),
     (DEFAULT, "--config.rl.partial_tokens=4 --config.rl.max_staleness=1 "
               "--config.rl.algorithm=dapo", "rl.partial_tokens: dynamic sampling (dapo)"),

@@ -25,6 +25,39 @@ from tests.test_off_policy import _same_rows
 RUN_GROUP = pytest.mark.xdist_group("partial_run")
 
 
+@pytest.mark.parametrize("kind", ["rl", "ppo"])
+def test_the_partial_source_declares_what_it_cannot_do_in_its_check(kind):
+    """PartialSource.check (run by each kind's validate, as DeviceSource.check is) names
+    partial_tokens for every field of its NEEDS set otherwise, a staleness bound under 1 and
+    dynamic sampling; a config within its limits passes."""
+    from grpo_jax.runner.checks import ConfigError
+    from grpo_jax.runner.partial import PartialSource
+    from grpo_jax.runner.validation import validate
+    from grpo_jax.stages import KINDS, default_section
+
+    def config(**section):
+        c = rl_config(max_staleness=1, partial_tokens=4)
+        if kind == "ppo":
+            c.ppo = default_section("ppo")
+            c.ppo.update(dict(steps=4, max_new_tokens=12, max_staleness=1, partial_tokens=4))
+            c.stages = "ppo"
+            del c["rl"]
+        c[kind].update(section)
+        return c
+
+    validate(config(), KINDS)
+    with pytest.raises(ConfigError, match=rf"{kind}\.partial_tokens: a carried row's"):
+        validate(config(max_staleness=0), KINDS)
+    assert [field for field, _, _ in PartialSource.NEEDS] == ["tools", "fused_steps"]
+    with pytest.raises(ConfigError, match=rf"{kind}\.partial_tokens: multi-turn episodes"):
+        validate(config(tools="calc", max_observation_tokens=4), KINDS)
+    if kind == "rl":
+        with pytest.raises(ConfigError, match=r"rl\.partial_tokens: rows are carried on"):
+            validate(config(fused_steps=2), KINDS)
+        with pytest.raises(ConfigError, match=r"rl\.partial_tokens: dynamic sampling"):
+            validate(config(algorithm="dapo"), KINDS)
+
+
 def test_continuation_prompts_put_prompt_and_written_tokens_flush_right():
     prompt_tokens = np.array([[0, 7, 8], [5, 6, 9]], np.int32)
     prompt_mask = np.array([[False, True, True], [True, True, True]])

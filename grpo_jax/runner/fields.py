@@ -143,23 +143,11 @@ def _check_off_policy(check) -> None:
     if not low < 1.0 < high:
         check.fail("mis_high", f"MIS keeps weights in [mis_low, mis_high] around 1: "
                                f"expected mis_low < 1 < mis_high, got [{low}, {high}]")
-    section = check.section
-    budget = section.get("max_new_tokens")
-    if check.integer("partial_tokens", low=0,
-                     high=budget - 1 if isinstance(budget, int) and budget > 1 else None):
-        if section.max_staleness < 1:
-            check.fail("partial_tokens", "a carried row's tokens are at least one update "
-                                         "old: set max_staleness >= 1 (the bound on any "
-                                         "token's age) or partial_tokens = 0")
-        for field, off, why in (
-                ("tools", "", "multi-turn episodes are not continued across updates"),
-                ("fused_steps", 0, "rows are carried on the host")):
-            if section.get(field, off) != off:
-                check.fail("partial_tokens", f"{why}: set {field} = {off!r} or "
-                                             "partial_tokens = 0")
-        if check.config.mesh.get("rollout_devices", 0):
-            check.fail("partial_tokens", "rows are continued on the trainer's devices: set "
-                                         "mesh.rollout_devices = 0 or partial_tokens = 0")
+    budget = check.section.get("max_new_tokens")
+    # what partial rollouts cannot do is their source's check (`PartialSource.check`, run
+    # by the kind's validate with its settings)
+    check.integer("partial_tokens", low=0,
+                  high=budget - 1 if isinstance(budget, int) and budget > 1 else None)
 
 
 # Stale rollouts (the host source's queue) and their correction in the learner.

@@ -72,6 +72,33 @@ def host_source(run, stage, settings) -> HostSource:
 class PartialSource(HostSource):
     """The host source with partial rollouts (rl.partial_tokens T > 0): see the module."""
 
+    # What partial rollouts cannot do, checked before stage 0 (`check`): each field must
+    # have this value, for the reason given.
+    NEEDS = (("tools", "", "multi-turn episodes are not continued across updates"),
+             ("fused_steps", 0, "rows are carried on the host"))
+
+    @classmethod
+    def check(cls, check, settings) -> None:
+        """ConfigError lines (naming partial_tokens) for what partial rollouts cannot do,
+        run by the kind's validate (as `DeviceSource.check` is)."""
+        section = check.section
+        if settings.max_staleness < 1:
+            check.fail("partial_tokens", "a carried row's tokens are at least one update "
+                                         "old: set max_staleness >= 1 (the bound on any "
+                                         "token's age) or partial_tokens = 0")
+        for field, off, why in cls.NEEDS:
+            if section.get(field, off) != off:
+                check.fail("partial_tokens", f"{why}: set {field} = {off!r} or "
+                                             "partial_tokens = 0")
+        if check.config.mesh.get("rollout_devices", 0):
+            check.fail("partial_tokens", "rows are continued on the trainer's devices: set "
+                                         "mesh.rollout_devices = 0 or partial_tokens = 0")
+        if settings.dynamic_sampling:
+            check.fail("partial_tokens", f"dynamic sampling "
+                                         f"({section.get('algorithm', section.kind)}) "
+                                         "resamples whole groups within an update: set "
+                                         "dynamic_sampling = off or partial_tokens = 0")
+
     def __init__(self, run, stage, settings):
         super().__init__(run, stage, settings)
         n, g = settings.num_prompts, settings.group_size

@@ -19,7 +19,7 @@ from grpo_jax.rl.reward_model import add_scalar_head, scalar_head_policy
 from grpo_jax.runner import Learner, StageKind, rl_loop
 from grpo_jax.runner.fields import LOOP, OFF_POLICY, SAMPLING, TOOLS, TRAINING, declare
 from grpo_jax.runner.rl_loop import LoopSettings
-from grpo_jax.runner.partial import host_source
+from grpo_jax.runner.partial import PartialSource, host_source
 from grpo_jax.runner.toolkit import stage_optimizer
 from grpo_jax.training import init_opt_state
 
@@ -65,6 +65,8 @@ def validate(check) -> None:
             check.fail("beta", "the adaptive KL controller needs beta > 0")
         check.positive("kl_target")
         check.positive("kl_horizon")
+    if section.partial_tokens:  # the source the run will use checks what it cannot do
+        PartialSource.check(check, LoopSettings.of(section, GROUPS))
 
 
 class PPOLearner(Learner):

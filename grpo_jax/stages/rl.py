@@ -19,7 +19,7 @@ from grpo_jax.rl.update import LossSettings, make_prepare_fn, make_train_step
 from grpo_jax.runner import Learner, StageKind, rl_loop
 from grpo_jax.runner.fields import LOOP, OFF_POLICY, SAMPLING, TOOLS, TRAINING, declare
 from grpo_jax.runner.rl_loop import LoopSettings
-from grpo_jax.runner.partial import host_source
+from grpo_jax.runner.partial import PartialSource, host_source
 from grpo_jax.runner.sources import DeviceSource
 from grpo_jax.runner.toolkit import stage_optimizer
 from grpo_jax.training import init_opt_state
@@ -121,12 +121,10 @@ def validate(check) -> None:
             if not off:
                 check.fail(field, f"{section.algorithm} weights each token by its own "
                                   f"clipped ratio; leave {field} on its default")
+    if section.partial_tokens:  # the source the run will use checks what it cannot do
+        PartialSource.check(check, loop_settings(section))
     if check.integer("fused_steps", low=0):
         DeviceSource.check(check, loop_settings(section))
-    if section.partial_tokens and resolved.dynamic_sampling:
-        check.fail("partial_tokens", f"dynamic sampling ({section.algorithm}) resamples "
-                                     "whole groups within an update: set dynamic_sampling "
-                                     "= off or partial_tokens = 0")
 
 
 def loop_settings(section) -> LoopSettings:

@@ -52,11 +52,10 @@ def arm_configs(tier: str) -> dict:
 def analyze(runs: common.StudyRuns) -> common.Analysis:
     arms = per_arm(runs, lambda r: common.eval_values(r, METRICS), REWARDS)
     common.add_base_arm(arms, ACCURACY, METRICS)
-    curves = common.arm_curves(runs, REWARDS)
+    panels = (("reward/accuracy", "training accuracy"),
+              ("reward/language", "language consistency"))
     return common.Analysis(arms=arms, specs=SPECS, table=table(arms),
-                           plots=lambda out: common.curve_panels(
-                               curves, (("reward/accuracy", "training accuracy"),
-                                        ("reward/language", "language consistency")), out))
+                           plots=tables.curve_plots(runs, REWARDS, panels))
 
 
 def table(arms: dict) -> str:

@@ -44,11 +44,9 @@ def arm_configs(tier: str) -> dict:
 def analyze(runs: common.StudyRuns) -> common.Analysis:
     arms = per_arm(runs, lambda r: common.eval_values(r, METRICS), SIZES)
     common.add_base_arm(arms, FULL, METRICS)
-    curves = common.arm_curves(runs, SIZES)
+    panels = (("reward_mean", "training reward"), ("reward_std", "reward std within groups"))
     return common.Analysis(arms=arms, specs=SPECS, table=table(arms),
-                           plots=lambda out: common.curve_panels(
-                               curves, (("reward_mean", "training reward"),
-                                        ("reward_std", "reward std within groups")), out))
+                           plots=tables.curve_plots(runs, SIZES, panels))
 
 
 def table(arms: dict) -> str:

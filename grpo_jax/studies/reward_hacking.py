@@ -82,12 +82,10 @@ def analyze(runs: common.StudyRuns) -> common.Analysis:
     common.add_base_arm(arms, RULE, METRICS)
     for metric in ("rm_gain", "accuracy_gain"):
         common.constant_arm(arms, MODEL, ZERO, metric, 0.0)
-    curves = common.arm_curves(runs, REWARDS)
+    panels = (("reward/reward_model", "reward model score"),
+              ("reward/accuracy", "true accuracy (training)"))
     return common.Analysis(arms=arms, specs=SPECS, table=table(arms),
-                           plots=lambda out: common.curve_panels(
-                               curves, (("reward/reward_model", "reward model score"),
-                                        ("reward/accuracy", "true accuracy (training)")),
-                               out))
+                           plots=tables.curve_plots(runs, REWARDS, panels))
 
 
 def table(arms: dict) -> str:

@@ -1,11 +1,14 @@
-"""The per-arm table of a study's table.md: a row per arm (its name, its runs, its figures as
-cells of mean ± the 95% half-width over seeds), a note under it."""
+"""What most studies show of their arms: the per-arm table of table.md (a row per arm: its
+name, its runs, its figures as cells of mean ± the 95% half-width over seeds; a note under
+it) and the plot of the arms' training curves."""
 
 from __future__ import annotations
 
 from collections.abc import Callable, Mapping, Sequence
 
-from grpo_jax.studies.present import cell
+from grpo_jax.studies.arms import arm_curves
+from grpo_jax.studies.present import cell, curve_panels
+from grpo_jax.studies.record import StudyRuns
 
 
 def optional_cell(values: Sequence, scale: float = 100.0, digits: int = 1) -> str:
@@ -34,3 +37,11 @@ def arm_table(arms: Mapping, names: Sequence[str], columns: Sequence[str],
             lines.append("| " + " | ".join(cells) + " |")
     lines += ["", note]
     return "\n".join(lines) + "\n"
+
+
+def curve_plots(runs: StudyRuns, names: Sequence[str],
+                panels: Sequence[tuple[str, str]]) -> Callable[[str], None]:
+    """An `Analysis.plots`: `curve_panels` of the arms `names`' training rows (read now),
+    one panel per (metric, title) of `panels`."""
+    curves = arm_curves(runs, names)
+    return lambda out: curve_panels(curves, panels, out)

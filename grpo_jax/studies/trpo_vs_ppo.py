@@ -65,11 +65,9 @@ def _values(record) -> dict:
 def analyze(runs: common.StudyRuns) -> common.Analysis:
     arms = per_arm(runs, _values, ARMS)
     common.add_base_arm(arms, TRPO, METRICS)
-    curves = common.arm_curves(runs, ARMS)
+    panels = (("reward_mean", "training reward"), ("kl_step", "KL between consecutive policies"))
     return common.Analysis(arms=arms, specs=SPECS, table=table(arms),
-                           plots=lambda out: common.curve_panels(
-                               curves, (("reward_mean", "training reward"),
-                                        ("kl_step", "KL between consecutive policies")), out))
+                           plots=tables.curve_plots(runs, ARMS, panels))
 
 
 def table(arms: dict) -> str:

@@ -56,12 +56,11 @@ def _values(record) -> dict:
 def analyze(runs: common.StudyRuns) -> common.Analysis:
     arms = per_arm(runs, _values, ARMS)
     common.add_base_arm(arms, "mu=1", METRICS)
-    curves = common.arm_curves(runs, ARMS)
+    panels = (("reward_mean", "training reward"),
+              ("clip_frac", "clip fraction"),
+              ("kl_ref", "KL to the reference"))
     return common.Analysis(arms=arms, specs=SPECS, table=table(arms),
-                           plots=lambda out: common.curve_panels(
-                               curves, (("reward_mean", "training reward"),
-                                        ("clip_frac", "clip fraction"),
-                                        ("kl_ref", "KL to the reference")), out))
+                           plots=tables.curve_plots(runs, ARMS, panels))
 
 
 def table(arms: dict) -> str:

@@ -68,7 +68,7 @@ def sample_batch(run, policy, params, examples, key, *, sampling, reward_fns, we
     named after `where`. An episode's turns need the host between them, so it runs in
     finish()."""
     # JSON tool calls describe their tools to the model through a chat template (`tools=`)
-    schemas = getattr(episodes[1], "schemas", None) if episodes is not None else None
+    schemas = episodes[1].schemas if episodes is not None else None
     prompts = [prompt_text(run, ex, tools=schemas) for ex in examples]
     if episodes is None:
         return _sampler_errors(launch_rollout(

@@ -3,10 +3,11 @@
 A tool is a record of `TABLE` (`Tool`: its function text -> observation text, stop text,
 error prefixes, parallel steps, schema, state); a new tool is one entry there. `call_tool`
 runs one under a deadline and an output cap, so a tool never crashes or stalls a run:
-errors, timeouts and oversized outputs come back as observations. An environment (`Environment`: reset / step) keeps state across
-turns, gives rewards and may end the episode; each tool is one (`ToolEnvironment`, called
-as `<calc>...</calc>`), "json:python,calc" calls tools as JSON function calls in the
-checkpoint's format (`JsonToolEnvironment`), and `ENVIRONMENTS` has the stateful ones.
+errors, timeouts and oversized outputs come back as observations. An environment
+(`Environment`: reset / step) keeps state across turns, gives rewards and may end the
+episode; each tool is one (`ToolEnvironment`, called as `<calc>...</calc>`),
+"json:python,calc" calls tools as JSON function calls in the checkpoint's format
+(`JsonToolEnvironment`), and `ENVIRONMENTS` has the stateful ones.
 `make_environment(name)` builds any of them by name (the config's `tools` field). The
 sampler calls every environment's `reset` and `step` through `guard`, so an environment,
 built in or a user's, never crashes or stalls a run either.

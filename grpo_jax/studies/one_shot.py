@@ -45,17 +45,17 @@ def analyze(runs: common.StudyRuns) -> common.Analysis:
     arms = per_arm(runs, lambda r: common.eval_values(r, METRICS), SIZES)
     common.add_base_arm(arms, FULL, METRICS)
     panels = (("reward_mean", "training reward"), ("reward_std", "reward std within groups"))
-    return common.Analysis(arms=arms, specs=SPECS, table=table(arms),
+    return common.Analysis(arms=arms, specs=SPECS, table=table(arms, runs.runs[0].config),
                            plots=tables.curve_plots(runs, SIZES, panels))
 
 
-def table(arms: dict) -> str:
+def table(arms: dict, config) -> str:
     return tables.arm_table(
         arms, ("base", *SIZES), ("pass@1", "pass@8", "format rate"),
         lambda m: [common.cell(m["pass@1"]), common.cell(m["pass@8"]),
                    common.cell(m["format_rate"])],
-        "In %, mean ± 95% half-width over (base, seed) runs, on the 128 held-out problems x 8 "
-        "samples after 60 GRPO steps (the base: before).")
+        f"In %, mean ± 95% half-width over (base, seed) runs, on {tables.rl_caption(config)} "
+        "(the base: before).")
 
 
 SOURCE = ("Wang et al. 2025, \"Reinforcement Learning for Reasoning in Large Language Models "

@@ -48,18 +48,17 @@ def analyze(runs: common.StudyRuns) -> common.Analysis:
     arms = per_arm(runs, lambda r: common.eval_values(r, METRICS), REWARDS)
     common.add_base_arm(arms, TRUE, METRICS)
     curves = common.arm_curves(runs, REWARDS)
-    return common.Analysis(arms=arms, specs=SPECS, table=table(arms),
+    return common.Analysis(arms=arms, specs=SPECS, table=table(arms, runs.runs[0].config),
                            plots=lambda out: plot(curves, out))
 
 
-def table(arms: dict) -> str:
+def table(arms: dict, config) -> str:
     return tables.arm_table(
         arms, ("base", *REWARDS), ("pass@1", "format rate", "mean length"),
         lambda m: [common.cell(m["pass@1"]), common.cell(m["format_rate"]),
                    common.cell(m["mean_length"], 1.0, 1)],
         "pass@1 and format rate in %, mean length in tokens; mean ± 95% half-width over (base, "
-        "seed) runs, the held-out problems after 60 GRPO steps on each reward (the base: "
-        "before).")
+        f"seed) runs, {tables.rl_caption(config)} on each reward (the base: before).")
 
 
 def plot(curves: dict, out: str) -> None:

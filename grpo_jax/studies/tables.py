@@ -45,3 +45,10 @@ def curve_plots(runs: StudyRuns, names: Sequence[str],
     one panel per (metric, title) of `panels`."""
     curves = arm_curves(runs, names)
     return lambda out: curve_panels(curves, panels, out)
+
+
+def rl_caption(config) -> str:
+    """"the N held-out problems x S samples after K GRPO steps" of a run's config (its rl
+    stage and eval_final section), so a table's caption says what ran."""
+    return (f"the {config.task.eval_size} held-out problems x {config.eval_final.num_samples} "
+            f"samples after {config.rl.steps} GRPO steps")

@@ -442,9 +442,9 @@ def _run(code, deadline_seconds, memory_mb, max_output_chars, disk_mb, isolation
     work = None
     try:
         if bwrap:
+            program = _seccomp_program()
             seccomp_read, seccomp_write = os.pipe()
             passed.append(seccomp_read)
-            program = _seccomp_program()
             os.write(seccomp_write, program)  # well under a pipe's buffer
             os.close(seccomp_write)
             prefix, cwd, env, drop_to = _bwrap_command(seccomp_read, disk_mb), None, {}, None

@@ -103,7 +103,7 @@ def test_no_process_can_be_started_even_around_the_hook():
     run); nothing is left in /tmp or among the trainer's descendants."""
     from sandbox_corpus import HOOK_OFF
 
-    before = set(glob.glob(os.path.join(tempfile.gettempdir(), "grpo_sandbox_*")))
+    before = set(_own_sandbox_dirs())
     code = (HOOK_OFF + "import os, threading\ntry:\n    os.fork()\nexcept PermissionError:\n"
             "    print('fork refused')\nt = threading.Thread(target=print, args=('thread',))\n"
             "t.start()\nt.join()\nos.mkdir('d')\nos.chmod('d', 0)\n")
@@ -111,7 +111,7 @@ def test_no_process_can_be_started_even_around_the_hook():
     result = run_python(code, deadline_seconds=DEADLINE, isolation="bwrap")
     assert (result.output, result.stopped) == ("fork refused\nthread\n", None)
     assert _descendants(os.getpid()) <= children
-    assert set(glob.glob(os.path.join(tempfile.gettempdir(), "grpo_sandbox_*"))) <= before
+    assert set(_own_sandbox_dirs()) <= before
 
 
 def _descendants(pid: int) -> set[int]:
@@ -182,13 +182,18 @@ def test_audit_hook_mode_removes_its_directory_and_stale_ones(tmp_path):
     stale = os.path.join(tempfile.gettempdir(), f"grpo_sandbox_{_dead_pid()}_x")
     os.makedirs(os.path.join(stale, "d", "e"))
     os.chmod(os.path.join(stale, "d"), 0)
-    before = set(glob.glob(os.path.join(tempfile.gettempdir(), "grpo_sandbox_*")))
+    before = set(_own_sandbox_dirs())
     sandbox._collected.clear()
     result = run_python("import os\nos.mkdir('d')\nopen('d/f', 'w').write('x')\n"
                         "os.chmod('d', 0)\n", isolation="audit_hook")
     assert result.stopped is None
     assert not os.path.exists(stale)
-    assert set(glob.glob(os.path.join(tempfile.gettempdir(), "grpo_sandbox_*"))) <= before
+    assert set(_own_sandbox_dirs()) <= before
+
+
+def _own_sandbox_dirs() -> set[str]:
+    """This process's sandbox directories in /tmp (another test worker's come and go)."""
+    return set(glob.glob(os.path.join(tempfile.gettempdir(), f"grpo_sandbox_{os.getpid()}_*")))
 
 
 def _dead_pid() -> int:

@@ -23,7 +23,7 @@ NAMES = ("baselines", "length_bias", "difficulty_bias", "pass_at_k", "length_gro
          "distill_vs_rl", "budget_forcing", "cold_start", "kl_beta", "off_policy", "tool_use",
          "env_feedback", "sharpening", "forking_tokens", "spurious_rewards", "update_sparsity",
          "one_shot", "updates_per_batch", "expert_iteration", "ppo_vs_grpo", "trpo_vs_ppo",
-         "language_consistency", "reward_hacking", "onpolicy_distill")
+         "language_consistency", "reward_hacking", "onpolicy_distill", "gae_lambda")
 
 __all__ = ["NAMES", "get"]
 

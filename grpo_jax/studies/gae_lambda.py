@@ -153,7 +153,7 @@ def table(arms: dict, tier: str) -> str:
         "run's final critic (un-whitened); mean ± 95% half-width over (base, seed) runs.")
 
 
-TUTORIAL = ("the seeds' tutorial, as issue 57 gives it: \"small k high bias / low "
+TUTORIAL = ("the tutorial on policy gradient to R1 (paraphrase): \"small k high bias / low "
             "variance, lambda -> 1 Monte Carlo\" (Schulman et al. 2016, arXiv:1506.02438, "
             "sec. 3)")
 GAE = ("Schulman et al. 2016, \"High-Dimensional Continuous Control Using Generalized "

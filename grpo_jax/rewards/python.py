@@ -39,6 +39,7 @@ report totals them. The function runs in the trainer's process on the host rewar
 from __future__ import annotations
 
 import importlib
+import importlib.util
 import inspect
 import itertools
 import re
@@ -117,10 +118,15 @@ def load_python_reward(spec: str, *, budget_seconds: float = DEFAULT_BUDGET_SECO
     except (Exception, SystemExit) as err:  # noqa: BLE001  (the module's own code failed)
         where = ""
         frames = traceback.extract_tb(err.__traceback__)
+        try:  # the module's own line (a hook around sys.exit, e.g. wandb's, adds frames)
+            origin = importlib.util.find_spec(module_name).origin
+        except Exception:  # noqa: BLE001
+            origin = None
+        own = [f for f in frames if f.filename == origin] or frames
         if isinstance(err, SyntaxError) and err.filename:
             where = f" at {err.filename}:{err.lineno}"
-        elif frames:
-            where = f" at {frames[-1].filename}:{frames[-1].lineno}"
+        elif own:
+            where = f" at {own[-1].filename}:{own[-1].lineno}"
         message = str(err).splitlines()[0] if str(err) else ""
         raise ValueError(f"{spec!r}: importing {module_name!r} failed{where}: "
                          f"{type(err).__name__}{': ' + message if message else ''}") from None

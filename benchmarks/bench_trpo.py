@@ -26,25 +26,21 @@ chain's throughput at its shapes (`flops.py`), timed in the same rounds.
 from __future__ import annotations
 
 import argparse
-import os
 import statistics
 import sys
 import time
 
+import flops  # the script's folder is on the path
 import jax
 import jax.numpy as jnp
 import numpy as np
 from flax import nnx
 
-sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-
-import flops  # noqa: E402
-
-from grpo_jax import losses  # noqa: E402
-from grpo_jax.models import Transformer, named_config  # noqa: E402
-from grpo_jax.rl import trpo  # noqa: E402
-from grpo_jax.rl.rollout import Rollout  # noqa: E402
-from grpo_jax.training import Policy  # noqa: E402
+from grpo_jax import losses
+from grpo_jax.models import Transformer, named_config
+from grpo_jax.rl import trpo
+from grpo_jax.rl.rollout import Rollout
+from grpo_jax.training import Policy
 
 ROWS, PROMPT, NEW, GROUP = 256, 16, 40, 8
 

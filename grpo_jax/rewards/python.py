@@ -246,12 +246,17 @@ def _interrupted(name: str, err: KeyboardInterrupt, count: int) -> None:
     handler(signal.SIGINT, None)
 
 
-def _slow(name: str, elapsed: float, count: int, budget_seconds: float) -> None:
+def _counted(name: str, reason: str, count: int) -> bool:
+    """Adds `count` to `reason`'s counter; whether this is `name`'s first of that reason."""
     with _LOCK:
-        _COUNTS[SLOW] += count
-        first = (name, SLOW) not in _REPORTED
-        _REPORTED.add((name, SLOW))
-    if first:
+        _COUNTS[reason] += count
+        first = (name, reason) not in _REPORTED
+        _REPORTED.add((name, reason))
+    return first
+
+
+def _slow(name: str, elapsed: float, count: int, budget_seconds: float) -> None:
+    if _counted(name, SLOW, count):
         print(f"[grpo_jax] warning: reward {name}: took {elapsed:.2f}s for {count} "
               f"completion{'s' if count != 1 else ''}, over its budget of {budget_seconds:g}s "
               "per completion (python_rewards.budget_seconds); its scores are kept, such "
@@ -259,11 +264,7 @@ def _slow(name: str, elapsed: float, count: int, budget_seconds: float) -> None:
 
 
 def _failed(name: str, reason: str, what: str, count: int) -> None:
-    with _LOCK:
-        _COUNTS[reason] += count
-        first = (name, reason) not in _REPORTED
-        _REPORTED.add((name, reason))
-    if first:
+    if _counted(name, reason, count):
         print(f"[grpo_jax] warning: reward {name}: {what}; such completions score 0 "
               f"(counted in reward_errors/{reason})", flush=True)
 

@@ -52,7 +52,23 @@ setup(
             "mlflow-skinny>=3.18,<4",
             "sqlalchemy>=2,<3",
             "alembic>=1.13,<2",
+            # the server's tests drive it with the real OpenAI client; the field's tasks and
+            # OpenEnv environments are tested against their own packages
+            "fastapi>=0.110,<1",
+            "uvicorn>=0.29,<1",
+            "openai>=1.40,<4",
+            "reasoning-gym>=0.1.19,<0.2",
+            "openenv-core>=0.2,<0.4",
+            "pyarrow>=15",
         ],
+        # The policy as an OpenAI-compatible server (python -m grpo_jax.serve).
+        "serve": ["fastapi>=0.110,<1", "uvicorn>=0.29,<1"],
+        # reasoning-gym's procedural tasks (task.name=reasoning_gym).
+        "reasoning_gym": ["reasoning-gym>=0.1.19,<0.2"],
+        # Environments served by OpenEnv (tools/openenv.py).
+        "openenv": ["openenv-core>=0.2,<0.4"],
+        # Own data in Parquet (JSONL and CSV need nothing more).
+        "parquet": ["pyarrow>=15"],
         # Experiment trackers beside TensorBoard (config.loggers; grpo_jax/trackers.py).
         "wandb": ["wandb>=0.31,<1"],
         "mlflow": ["mlflow-skinny>=3.18,<4", "sqlalchemy>=2,<3", "alembic>=1.13,<2"],

@@ -140,87 +140,35 @@ class ModelConfig:
 
 
 # What the Qwen2.5 models share (their config.json files); each size adds its shape.
-_QWEN2_5 = dict(
-    vocab_size=151936,
-    num_kv_heads=2,
-    max_seq_len=32768,
-    rope_theta=1000000.0,
-    qkv_bias=True,
-    tie_embeddings=True,
-    rms_norm_eps=1e-6,
-    dtype="bfloat16",
-    param_dtype="bfloat16",
-)
+_QWEN2_5 = dict(vocab_size=151936, num_kv_heads=2, max_seq_len=32768, rope_theta=1000000.0,
+                qkv_bias=True, tie_embeddings=True, rms_norm_eps=1e-6, dtype="bfloat16",
+                param_dtype="bfloat16")
+
+# What the tiny models share (the synthetic tasks use small character vocabularies); each
+# size adds its shape.
+_TINY = dict(vocab_size=64, head_dim=32)
 
 _NAMED = {
     # ~0.3M parameters at vocab 64: a student a quarter of tiny-1m's size (distillation
     # studies: a small pretrained student and a larger RL-trained teacher).
-    "tiny-300k": dict(
-        vocab_size=64,
-        hidden_size=96,
-        num_layers=2,
-        num_heads=3,
-        num_kv_heads=1,
-        head_dim=32,
-        mlp_size=384,
-        max_seq_len=512,
-    ),
-    # ~1.0M parameters at vocab 64 (the synthetic tasks use small character vocabularies).
-    "tiny-1m": dict(
-        vocab_size=64,
-        hidden_size=128,
-        num_layers=4,
-        num_heads=4,
-        num_kv_heads=2,
-        head_dim=32,
-        mlp_size=512,
-        max_seq_len=512,
-    ),
+    "tiny-300k": dict(_TINY, hidden_size=96, num_layers=2, num_heads=3, num_kv_heads=1,
+                      mlp_size=384, max_seq_len=512),
+    # ~1.0M parameters at vocab 64.
+    "tiny-1m": dict(_TINY, hidden_size=128, num_layers=4, num_heads=4, num_kv_heads=2,
+                    mlp_size=512, max_seq_len=512),
     # ~9.9M parameters at vocab 64.
-    "tiny-10m": dict(
-        vocab_size=64,
-        hidden_size=256,
-        num_layers=10,
-        num_heads=8,
-        num_kv_heads=4,
-        head_dim=32,
-        mlp_size=1024,
-        max_seq_len=1024,
-    ),
+    "tiny-10m": dict(_TINY, hidden_size=256, num_layers=10, num_heads=8, num_kv_heads=4,
+                     mlp_size=1024, max_seq_len=1024),
     # Shapes from the released config.json files on the Hugging Face hub.
-    "qwen2.5-0.5b": dict(
-        _QWEN2_5,
-        hidden_size=896,
-        num_layers=24,
-        num_heads=14,
-        head_dim=64,
-        mlp_size=4864,
-    ),
-    "qwen2.5-1.5b": dict(
-        _QWEN2_5,
-        hidden_size=1536,
-        num_layers=28,
-        num_heads=12,
-        head_dim=128,
-        mlp_size=8960,
-    ),
-    "llama-3.2-1b": dict(
-        vocab_size=128256,
-        hidden_size=2048,
-        num_layers=16,
-        num_heads=32,
-        num_kv_heads=8,
-        head_dim=64,
-        mlp_size=8192,
-        max_seq_len=131072,
-        rope_theta=500000.0,
-        qkv_bias=False,
-        tie_embeddings=True,
-        rms_norm_eps=1e-5,
-        dtype="bfloat16",
-        param_dtype="bfloat16",
-        rope_scaling=(32.0, 1.0, 4.0, 8192),
-    ),
+    "qwen2.5-0.5b": dict(_QWEN2_5, hidden_size=896, num_layers=24, num_heads=14, head_dim=64,
+                         mlp_size=4864),
+    "qwen2.5-1.5b": dict(_QWEN2_5, hidden_size=1536, num_layers=28, num_heads=12,
+                         head_dim=128, mlp_size=8960),
+    "llama-3.2-1b": dict(vocab_size=128256, hidden_size=2048, num_layers=16, num_heads=32,
+                         num_kv_heads=8, head_dim=64, mlp_size=8192, max_seq_len=131072,
+                         rope_theta=500000.0, qkv_bias=False, tie_embeddings=True,
+                         rms_norm_eps=1e-5, dtype="bfloat16", param_dtype="bfloat16",
+                         rope_scaling=(32.0, 1.0, 4.0, 8192)),
 }
 
 

@@ -214,6 +214,20 @@ def _model(config) -> str:
     return f"model `{config.model.name}`, task `{config.task.name}`"
 
 
+# The fields a stage may have that `_stage` says as they are, in its order: (field, the
+# words of a stage that has it).
+_STAGE_FIELDS = (
+    ("num_problems", lambda stage: f"sampling {stage.num_problems} problems x "
+                                   f"{stage.num_samples}"),
+    ("num_examples", lambda stage: f"{stage.num_examples} examples"),
+    ("num_pairs", lambda stage: f"{stage.num_pairs} preference pairs"),
+    ("max_new_tokens", lambda stage: f"≤ {stage.max_new_tokens} new tokens"),
+    ("lr", lambda stage: f"lr {_value(stage.lr)}"),
+    ("critic_lr", lambda stage: f"critic lr {_value(stage.critic_lr)}"),
+    ("algorithm", lambda stage: f"{stage.algorithm}"),
+)
+
+
 def _stage(config, name: str) -> str:
     """One stage of a config in words: kind, steps, batch or prompts x completions, the data
     it samples or trains on, new tokens, learning rate, and the policy loss's knobs."""
@@ -230,20 +244,7 @@ def _stage(config, name: str) -> str:
         elif "batch_size" in stage:
             steps += f" of batch {stage.batch_size}"
         parts.append(steps)
-    if "num_problems" in stage:
-        parts.append(f"sampling {stage.num_problems} problems x {stage.num_samples}")
-    if "num_examples" in stage:
-        parts.append(f"{stage.num_examples} examples")
-    if "num_pairs" in stage:
-        parts.append(f"{stage.num_pairs} preference pairs")
-    if "max_new_tokens" in stage:
-        parts.append(f"≤ {stage.max_new_tokens} new tokens")
-    if "lr" in stage:
-        parts.append(f"lr {_value(stage.lr)}")
-    if "critic_lr" in stage:
-        parts.append(f"critic lr {_value(stage.critic_lr)}")
-    if "algorithm" in stage:
-        parts.append(f"{stage.algorithm}")
+    parts += [words(stage) for field, words in _STAGE_FIELDS if field in stage]
     if kind == "rl":  # the knobs left unset take the algorithm's defaults
         from grpo_jax.stages.rl import settings
 

@@ -40,22 +40,14 @@ class TokenBatch:
         return jax.tree.map(lambda x: x[rows], self)
 
 
-def encode_pairs(
-    tokenizer,
-    prompts: Sequence[str],
-    completions: Sequence[str],
-    *,
-    seq_len: int | None = None,
-    max_len: int | None = None,
-    loss_on_prompt: bool = False,
-    observations: str | None = None,
-) -> TokenBatch:
+def encode_pairs(tokenizer, prompts: Sequence[str], completions: Sequence[str],
+                 **options) -> TokenBatch:
     """`text.rows.encode_pair_rows` as a TokenBatch of numpy arrays: right-padded [BOS]
     prompt completion [EOS] rows (the layout of a rollout) with their loss masks (the
-    spans matching `observations` out of the loss)."""
-    tokens, attention_mask, loss_mask = encode_pair_rows(
-        tokenizer, prompts, completions, seq_len=seq_len, max_len=max_len,
-        loss_on_prompt=loss_on_prompt, observations=observations)
+    spans matching `observations` out of the loss). `options`: its keyword arguments
+    (seq_len, max_len, loss_on_prompt, observations)."""
+    tokens, attention_mask, loss_mask = encode_pair_rows(tokenizer, prompts, completions,
+                                                         **options)
     return TokenBatch(tokens=tokens, attention_mask=attention_mask, loss_mask=loss_mask)
 
 

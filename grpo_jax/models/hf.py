@@ -221,87 +221,39 @@ def _read_tensors(files: dict[str, Path]) -> dict[str, jax.Array]:
 def _layout(config: ModelConfig):
     """(hf name, our path, to_ours(hf array), to_hf(our array)) for every tensor."""
     d, n, k, h = config.hidden_size, config.num_heads, config.num_kv_heads, config.head_dim
+    same = (lambda w: w, lambda w: w)
+    transposed = (lambda w: w.T, lambda w: w.T)
+
+    def heads(count):  # hf [count * h, d] <-> our [d, count, h]
+        return lambda w: w.T.reshape(d, count, h), lambda w: w.reshape(d, count * h).T
+
+    def head_bias(count):  # hf [count * h] <-> our [count, h]
+        return lambda w: w.reshape(count, h), lambda w: w.reshape(count * h)
+
+    output = (lambda w: w.T.reshape(n, h, d), lambda w: w.reshape(n * h, d).T)
     entries = [
-        ("model.embed_tokens.weight", ("embedding",), lambda w: w, lambda w: w),
-        ("model.norm.weight", ("final_norm", "scale"), lambda w: w, lambda w: w),
+        ("model.embed_tokens.weight", ("embedding",), *same),
+        ("model.norm.weight", ("final_norm", "scale"), *same),
     ]
     if not config.tie_embeddings:
-        entries.append(("lm_head.weight", ("lm_head",), lambda w: w.T, lambda w: w.T))
+        entries.append(("lm_head.weight", ("lm_head",), *transposed))
     for i in range(config.num_layers):
         p = f"model.layers.{i}."
         blk = ("blocks", i)
         entries += [
-            (
-                p + "input_layernorm.weight",
-                blk + ("attention_norm", "scale"),
-                lambda w: w,
-                lambda w: w,
-            ),
-            (
-                p + "post_attention_layernorm.weight",
-                blk + ("mlp_norm", "scale"),
-                lambda w: w,
-                lambda w: w,
-            ),
-            (
-                p + "self_attn.q_proj.weight",
-                blk + ("attention", "q_kernel"),
-                lambda w: w.T.reshape(d, n, h),
-                lambda w: w.reshape(d, n * h).T,
-            ),
-            (
-                p + "self_attn.k_proj.weight",
-                blk + ("attention", "k_kernel"),
-                lambda w: w.T.reshape(d, k, h),
-                lambda w: w.reshape(d, k * h).T,
-            ),
-            (
-                p + "self_attn.v_proj.weight",
-                blk + ("attention", "v_kernel"),
-                lambda w: w.T.reshape(d, k, h),
-                lambda w: w.reshape(d, k * h).T,
-            ),
-            (
-                p + "self_attn.o_proj.weight",
-                blk + ("attention", "o_kernel"),
-                lambda w: w.T.reshape(n, h, d),
-                lambda w: w.reshape(n * h, d).T,
-            ),
-            (
-                p + "mlp.gate_proj.weight",
-                blk + ("mlp", "gate_kernel"),
-                lambda w: w.T,
-                lambda w: w.T,
-            ),
-            (p + "mlp.up_proj.weight", blk + ("mlp", "up_kernel"), lambda w: w.T, lambda w: w.T),
-            (
-                p + "mlp.down_proj.weight",
-                blk + ("mlp", "down_kernel"),
-                lambda w: w.T,
-                lambda w: w.T,
-            ),
+            (p + "input_layernorm.weight", blk + ("attention_norm", "scale"), *same),
+            (p + "post_attention_layernorm.weight", blk + ("mlp_norm", "scale"), *same),
+            (p + "self_attn.q_proj.weight", blk + ("attention", "q_kernel"), *heads(n)),
+            (p + "self_attn.k_proj.weight", blk + ("attention", "k_kernel"), *heads(k)),
+            (p + "self_attn.v_proj.weight", blk + ("attention", "v_kernel"), *heads(k)),
+            (p + "self_attn.o_proj.weight", blk + ("attention", "o_kernel"), *output),
+            (p + "mlp.gate_proj.weight", blk + ("mlp", "gate_kernel"), *transposed),
+            (p + "mlp.up_proj.weight", blk + ("mlp", "up_kernel"), *transposed),
+            (p + "mlp.down_proj.weight", blk + ("mlp", "down_kernel"), *transposed),
         ]
         if config.qkv_bias:
-            entries += [
-                (
-                    p + "self_attn.q_proj.bias",
-                    blk + ("attention", "q_bias"),
-                    lambda w: w.reshape(n, h),
-                    lambda w: w.reshape(n * h),
-                ),
-                (
-                    p + "self_attn.k_proj.bias",
-                    blk + ("attention", "k_bias"),
-                    lambda w: w.reshape(k, h),
-                    lambda w: w.reshape(k * h),
-                ),
-                (
-                    p + "self_attn.v_proj.bias",
-                    blk + ("attention", "v_bias"),
-                    lambda w: w.reshape(k, h),
-                    lambda w: w.reshape(k * h),
-                ),
-            ]
+            entries += [(p + f"self_attn.{x}_proj.bias", blk + ("attention", f"{x}_bias"),
+                         *head_bias(count)) for x, count in (("q", n), ("k", k), ("v", k))]
     return entries
 
 

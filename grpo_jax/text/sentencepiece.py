@@ -34,6 +34,9 @@ class SentencePieceTokenizer(ChatTemplated):
                 f"SentencePieceTokenizer.train(texts, {path!r}, vocab_size=...)")
         self.model_file = model_file
         self._sp = spm.SentencePieceProcessor(model_file=model_file)
+        self.vocab_size = int(self._sp.get_piece_size())
+        self.pad_id, self.bos_id, self.eos_id = (
+            int(self._sp.pad_id()), int(self._sp.bos_id()), int(self._sp.eos_id()))
         self._skip = {self.pad_id, self.bos_id, self.eos_id}
 
     @classmethod
@@ -102,22 +105,6 @@ class SentencePieceTokenizer(ChatTemplated):
             options["seed_sentencepiece_size"] = seed_sentencepiece_size
         spm.SentencePieceTrainer.train(**options)
         return cls(directory)
-
-    @property
-    def vocab_size(self) -> int:
-        return int(self._sp.get_piece_size())
-
-    @property
-    def pad_id(self) -> int:
-        return int(self._sp.pad_id())
-
-    @property
-    def bos_id(self) -> int:
-        return int(self._sp.bos_id())
-
-    @property
-    def eos_id(self) -> int:
-        return int(self._sp.eos_id())
 
     @property
     def eos_ids(self) -> tuple[int, ...]:

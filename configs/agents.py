@@ -20,21 +20,14 @@ episodes are about five times longer in characters, so the CPU job learns slower
     python -m grpo_jax.main --config=configs/agents.py:smoke      # the json job in seconds
     python -m grpo_jax.main --config=configs/agents.py --config.rl.tools=guess_blind
 
-Every field: grpo_jax/config_presets.py (`agents_job`, `agents_json`).
+Every field: grpo_jax/config_presets.py (`agents_preset`, `agents_job`, `agents_json`).
 """
 
 import ml_collections
 
-from grpo_jax.config_presets import agents_job
-
-# preset -> (the job's size, how the calls are written)
-PRESETS = {None: (None, "tags"), "": (None, "tags"), "cpu": ("cpu", "tags"),
-           "json": (None, "json"), "smoke": ("smoke", "json"),
-           "tags_smoke": ("smoke", "tags")}
+from grpo_jax.config_presets import AGENTS_PRESETS as PRESETS  # noqa: F401  (tests)
+from grpo_jax.config_presets import agents_preset
 
 
 def get_config(preset: str | None = None) -> ml_collections.ConfigDict:
-    if preset not in PRESETS:
-        raise ValueError(f"unknown preset {preset!r} for configs/agents.py; expected one of "
-                         f"{sorted(p for p in PRESETS if p)}")
-    return agents_job(*PRESETS[preset])
+    return agents_preset(preset)

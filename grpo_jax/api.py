@@ -3,6 +3,7 @@
     from grpo_jax import api
 
     config = api.config("smoke")            # the main job's config (configs/default.py)
+    api.config("ppo:smoke")                 # any job by name, with a preset (JOBS)
     config.rl.beta = 0.0
     result = api.train(config, "runs/nb")   # every stage; the same call resumes
     result.evals["eval_final"]["pass@1"]    # the held-out figures of each eval stage
@@ -21,18 +22,31 @@ from grpo_jax import config_presets, storage
 from grpo_jax.results import FinishedRun
 from grpo_jax.runner.checks import ConfigError
 
-__all__ = ["ConfigError", "Result", "config", "load", "train"]
+__all__ = ["ConfigError", "JOBS", "Result", "config", "load", "train"]
 
-_JOBS = {"main": config_presets.main_job, "tools": config_presets.tool_job}
+JOBS = tuple(config_presets.JOBS)  # the job names, as --config=NAME[:preset] takes them
 
 
-def config(preset: str | None = None, *, job: str = "main") -> ml_collections.ConfigDict:
-    """A job's config to edit before `train`: "main" (configs/default.py: pretrain, GRPO,
-    held-out evaluations) or "tools" (configs/tools.py: episodes with a calculator), with a
-    preset ("smoke": seconds; None: the job's own sizes)."""
-    if job not in _JOBS:
-        raise ValueError(f"api.config: job {job!r}; expected one of {sorted(_JOBS)}")
-    return _JOBS[job](preset)
+def config(name: str | None = None, *, job: str | None = None) -> ml_collections.ConfigDict:
+    """A job's config to edit before `train`, named as `--config=` names it.
+
+    `name` is "JOB[:preset]" for a job of `JOBS` (main: configs/default.py, ppo, trpo,
+    r1_pipeline, tools, agents, code, gsm8k; "ppo:smoke"), or a preset of the main job
+    ("smoke": seconds; "cpu"), or None (the main job at its own sizes). `job` names the job
+    apart ("smoke" with job="tools"). An unknown job or preset raises ValueError in one line.
+    """
+    preset = name
+    if job is None:
+        head, colon, rest = (name or "").partition(":")
+        if colon or head in config_presets.JOBS:
+            job, preset = head, rest or None
+        elif name not in (None, "") + config_presets.JOBS["main"].presets:
+            raise ValueError(f"api.config: {name!r} is neither a job ({', '.join(JOBS)}) "
+                             "nor a preset of the main job (cpu, smoke)")
+    job = job or "main"
+    if job not in config_presets.JOBS:
+        raise ValueError(f"api.config: {config_presets.unknown_job(job)}")
+    return config_presets.job_config(job, preset)
 
 
 Result = FinishedRun  # a run's directory and what it wrote (`grpo_jax.results`)

@@ -1,7 +1,9 @@
-"""The shared config builders that `configs/*.py` and `experiments/*` start from.
+"""The jobs: the config builders that `configs/*.py`, the API and `experiments/*` start from.
 
-A config file (`python -m grpo_jax.main --config=FILE[:preset]`) calls one of these and changes
-what its job changes, so it imports nothing but the library and works from any folder:
+Every job is reachable by name from any folder: `python -m grpo_jax.main --config=ppo:smoke`,
+`api.config("ppo:smoke")`, `job_config("ppo", "smoke")`; `JOBS` lists them with their presets.
+A config file (`--config=FILE[:preset]`) calls one of the builders and changes what its job
+changes, so it imports nothing but the library and works from any folder:
 
 - `main_job(preset)`: the CPU main job, R1-Zero in miniature (configs/default.py): build a
   synthetic arithmetic task and a character tokenizer, pretrain a tiny base model on noisy
@@ -11,16 +13,24 @@ what its job changes, so it imports nothing but the library and works from any f
 - `ppo_job(preset)`, `trpo_job(preset)`: the main job with the PPO or TRPO stage in place of
   GRPO (configs/ppo.py, configs/trpo.py); `with_ppo(config)` and `with_trpo(config)` make
   that swap on any main-job config (the studies' PPO and TRPO arms).
+- `code_job`, `agents_preset` (`agents_job`), `r1_pipeline_job`, `gsm8k_job`: the code,
+  agents, R1 pipeline and GSM8K jobs (configs/code.py, agents.py, r1_pipeline.py, gsm8k.py).
 
-Presets: "smoke" (tiny sizes for tests), "cpu" (the default).
+This file is itself a config file whose preset is a job's name: `--config=NAME[:preset]` on
+the command line is read as `--config=<this file>:NAME[:preset]` (`get_config`).
 """
+
+import dataclasses
+from typing import Callable
 
 import ml_collections
 from ml_collections import config_dict
 
 from grpo_jax.stages import default_section
 
-__all__ = ["EVALS", "main_job", "ppo_job", "tool_job", "trpo_job", "with_ppo", "with_trpo"]
+__all__ = ["EVALS", "JOBS", "Job", "agents_job", "agents_preset", "code_job", "get_config",
+           "gsm8k_job", "job_config", "main_job", "ppo_job", "r1_pipeline_job", "tool_job",
+           "trpo_job", "with_ppo", "with_trpo"]
 
 
 def main_job(preset: str | None = None) -> ml_collections.ConfigDict:
@@ -473,3 +483,227 @@ def tool_job(preset: str | None = None) -> ml_collections.ConfigDict:
         for name in EVALS:
             config[name].update(num_samples=2, batch_size=16)
     return config
+
+
+# agents preset -> (the job's size, how the calls are written)
+AGENTS_PRESETS = {None: (None, "tags"), "": (None, "tags"), "cpu": ("cpu", "tags"),
+                  "json": (None, "json"), "smoke": ("smoke", "json"),
+                  "tags_smoke": ("smoke", "tags")}
+
+
+def agents_preset(preset: str | None = None) -> ml_collections.ConfigDict:
+    """The agents job (configs/agents.py) by preset: "cpu" (the default) in tags, "json"
+    (JSON calls with the python tool), "smoke" (the json job at test size), "tags_smoke"."""
+    if preset not in AGENTS_PRESETS:
+        raise ValueError(f"unknown preset {preset!r} for configs/agents.py; expected one of "
+                         f"{sorted(p for p in AGENTS_PRESETS if p)}")
+    return agents_job(*AGENTS_PRESETS[preset])
+
+
+def r1_pipeline_job(preset: str | None = None) -> ml_collections.ConfigDict:
+    """The DeepSeek-R1 recipe in miniature (configs/r1_pipeline.py): cold-start SFT -> eval
+    -> reasoning RL -> rejection-sampling SFT -> final RL -> eval; presets "smoke" and "cpu"."""
+    config = main_job(None)
+    # An eval after every training stage: the report has one column per eval stage.
+    config.stages = ("cold_start,eval_base,reasoning_rl,eval_reasoning_rl,rejection_sft,"
+                     "eval_rejection_sft,final_rl,eval_final")
+    config.eval_reasoning_rl = ml_collections.ConfigDict(config.eval_base.to_dict())
+    config.eval_rejection_sft = ml_collections.ConfigDict(config.eval_base.to_dict())
+    # Arithmetic plus the language-consistency reward of R1 (sec. 2.3.2).
+    config.task.name = "arithmetic"
+    config.task.template = "plain"
+    # > 0: every step of a worked solution is introduced by a word, written in Greek with this
+    # probability in the cold-start data, so the language reward differs between completions
+    # and can act (at 0 the traces have no words and it is 1.0 for every output).
+    config.task.kwargs.mixed_script_rate = 0.0
+
+    # ---- cold start: SFT on clean worked solutions (completion-only loss) ------------------
+    config.cold_start = default_section("sft")
+    config.cold_start.num_examples = 2048  # clean worked solutions
+    config.cold_start.error_rate = 0.3  # a few wrong steps keep pass@1 low for RL to raise
+    # As many steps as the main job's pretraining: with 400 the cold-start model reached only
+    # ~8% held-out pass@1 and neither GRPO stage measurably raised it (three seeds).
+    config.cold_start.steps = 1500
+    config.cold_start.batch_size = 64
+    config.cold_start.lr = 3e-3
+    del config.pretrain
+
+    # ---- reasoning RL: GRPO with accuracy + format + language consistency ----------------
+    config.rl.fused_steps = 0  # the language reward is scored on the host
+    config.reasoning_rl = ml_collections.ConfigDict(config.rl.to_dict())
+    config.reasoning_rl.rewards = ml_collections.ConfigDict(
+        {"accuracy": 1.0, "format": 0.2, "language": 0.1})
+    config.reasoning_rl.steps = 80
+
+    # ---- rejection-sampling SFT on verified samples of the RL policy ---------------------
+    config.rejection_sft = default_section("rejection_sft")
+    config.rejection_sft.num_problems = 512
+    config.rejection_sft.num_samples = 4
+    config.rejection_sft.sample_batch_size = 256
+    config.rejection_sft.max_new_tokens = config.rl.max_new_tokens
+    config.rejection_sft.mix_sft_examples = 256  # clean solutions mixed in (R1's non-reasoning data)
+    config.rejection_sft.steps = 100
+    config.rejection_sft.batch_size = 64
+    config.rejection_sft.lr = 1e-3
+
+    # ---- final RL: accuracy + format --------------------------------------------------------
+    config.final_rl = ml_collections.ConfigDict(config.rl.to_dict())
+    config.final_rl.steps = 40
+    del config.rl  # the two RL stages above are copies of the main job's rl section
+
+    if preset in (None, "", "cpu"):
+        pass
+    elif preset == "smoke":
+        config.task.train_size = 128
+        config.task.eval_size = 8
+        config.cold_start.num_examples = 64
+        config.cold_start.steps = 3
+        config.cold_start.batch_size = 16
+        for name in ("reasoning_rl", "final_rl"):
+            config[name].steps = 1
+            config[name].num_prompts = 4
+            config[name].group_size = 4
+            config[name].max_new_tokens = 24
+            config[name].checkpoint_every = 0
+            config[name].overlong_cache = 8  # rewards that differ within groups
+        config.rejection_sft.num_problems = 8
+        config.rejection_sft.num_samples = 2
+        config.rejection_sft.sample_batch_size = 16
+        config.rejection_sft.max_new_tokens = 24
+        config.rejection_sft.mix_sft_examples = 16
+        config.rejection_sft.steps = 2
+        config.rejection_sft.batch_size = 16
+        for section in (config.eval_base, config.eval_reasoning_rl, config.eval_rejection_sft,
+                        config.eval_final):
+            section.num_samples = 2
+            section.batch_size = 16
+            section.max_new_tokens = 24
+    else:
+        raise ValueError(f"unknown preset {preset!r} for configs/r1_pipeline.py; expected smoke "
+                         "or cpu")
+    return config
+
+
+def gsm8k_job(preset: str | None = None) -> ml_collections.ConfigDict:
+    """GRPO from a local Hugging Face checkpoint on GSM8K (configs/gsm8k.py): eval_base -> rl
+    -> eval_final; presets "gpu" (the default), "tpu" and "smoke"; model.init_from and
+    task.kwargs.data_dir are given on the command line."""
+    config = main_job("cpu")
+    config.stages = "eval_base,rl,eval_final"
+    del config.pretrain
+
+    config.task.name = "gsm8k"
+    # data_dir: train.jsonl + test.jsonl (GSM8K release format) or a prepared TFDS dir.
+    config.task.kwargs = ml_collections.ConfigDict({"data_dir": ""})
+    config.task.template = "chat"  # the checkpoint's chat template + the R1-Zero layout
+    config.task.prompt_len = 0  # measured at start-up: the longest prompt, rounded up to 8
+    config.task.train_size = 7473  # the whole GSM8K training split
+    config.task.eval_size = 1319  # the whole test split
+    config.tokenizer = "checkpoint"  # the checkpoint's tokenizer.json and special tokens
+
+    config.model.init_from = ""  # required: --config.model.init_from=<checkpoint dir>
+    config.model.dtype = "bfloat16"  # compute
+    config.model.param_dtype = "float32"  # master weights (and so the optimizer state)
+    config.model.max_seq_len = 1024  # context: the prompt bucket + max_new_tokens fit
+    config.model.logprob_chunk_size = 256  # no [B, T, 152k] logits at once
+    config.model.logprob_chunk_rows = 16  # tiles of 16 x 256 x 152k float32 logits: 2.3 GiB
+    config.model.remat = True  # recompute each block in the backward pass
+    config.model.scan_layers = True  # one compiled block for all layers (see ModelConfig)
+
+    config.optim.weight_decay = 0.0
+    config.optim.clip_norm = 1.0
+    config.optim.warmup_frac = 0.03
+    config.optim.final_lr_frac = 1.0  # constant after warm-up
+
+    config.eval_base = default_section("eval")
+    config.eval_base.num_samples = 4  # pass@1 as the mean over 4 samples; pass@2, 4, maj@2, 4
+    config.eval_base.temperature = 1.0
+    config.eval_base.max_new_tokens = 512
+    config.eval_base.batch_size = 512
+    config.eval_final = ml_collections.ConfigDict(config.eval_base.to_dict())
+
+    config.rl = default_section("rl")
+    config.rl.algorithm = "grpo"
+    config.rl.steps = 200
+    config.rl.num_prompts = 64
+    config.rl.group_size = 8
+    config.rl.micro_batches = 4  # 128 sequences of up to 1024 tokens per backward pass
+    config.rl.lr = 1e-6
+    config.rl.beta = 0.04
+    config.rl.max_new_tokens = 512
+    config.rl.rewards = ml_collections.ConfigDict({"accuracy": 1.0, "format": 0.2})
+    config.rl.checkpoint_every = 25
+
+    if preset in (None, "", "gpu"):
+        config.mesh.num_devices = 1
+    elif preset == "tpu":
+        # 8 chips; the batch is split over data x fsdp = 8 either way, the parameters and
+        # optimizer state over fsdp.
+        config.mesh.shape = ml_collections.ConfigDict({"data": 1, "fsdp": -1, "tensor": 1})
+        config.rl.micro_batches = 2
+    elif preset == "smoke":
+        config.model.dtype = "float32"
+        config.model.max_seq_len = 256
+        config.model.logprob_chunk_size = 0
+        config.model.logprob_chunk_rows = 0
+        config.model.remat = False
+        config.model.scan_layers = False
+        config.mesh.num_devices = 1
+        config.task.train_size = 8
+        config.task.eval_size = 4
+        config.rl.steps = 2
+        config.rl.num_prompts = 2
+        config.rl.group_size = 4
+        config.rl.micro_batches = 1
+        config.rl.max_new_tokens = 16
+        config.rl.lr = 1e-3  # a tiny random model: a visible change in two steps
+        config.rl.checkpoint_every = 1
+        config.rl.overlong_cache = 8  # rewards that differ within groups: real gradients
+        for section in (config.eval_base, config.eval_final):
+            section.num_samples = 2
+            section.batch_size = 8
+            section.max_new_tokens = 16
+    else:
+        raise ValueError(f"unknown preset {preset!r} for configs/gsm8k.py; expected smoke, "
+                         "gpu or tpu")
+    return config
+
+
+@dataclasses.dataclass(frozen=True)
+class Job:
+    """A job reachable by name: its builder (preset -> config), its presets (the first is
+    the default's size) and its config file under configs/."""
+
+    build: Callable[[str | None], ml_collections.ConfigDict]
+    presets: tuple[str, ...]
+    config_file: str
+
+
+JOBS = {
+    "main": Job(main_job, ("cpu", "smoke"), "configs/default.py"),
+    "ppo": Job(ppo_job, ("cpu", "smoke"), "configs/ppo.py"),
+    "trpo": Job(trpo_job, ("cpu", "smoke"), "configs/trpo.py"),
+    "r1_pipeline": Job(r1_pipeline_job, ("cpu", "smoke"), "configs/r1_pipeline.py"),
+    "tools": Job(tool_job, ("cpu", "smoke"), "configs/tools.py"),
+    "agents": Job(agents_preset, ("cpu", "json", "smoke", "tags_smoke"), "configs/agents.py"),
+    "code": Job(code_job, ("cpu", "smoke"), "configs/code.py"),
+    "gsm8k": Job(gsm8k_job, ("gpu", "tpu", "smoke"), "configs/gsm8k.py"),
+}
+
+
+def unknown_job(name: str) -> str:
+    """The one line for a job name that is not in `JOBS`."""
+    return f"unknown job {name!r}; expected one of {', '.join(JOBS)}"
+
+
+def job_config(name: str, preset: str | None = None) -> ml_collections.ConfigDict:
+    """Job `name`'s config (`JOBS`) at `preset` (None: the job's own sizes)."""
+    if name not in JOBS:
+        raise ValueError(unknown_job(name))
+    return JOBS[name].build(preset)
+
+
+def get_config(spec: str | None = None) -> ml_collections.ConfigDict:
+    """This file as a config file: `spec` is "NAME[:preset]" of a job in `JOBS`."""
+    name, _, preset = (spec or "main").partition(":")
+    return job_config(name, preset or None)

@@ -1,5 +1,9 @@
 """Entry point: `python -m grpo_jax.main --config=configs/default.py[:preset] --workdir=DIR`.
 
+`--config` takes a config file or, from any folder, a job by name (`--config=ppo:smoke`; the
+names: `grpo_jax.config_presets.JOBS`: main, ppo, trpo, r1_pipeline, tools, agents, code,
+gsm8k). An unknown name is one line listing the names, exit 2.
+
 Nested overrides work on any field, e.g. `--config.rl.beta=0.001 --config.rl.steps=10`.
 Running the same command again resumes from the latest checkpoint in the workdir.
 `--print_config` validates, prints the resolved config, the model's parameter count, the
@@ -27,6 +31,8 @@ from ml_collections import config_flags
 
 _DEFAULT_CONFIG = os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))),
                                "configs", "default.py")
+# The jobs by name: this file is a config file whose preset is "NAME[:preset]".
+_JOBS_FILE = os.path.join(os.path.dirname(os.path.abspath(__file__)), "config_presets.py")
 
 def _fail(message: str) -> None:
     print(f"config error: {message}", file=sys.stderr)
@@ -60,11 +66,45 @@ def _config_given(argv: list[str]) -> str | None:
     return None
 
 
+def _is_job_name(path: str) -> bool:
+    """Whether a --config value's path names a job rather than a file: no folder, no .py,
+    and no such file."""
+    return bool(path) and "/" not in path and os.sep not in path and \
+        not path.endswith(".py") and not os.path.isfile(path)
+
+
+def _resolve_job(argv: list[str]) -> list[str]:
+    """`argv` with a --config job name (`ppo`, `ppo:smoke`) read as the jobs file with that
+    name as its preset; an unknown name is one line listing the names, exit 2."""
+    argv = list(argv)
+    for index, arg in enumerate(argv[1:], 1):
+        match = re.match(r"^--?config(=|$)", arg)
+        if not match:
+            continue
+        at = index if match.group(1) else index + 1
+        if at >= len(argv):
+            break
+        value = argv[at].split("=", 1)[1] if match.group(1) else argv[at]
+        name = value.split(":", 1)[0]
+        if not _is_job_name(name):
+            break
+        from grpo_jax.config_presets import JOBS, unknown_job
+
+        if name not in JOBS:
+            _fail(f"--config: {unknown_job(name)}, or a config file such as "
+                  "configs/default.py[:preset]")
+        resolved = f"{_JOBS_FILE}:{value}"
+        argv[at] = f"{arg.split('=', 1)[0]}={resolved}" if match.group(1) else resolved
+        break
+    return argv
+
+
 def _config_folder_on_path(argv: list[str]) -> None:
     """A config file imports modules beside it (a task, reward functions) from wherever it
-    is run, as a script would: its folder goes first on the module search path."""
+    is run, as a script would: its folder goes first on the module search path (not for a
+    job by name: the package's own folder stays off the path)."""
     given = _config_given(argv)
-    if given:
+    if given and os.path.abspath(given.split(":", 1)[0]) != _JOBS_FILE:
         folder = os.path.dirname(os.path.abspath(given.split(":", 1)[0]))
         if folder not in sys.path:
             sys.path.insert(0, folder)
@@ -141,7 +181,7 @@ def _override_problem(argv: list[str]) -> str | None:
     return None
 
 
-_config_folder_on_path(sys.argv)
+_config_folder_on_path(_resolve_job(sys.argv))
 
 try:
     # Without --config, the default config is loaded and the --config.* overrides applied
@@ -151,7 +191,8 @@ try:
         if _problem:
             _fail(_problem)
     _CONFIG = config_flags.DEFINE_config_file(
-        "config", _DEFAULT_CONFIG, "Path to an ml-collections config file, optionally :preset.",
+        "config", _DEFAULT_CONFIG, "A job by name (main, ppo, trpo, r1_pipeline, tools, agents, code, gsm8k) or "
+        "the path of an ml-collections config file, optionally :preset.",
         lock_config=True,
     )
 except (KeyError, AttributeError, TypeError, ValueError) as _err:
@@ -168,7 +209,7 @@ def _config():
         text = " ".join(str(err).split())
         reason = re.search(r"\[Errno \d+\] (.*)", text)
         _fail(f"--config: {reason.group(1) if reason else text}; expected a config file "
-              "such as configs/default.py[:preset]")
+              "such as configs/default.py[:preset] or a job by name, e.g. --config=ppo:smoke")
 
 _WORKDIR = flags.DEFINE_string(
     "workdir", None, "Run directory (checkpoints, metrics.jsonl, report): a path, or a "
@@ -187,7 +228,11 @@ _PRINT_CONFIG = flags.DEFINE_boolean(
 
 
 def default_workdir(config_arg: str) -> str:
+    """runs/<config file's name or job name>[_<preset>]; the main job's is runs/default."""
     path, _, preset = config_arg.partition(":")
+    if os.path.abspath(path) == _JOBS_FILE:
+        path, _, preset = (preset or "main").partition(":")
+        path = "default" if path == "main" else path
     name = os.path.splitext(os.path.basename(path))[0]
     return os.path.join("runs", name + (f"_{preset}" if preset else ""))
 
@@ -200,7 +245,7 @@ def parse_flags(argv: list[str]) -> list[str]:
     positional argument (a config path without --config=) is one line, exit 2; a module
     the config file imports that fails to is one line naming it, exit 2; --help (or -h)
     prints the flags and exits 0."""
-    argv = [argv[0], *("--help" if a == "-h" else a for a in argv[1:])]
+    argv = _resolve_job([argv[0], *("--help" if a == "-h" else a for a in argv[1:])])
     _config_folder_on_path(argv)
     try:
         problem = _override_problem(argv)  # before ml-collections applies the overrides

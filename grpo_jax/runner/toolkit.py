@@ -30,7 +30,9 @@ class PlainProgress:
     """The progress bar's interface as plain lines on stdout, for runs whose output is not
     a terminal (SLURM, nohup, `> log`, sweep children), where a bar shows nothing: a line
     at most every `interval` seconds and one at the end. The seconds per step leave out
-    compilation, which the line names apart ("0.42 s/step, 12.3 s compiling")."""
+    compilation, which the line names apart ("0.42 s/step, 12.3 s compiling"); the line ends
+    with the stage's wall time so far and the time left at that rate ("elapsed 1:02, ETA
+    0:29", `clock_text`)."""
 
     def __init__(self, name: str, total: int, initial: int, interval: float):
         self.name, self.total, self.n, self.interval = name, total, initial, interval
@@ -55,9 +57,18 @@ class PlainProgress:
         rate = max(0.0, now - self.start - compiling) / max(self.n - self.start_n, 1)
         shown = "".join(f", {k} {v}" for k, v in self.postfix.items())
         apart = f", {compiling:.1f} s compiling" if compiling >= 0.05 else ""
+        left = rate * max(self.total - self.n, 0)
         print(f"[grpo_jax] {self.name}: step {self.n}/{self.total}{shown}, {rate:.2f} s/step"
-              f"{apart}", flush=True)
+              f"{apart}, elapsed {clock_text(now - self.start)}, ETA {clock_text(left)}",
+              flush=True)
         self.last, self.last_printed = now, self.n
+
+
+def clock_text(seconds: float) -> str:
+    """Seconds as m:ss, or h:mm:ss from an hour (59 -> "0:59", 3725 -> "1:02:05")."""
+    minutes, secs = divmod(int(round(max(seconds, 0.0))), 60)
+    hours, minutes = divmod(minutes, 60)
+    return f"{hours}:{minutes:02d}:{secs:02d}" if hours else f"{minutes}:{secs:02d}"
 
 
 def progress(stage, total: int, initial: int, *, interval: float = PLAIN_PROGRESS_SECONDS):

@@ -1,0 +1,137 @@
+"""What a new user meets first: jobs by name from any folder, the config file's folder on the
+import path in either flag form, progress lines with elapsed time and ETA, a transformers-
+loadable export of a char-tokenizer run, README's examples without warnings, and the config
+reference page kept current."""
+
+from __future__ import annotations
+
+import ast
+import importlib.util
+import os
+import re
+import types
+
+import pytest
+
+from grpo_jax import api, config_presets
+from grpo_jax import main as main_lib
+
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+
+
+def _load_config_file(path: str):
+    spec = importlib.util.spec_from_file_location(
+        "user_walk_" + os.path.basename(path)[:-3], path)
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+# ---- jobs by name ------------------------------------------------------------------------
+
+def test_every_job_config_file_is_a_thin_shim_of_its_job_by_name():
+    """The config file of each job is one `return builder(preset)` and names the same
+    config as the job by name at every preset (`JOBS`), so the name reaches it from any
+    folder."""
+    by_file = {job.config_file: name for name, job in config_presets.JOBS.items()}
+    assert len(by_file) == 8
+    for path in sorted(os.path.join(ROOT, file) for file in by_file):
+        tree = ast.parse(open(path).read())
+        (get_config,) = [n for n in tree.body
+                         if isinstance(n, ast.FunctionDef) and n.name == "get_config"]
+        assert len(get_config.body) == 1 and isinstance(get_config.body[0], ast.Return), path
+        name = by_file[os.path.relpath(path, ROOT)]
+        module = _load_config_file(path)
+        for preset in (None, *config_presets.JOBS[name].presets):
+            assert module.get_config(preset).to_dict() == \
+                config_presets.job_config(name, preset).to_dict(), (name, preset)
+
+
+def test_api_config_reaches_every_job():
+    assert api.JOBS == ("main", "ppo", "trpo", "r1_pipeline", "tools", "agents", "code",
+                        "gsm8k")
+    assert api.config("ppo").stages == "pretrain,eval_base,ppo,eval_final"
+    assert api.config("ppo:smoke").ppo.checkpoint_every == 1
+    assert api.config("r1_pipeline:smoke").final_rl.steps == 1
+    assert api.config("gsm8k:smoke").task.name == "gsm8k"
+    assert api.config("agents:tags_smoke").rl.tools == "guess"
+    assert api.config("smoke").rl.steps == 2  # a preset alone: the main job
+    assert api.config("smoke", job="tools").task.name == "tool_arithmetic"
+    with pytest.raises(ValueError, match=r"^api.config: 'pp0' is neither a job \(main, ppo, "):
+        api.config("pp0")
+    with pytest.raises(ValueError, match=r"unknown job 'pp0'; expected one of main, ppo"):
+        api.config("pp0:smoke")
+
+
+def test_default_workdir_of_a_job_by_name():
+    jobs_file = config_presets.__file__
+    assert main_lib.default_workdir(f"{jobs_file}:ppo:smoke") == os.path.join("runs",
+                                                                            "ppo_smoke")
+    assert main_lib.default_workdir(f"{jobs_file}:main") == os.path.join("runs", "default")
+    assert main_lib.default_workdir("configs/ppo.py:smoke") == os.path.join("runs",
+                                                                           "ppo_smoke")
+
+
+@pytest.fixture
+def elsewhere(tmp_path, monkeypatch):
+    """The current folder is outside the checkout, with nothing on the path from it."""
+    monkeypatch.chdir(tmp_path)
+    monkeypatch.setattr("sys.path", list(__import__("sys").path))
+    return tmp_path
+
+
+@pytest.mark.parametrize("form", ["equals", "space"])
+def test_a_job_by_name_from_another_folder(elsewhere, capsys, form):
+    config = ["--config=ppo:smoke"] if form == "equals" else ["--config", "ppo:smoke"]
+    code = main_lib.cli(["main", *config, "--config.ppo.steps=3", "--print_config"])
+    out = capsys.readouterr().out
+    assert code == 0
+    assert re.search(r"^ppo:\n(  .*\n)*  steps: 3$", out, re.M), out[:2000]
+    assert main_lib._JOBS_FILE not in __import__("sys").path  # the package folder stays off
+
+
+def test_an_unknown_job_is_one_line_listing_the_names(elsewhere, capsys):
+    assert main_lib.cli(["main", "--config=pp0:smoke", "--print_config"]) == 2
+    (line,) = capsys.readouterr().err.strip().splitlines()
+    assert line == ("config error: --config: unknown job 'pp0'; expected one of main, ppo, "
+                    "trpo, r1_pipeline, tools, agents, code, gsm8k, or a config file such as "
+                    "configs/default.py[:preset]")
+
+
+@pytest.mark.parametrize("form", ["equals", "space"])
+def test_the_config_folder_is_on_the_path_in_either_form(elsewhere, capsys, form):
+    """A config file importing a module beside it, given by a relative path from another
+    folder, as --config=PATH and as --config PATH."""
+    folder = elsewhere / "mine"
+    folder.mkdir()
+    (folder / f"beside_{form}.py").write_text("STEPS = 5\n")
+    (folder / "job.py").write_text(
+        f"import beside_{form}\nfrom grpo_jax.config_presets import main_job\n\n"
+        "def get_config(preset=None):\n    config = main_job(preset)\n"
+        f"    config.rl.steps = beside_{form}.STEPS\n    return config\n")
+    config = (["--config=mine/job.py:smoke"] if form == "equals"
+              else ["--config", "mine/job.py:smoke"])
+    assert main_lib.cli(["main", *config, "--print_config"]) == 0
+    assert re.search(r"^rl:\n(  .*\n)*  steps: 5$", capsys.readouterr().out, re.M)
+
+
+# ---- progress lines ----------------------------------------------------------------------
+
+def test_progress_lines_give_elapsed_and_eta_on_a_fake_clock(capsys, monkeypatch):
+    """Steps 3..6 of 10 at 2 s each, 4 s of compiling in the first: 2.00 s/step, elapsed
+    12 s at step 6 (the wall time since the stage started), 4 steps left = 0:08."""
+    from grpo_jax.runner import toolkit
+
+    now, compiled = [100.0], [0.0]
+    monkeypatch.setattr(toolkit, "time", types.SimpleNamespace(time=lambda: now[0]))
+    monkeypatch.setattr(toolkit, "CLOCK", types.SimpleNamespace(seconds=lambda: compiled[0]))
+    bar = toolkit.PlainProgress("rl", 10, 2, 0.0)
+    for step_seconds, compiling in ((6.0, 4.0), (2.0, 0.0), (2.0, 0.0), (2.0, 0.0)):
+        now[0] += step_seconds
+        compiled[0] += compiling
+        bar.update(1)
+    last = capsys.readouterr().out.strip().splitlines()[-1]
+    assert last == ("[grpo_jax] rl: step 6/10, 2.00 s/step, 4.0 s compiling, elapsed 0:12, "
+                    "ETA 0:08")
+    assert [toolkit.clock_text(s) for s in (0, 59.6, 61, 3725)] == \
+        ["0:00", "1:00", "1:01", "1:02:05"]

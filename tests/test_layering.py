@@ -95,7 +95,7 @@ def _layer(module: str) -> str:
     if len(parts) == 1:
         return "package"
     return parts[1] if parts[1] in ("main", "api", "export", "pipeline", "stages", "runner",
-                                    "studies", "config_presets", "results", "sweep"
+                                    "studies", "config_presets", "results", "sweep", "serve"
                                     ) else "library"
 
 
@@ -115,6 +115,8 @@ def test_imports_run_one_way(graph):
         # the shared config builders of configs/*.py: stage kinds' default sections
         "config_presets": {"stages", "library"},
         "export": {"runner", "library"},
+        # the policy as a server: a finished run's policy, prompted as the run prompts
+        "serve": {"serve", "results", "runner", "library"},
         "pipeline": {"stages", "runner", "library"},
         "stages": {"stages", "runner", "library"},
         "runner": {"runner", "library"},

@@ -52,16 +52,27 @@ def categorical(key: jax.Array, logits: jax.Array) -> jax.Array:
 
 def row_keys(key: jax.Array, rows: jax.Array, columns: jax.Array) -> jax.Array:
     """[B] keys fold_in(fold_in(key, row), column): the key of each row's column, so that a
-    row's sample depends on its id and column, not on where in a batch it runs.
+    row's sample depends on its id and column, not on where in a batch it runs. With one
+    key per row id ([R] keys), the key of row r's column is fold_in(key[r], column) (an id
+    past the last, a free slot's, takes the last key).
 
     Args:
-      key: the run's PRNG key.
+      key: the run's PRNG key, or [R] keys, one per row id.
       rows: [B] int, each row's id.
       columns: [B] int, or [] (one column for every row).
     """
     columns = jnp.broadcast_to(jnp.asarray(columns, jnp.int32), rows.shape)
+    if is_key_per_row(key):
+        own = key[jnp.minimum(rows, key.shape[0] - 1)]
+        return jax.vmap(jax.random.fold_in)(own, columns)
     return jax.vmap(lambda r, c: jax.random.fold_in(jax.random.fold_in(key, r), c))(rows,
                                                                                   columns)
+
+
+def is_key_per_row(key: jax.Array) -> bool:
+    """Whether `key` is [R] keys (typed, or [R, 2] raw uint32 ones) rather than one key."""
+    typed = jax.dtypes.issubdtype(key.dtype, jax.dtypes.prng_key)
+    return key.ndim == (1 if typed else 2)
 
 
 def logp_at(logits: jax.Array, token: jax.Array) -> jax.Array:

@@ -78,7 +78,8 @@ def generate(graphdef, state, prompts, prompt_mask, key, *, config: SamplingConf
       state: the model state from `nnx.split(model)`.
       prompts: [B, P] int32 token ids, left-padded to the bucket P.
       prompt_mask: [B, P] bool, False at padding; each row needs at least one True.
-      key: PRNG key.
+      key: PRNG key; or [B] keys, one per row, row r then choosing column t with
+        fold_in(key[r], t) (rows of different requests, each with its own key).
       config: SamplingConfig (static).
 
     Returns:

@@ -184,3 +184,23 @@ class JsonToolEnvironment(Environment):
 
     def is_parse_failure(self, observation_text: str) -> bool:
         return PARSE_FAILURE in observation_text
+
+
+def call_objects(text: str) -> list[tuple[str, dict]]:
+    """(name, arguments) of every complete call in `text`, in order, that parses as a JSON
+    object with a string "name" and an object "arguments" (or a JSON string holding one);
+    any tool name. A call that does not parse is left out (the text still holds it)."""
+    found = []
+    for call in _CALL.findall(text):
+        try:
+            value = _json(call)
+            if not isinstance(value, dict):
+                continue
+            arguments = value.get("arguments", value.get("parameters", {}))
+            if isinstance(arguments, str):
+                arguments = _json(arguments)
+        except ToolCallError:
+            continue
+        if isinstance(value.get("name"), str) and isinstance(arguments, dict):
+            found.append((value["name"], arguments))
+    return found

@@ -13,6 +13,10 @@ checks every function against hand-computed values and, where installed, scipy.
 - `mean_interval(values)`: `interval` and the two-sided p of the one-sample t test of
   "mean = 0"; `paired(a, b)`: that of the per-pair differences a[i] - b[i] (pairs with a
   missing or non-finite side left out), the mean as `diff`.
+- `f_sf(f, df1, df2)`: Snedecor's F distribution's upper tail, exact.
+- `interaction(pairs_by_base)`: the base x arm interaction of arms paired by seed within bases,
+  the one-way analysis of variance of the paired differences between bases (F, its degrees of
+  freedom and p): whether the effect differs between bases by more than the seeds explain.
 - `holm(ps)`: Holm's step-down adjustment over one family of p-values (Holm 1979), which
   controls the family-wise error rate at any dependence between the tests.
 - `nested(pairs_by_base)`: arms' seeds nested in pretrained bases, the base a block (a fixed
@@ -29,7 +33,7 @@ from __future__ import annotations
 import math
 from collections.abc import Mapping, Sequence
 
-__all__ = ["holm", "interval", "mean_interval", "nested", "paired", "paired_interval", "t_cdf",
+__all__ = ["f_sf", "holm", "interaction", "interval", "mean_interval", "nested", "paired", "paired_interval", "t_cdf",
            "t_quantile", "t_sf"]
 
 _EPS = 1e-15
@@ -83,6 +87,17 @@ def t_sf(t: float, df: float) -> float:
         return 0.0 if t > 0 else 1.0
     tail = 0.5 * _betainc(df / 2.0, 0.5, df / (df + t * t))
     return tail if t >= 0 else 1.0 - tail
+
+
+def f_sf(f: float, df1: float, df2: float) -> float:
+    """P(F > f) for Snedecor's F with (df1, df2) degrees of freedom."""
+    if not (df1 > 0 and df2 > 0) or math.isnan(f):
+        return math.nan
+    if f <= 0.0:
+        return 1.0
+    if math.isinf(f):
+        return 0.0
+    return _betainc(df2 / 2.0, df1 / 2.0, df2 / (df2 + df1 * f))
 
 
 def t_cdf(t: float, df: float) -> float:
@@ -187,6 +202,29 @@ def holm(ps: Sequence[float]) -> list[float]:
     return adjusted
 
 
+def interaction(pairs_by_base: Mapping[str, tuple[Sequence[float], Sequence[float]]]) -> dict:
+    """The base x arm interaction: {base: (a values, b values) paired by seed}.
+
+    F = [sum_b n_b (mean_b - mean)^2 / (B - 1)] / [sum_b sum_i (d_bi - mean_b)^2 / (N - B)]
+    over the paired differences d (mean: the mean of all N differences), with (B - 1, N - B)
+    degrees of freedom: the between-bases variance of the effect against its within-base
+    variance. Returns {"F", "df1", "df2", "p"}; with one base or no within-base spread F and p
+    are NaN (p is 0 when the bases differ and no seed varies)."""
+    groups = [d for d in (_differences(a, b) for a, b in pairs_by_base.values()) if d]
+    n, blocks = sum(len(d) for d in groups), len(groups)
+    df1, df2 = blocks - 1, n - blocks
+    if df1 < 1 or df2 < 1:
+        return {"F": math.nan, "df1": df1, "df2": df2, "p": math.nan}
+    grand = sum(sum(d) for d in groups) / n
+    between = sum(len(d) * (sum(d) / len(d) - grand) ** 2 for d in groups) / df1
+    within = sum(sum((x - sum(d) / len(d)) ** 2 for x in d) for d in groups) / df2
+    if within == 0.0:
+        p = math.nan if between == 0.0 else 0.0
+        return {"F": math.inf if between else math.nan, "df1": df1, "df2": df2, "p": p}
+    f = between / within
+    return {"F": f, "df1": df1, "df2": df2, "p": f_sf(f, df1, df2)}
+
+
 def nested(pairs_by_base: Mapping[str, tuple[Sequence[float], Sequence[float]]]) -> dict:
     """Arms' seeds nested in bases: {base: (a values, b values) paired by seed}.
 
@@ -194,7 +232,8 @@ def nested(pairs_by_base: Mapping[str, tuple[Sequence[float], Sequence[float]]])
     `std` is the pooled within-base standard deviation of the differences), `unit` "seed"
     (one base) or "seed in base" (two or more), `per_base` {base: `paired` of that base's
     seeds}, `across_bases` (`mean_interval` of the bases' mean differences: n = B) and
-    `between_base_sd` (NaN with one base). With one base this is `paired`."""
+    `between_base_sd` (NaN with one base), `interaction` (see there). With one base this is
+    `paired` (and the interaction's F and p are NaN)."""
     per_base = {str(base): paired(list(a), list(b)) for base, (a, b) in pairs_by_base.items()}
     usable = {base: v for base, v in per_base.items() if v["n"] > 0}
     across = mean_interval([v["diff"] for v in usable.values()])
@@ -229,5 +268,6 @@ def nested(pairs_by_base: Mapping[str, tuple[Sequence[float], Sequence[float]]])
                   "p": p, "unit": "seed in base", "df": df}
     pooled["per_base"] = per_base
     pooled["across_bases"] = across
+    pooled["interaction"] = interaction(pairs_by_base)
     pooled["between_base_sd"] = across["std"] if len(usable) > 1 else math.nan
     return pooled

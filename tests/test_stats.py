@@ -120,6 +120,28 @@ def test_against_scipy():
         mean = sum(values) / n
         low, high = scipy_stats.t.interval(0.95, n - 1, loc=mean, scale=scipy_stats.sem(values))
         assert stats.interval(values)["ci95"] == pytest.approx([low, high], rel=1e-9)
+    for f, df1, df2 in ((2.3, 1, 4), (0.7, 3, 17), (11.0, 2, 6)):
+        assert stats.f_sf(f, df1, df2) == pytest.approx(scipy_stats.f.sf(f, df1, df2),
+                                                        rel=1e-9)
+    # the base x arm interaction is the one-way ANOVA of the paired differences by base
+    pairs = {"b0": ([0.5, 0.6, 0.8], [0.1, 0.3, 0.2]), "b1": ([0.4, 0.45, 0.5], [0.4, 0.3, 0.5]),
+             "b2": ([0.9, 0.7], [0.2, 0.1])}
+    diffs = [[x - y for x, y in zip(a, b)] for a, b in pairs.values()]
+    reference = scipy_stats.f_oneway(*diffs)
+    found = stats.nested(pairs)["interaction"]
+    assert (found["df1"], found["df2"]) == (2, 5)
+    assert found["F"] == pytest.approx(reference.statistic, rel=1e-9)
+    assert found["p"] == pytest.approx(reference.pvalue, rel=1e-9)
+
+
+def test_interaction_by_hand():
+    # differences +1, +1 on one base and +3, +5 on the other: grand mean 2.5, between
+    # 2 * (1 - 2.5)^2 + 2 * (4 - 2.5)^2 = 9 on 1 df, within 0 + 2 = 2 on 2 df: F = 9
+    found = stats.interaction({"a": ([2.0, 3.0], [1.0, 2.0]), "b": ([3.0, 5.0], [0.0, 0.0])})
+    assert (found["F"], found["df1"], found["df2"]) == (9.0, 1, 2)
+    # F(1, 2) is T^2 with T ~ t(2), whose tail is P(T > t) = (1 - t / sqrt(t^2 + 2)) / 2
+    assert found["p"] == pytest.approx(1 - 3 / 11 ** 0.5)
+    assert math.isnan(stats.interaction({"a": ([1.0, 2.0], [0.0, 0.0])})["p"])
 
 
 def test_holm_against_statsmodels():
@@ -210,23 +232,44 @@ def _contrast(diff, lo, hi, p_holm, per_base=(), metric="pass@1"):
 
 def test_verdicts_follow_from_the_contrast_by_one_rule():
     up = summary_lib.Claim("x beats y", "src", ("x", "y", "pass@1"), ">", margin=0.02)
-    down = summary_lib.Claim("x is below y", "src", ("x", "y", "pass@1"), "<")
+    down = summary_lib.Claim("x is below y", "src", ("x", "y", "pass@1"), "<", margin=0.02)
     same = summary_lib.Claim("x equals y", "src", ("x", "y", "pass@1"), "=", margin=0.02)
     verdict = summary_lib.verdict_of
-    assert verdict(up, _contrast(0.05, 0.03, 0.07, 0.01, (0.04, 0.06)))[0] == "reproduced"
+    v, why = verdict(up, _contrast(0.05, 0.03, 0.07, 0.01, (0.04, 0.06)))
+    assert v == "reproduced" and "reaches the margin +2.0" in why and "clears it" in why
+    # the point estimate reaches the margin, the interval's near end does not: reproduced,
+    # and it says so
+    v, why = verdict(up, _contrast(0.03, 0.01, 0.05, 0.01, (0.025, 0.035)))
+    assert v == "reproduced" and "does not clear it" in why
+    # significant and the right sign, but short of the margin: its own verdict
+    v, why = verdict(up, _contrast(0.015, 0.01, 0.02, 0.001, (0.014, 0.016)))
+    assert v == "below the margin" and "falls short of the margin +2.0" in why
     # significant, but one base goes the other way: not resolved, and it says so
-    v, why = verdict(up, _contrast(0.05, 0.03, 0.07, 0.01, (0.11, -0.01)))
+    v, why = verdict(up, _contrast(0.05, 0.03, 0.07, 0.01, (0.015, -0.001)))
     assert v == "not resolved" and "1 of 2 bases" in why
+    # two bases whose effects differ by more than the margin: no verdict on two bases ...
+    v, why = verdict(up, _contrast(0.05, 0.03, 0.07, 0.01, (0.08, 0.02)))
+    assert v == "not resolved" and "at least 4 bases (has 2)" in why
+    # ... and one on four
+    assert verdict(up, _contrast(0.05, 0.03, 0.07, 0.01, (0.08, 0.02, 0.05, 0.05)))[0] \
+        == "reproduced"
     assert verdict(up, _contrast(-0.05, -0.07, -0.03, 0.01))[0] == "not reproduced"
     assert verdict(down, _contrast(-0.05, -0.07, -0.03, 0.01))[0] == "reproduced"
     # a raw p below 0.05 is not enough once Holm's adjustment lifts it
     assert verdict(up, _contrast(0.05, 0.01, 0.09, 0.2))[0] == "not resolved"
-    # an interval inside the margin refutes a directional claim and shows an equality
+    # an interval that stops short of the margin refutes a directional claim; inside the
+    # margin it shows an equality
     assert verdict(up, _contrast(0.005, -0.01, 0.015, 0.6))[0] == "not reproduced"
+    assert verdict(up, _contrast(-0.02, -0.06, 0.015, 0.3))[0] == "not reproduced"
+    assert verdict(down, _contrast(0.02, -0.015, 0.06, 0.3))[0] == "not reproduced"
     assert verdict(same, _contrast(0.005, -0.01, 0.015, 0.6))[0] == "reproduced"
     assert verdict(same, _contrast(0.005, -0.01, 0.03, 0.6))[0] == "not resolved"
     assert verdict(same, _contrast(0.05, 0.03, 0.07, 0.01))[0] == "not reproduced"
     assert verdict(up, _contrast(math.nan, math.nan, math.nan, math.nan))[0] == "not resolved"
+    # a ceiling: the base leaves less than the margin to gain, whatever the data say
+    v, why = verdict(up, _contrast(0.05, 0.03, 0.07, 0.01), headroom=0.015)
+    assert v == "not testable here" and "at most 1.5" in why
+    assert verdict(up, _contrast(0.05, 0.03, 0.07, 0.01), headroom=0.03)[0] == "reproduced"
     # "bounded by": x not above y by the margin (+2 points) or more, and its mirror
     atmost = summary_lib.Claim("x bounded by y", "src", ("x", "y", "pass@1"), "<=", margin=0.02)
     atleast = summary_lib.Claim("x keeps y", "src", ("x", "y", "pass@1"), ">=", margin=0.02)
@@ -242,12 +285,17 @@ def test_verdicts_follow_from_the_contrast_by_one_rule():
     assert verdict(atleast, _contrast(-0.02, -0.03, -0.01, 0.01))[0] == "not resolved"
     with pytest.raises(ValueError, match="margin"):
         summary_lib.Claim("x", "src", ("x", "y", "m"), "<=")
+    with pytest.raises(ValueError, match="margin"):
+        summary_lib.Claim("x", "src", ("x", "y", "m"), ">")
     untestable = summary_lib.Claim("at scale", "src", None, untestable="needs a 7B model")
     assert verdict(untestable, None) == ("not testable here", "needs a 7B model")
     with pytest.raises(ValueError, match="expect"):
-        summary_lib.Claim("x", "src", ("x", "y", "m"), "≥")
+        summary_lib.Claim("x", "src", ("x", "y", "m"), "≥", margin=1)
     with pytest.raises(ValueError, match="untestable"):
         summary_lib.Claim("x", "src", None)
+    with pytest.raises(ValueError, match="can_fail"):
+        summary_lib.Claim("x", "src", ("x", "y", "m"), ">", margin=1, kind="check")
+    assert "by at least +2.0" not in up.failure() and "by at least 2.0" in up.failure()
 
 
 def test_summary_verdicts_from_the_arms():
@@ -255,15 +303,35 @@ def test_summary_verdicts_from_the_arms():
                   "metrics": {"pass@1": [0.50, 0.52, 0.55]}},
             "y": {"seeds": [0, 1, 2], "bases": ["b"] * 3,
                   "metrics": {"pass@1": [0.30, 0.31, 0.33]}}}
-    claim = summary_lib.Claim("RL raises pass@1", "src", ("x", "y", "pass@1"), ">")
+    claim = summary_lib.Claim("RL raises pass@1", "src", ("x", "y", "pass@1"), ">",
+                              margin=0.05)
+    check = summary_lib.Claim("a penalty lowers what it penalises", "src",
+                              ("x", "y", "pass@1"), ">", margin=0.05, kind="check",
+                              can_fail="no: by construction")
+    ceiling = summary_lib.Claim("x above y", "src", ("x", "y", "pass@1"), ">", margin=0.05,
+                                headroom=("y", "pass@1", 0.35))
     protocol = {"eval_seed": 1, "problems": 8, "samples_per_problem": 2,
                 "problems_fixed_across_seeds": True}
     provenance = dict.fromkeys(summary_lib.PROVENANCE)
     built = summary_lib.build(study="t", tier="mini", provenance=provenance, protocol=protocol,
-                              arms=arms, specs=[("x", "y", "pass@1")], claims=[claim])
-    assert [v["verdict"] for v in built["verdicts"]] == ["reproduced"]
+                              arms=arms, specs=[("x", "y", "pass@1")],
+                              claims=[claim, check, ceiling])
+    assert [v["verdict"] for v in built["verdicts"]] == [
+        "reproduced", "reproduced", "not testable here"]
+    assert [v["kind"] for v in built["verdicts"]] == ["claim", "check", "claim"]
+    assert built["verdicts"][1]["can_fail"] == "no: by construction"
+    assert "by at least 5.0" in built["verdicts"][0]["can_fail"]
+    # the ceiling from the base arm: 0.35 - mean(0.30, 0.31, 0.33) = 0.03 < the margin
+    assert built["verdicts"][2]["headroom"] == pytest.approx(0.35 - 0.94 / 3)
     assert "+21.0" in built["verdicts"][0]["result"]
-    assert "**reproduced**" in summary_lib.verdict_table(built)
+    table = summary_lib.verdict_table(built)
+    assert "**reproduced**" in table and table.index("Checks") < table.index("by construction")
+    # the tally counts the claim that could have failed, the check apart, the untestable not
+    tally = summary_lib.tally(built)
+    assert tally["reproduced"] == 1 and tally["checks"] == 1 and sum(tally.values()) == 2
+    broken = {**built, "verdicts": [dict(built["verdicts"][0], kind="maybe")]}
+    with pytest.raises(ValueError, match="kind"):
+        summary_lib.check(broken)
     with pytest.raises(ValueError, match="not one of the study's contrasts"):
         summary_lib.build(study="t", tier="mini", provenance=provenance, protocol=protocol,
                           arms=arms, specs=[("x", "y", "pass@8")], claims=[claim])

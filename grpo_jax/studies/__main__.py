@@ -1,5 +1,5 @@
-"""`python -m grpo_jax.studies list | design NAME [NAME ...] | all | run NAME [NAME ...] | all
---tier=full|mini --workdir=DIR [--publish]`."""
+"""`python -m grpo_jax.studies list | design NAME [NAME ...] | all | verdicts NAME [NAME ...] |
+all | run NAME [NAME ...] | all --tier=full|mini --workdir=DIR [--publish]`."""
 
 from __future__ import annotations
 
@@ -42,6 +42,33 @@ def _design(names: list[str], check: bool) -> int:
     return 1 if stale else 0
 
 
+def _verdicts(names: list[str]) -> int:
+    """Applies the current claims and rule to the published summaries (no runs) and prints
+    each claim's verdict before -> after."""
+    names = list(studies.NAMES) if names == ["all"] else names
+    unknown = [n for n in names if n not in studies.NAMES]
+    if unknown:
+        print(f"error: verdicts: unknown study {unknown[0]!r}; expected all or one of "
+              f"{', '.join(studies.NAMES)}", file=sys.stderr)
+        return 2
+    from grpo_jax.studies import publish
+
+    print("| study | claim | kind | before | after |\n|---|---|---|---|---|")
+    for name in names:
+        found = publish.reapply_rule(studies.get(name))
+        if found is None:
+            print(f"| {name} | - | - | no published full tier | - |")
+            continue
+        before = [v["verdict"] for v in found[0]]
+        before += ["-"] * (len(found[1]) - len(before))
+        for old, v in zip(before, found[1]):
+            print(f"| {name} | {publish.short_text(v['claim'], 10)} | {v['kind']} | {old} | "
+                  f"{v['verdict']} |")
+    index = publish.write_index()
+    print(f"[studies] wrote {index} (its index of verdicts)", file=sys.stderr)
+    return 0
+
+
 def main(argv: list[str] | None = None) -> int:
     argv = sys.argv[1:] if argv is None else argv
     parser = argparse.ArgumentParser(prog="python -m grpo_jax.studies",
@@ -54,6 +81,10 @@ def main(argv: list[str] | None = None) -> int:
     design.add_argument("names", nargs="+", metavar="NAME", help="a study or all")
     design.add_argument("--check", action="store_true",
                         help="change nothing; exit 1 if a README's block differs from the code")
+    verdicts = commands.add_parser(
+        "verdicts", help="apply the current claims and verdict rule to the published "
+                         "summary.json files (no runs); print each verdict before -> after")
+    verdicts.add_argument("names", nargs="+", metavar="NAME", help="a study or all")
     run = commands.add_parser("run", help="build, run, analyse studies, one after another")
     run.add_argument("names", nargs="+", metavar="NAME",
                      help=f"a study ({', '.join(studies.NAMES)}) or all (in that order; "
@@ -68,6 +99,8 @@ def main(argv: list[str] | None = None) -> int:
         return _list()
     if args.command == "design":
         return _design(args.names, args.check)
+    if args.command == "verdicts":
+        return _verdicts(args.names)
     if args.publish and args.tier != "full":
         print("error: --publish: only the full tier's results are published", file=sys.stderr)
         return 2

@@ -419,7 +419,9 @@ CLAIMS = (
         f"{CS336} (quoted); Williams 1992, Machine Learning 8; tested as: the update with "
         "the mean reward of the problem's other samples as b(s) has the expectation of the "
         "update without a baseline (⟨E ĝ, ∇J⟩ / ‖∇J‖² within ±1/G)",
-        ("mean_const", "none", "bias_scale"), "=", margin=1 / 16),
+        ("mean_const", "none", "bias_scale"), "=", margin=1 / 16, kind="check",
+        can_fail="no: a baseline that does not depend on the sample leaves the expected "
+                 "update unchanged by algebra; the test checks the measurement"),
     common.Claim(
         "The baseline must not depend on the sample it is subtracted from: the mean of the "
         "other samples (leave-one-out) is unbiased, the group mean including the sample is "
@@ -427,7 +429,9 @@ CLAIMS = (
         "Kool, van Hoof & Welling 2019, 'Buy 4 REINFORCE samples, get a baseline for free!', "
         "sec. 2; Ahmadian et al. 2024, arXiv:2402.14740, sec. 3 (paraphrase); tested as: "
         "GRPO's group mean's ⟨E ĝ, ∇J⟩ / ‖∇J‖² below no baseline's",
-        ("group_mean", "none", "bias_scale"), "<", margin=1 / 32,
+        ("group_mean", "none", "bias_scale"), "<", margin=1 / 32, kind="check",
+        can_fail="no: the factor (G - 1)/G is exact algebra; the test checks that the "
+                 "measurement resolves it",
         note="the factor (G - 1)/G is exact algebra (ĝ_mean = (G-1)/G ĝ_RLOO per group); the "
              "test asks whether the measurement resolves a 1/G = 6% bias"),
     common.Claim(

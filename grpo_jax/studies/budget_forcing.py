@@ -286,7 +286,8 @@ CLAIMS = (
              "what the model would think lowers accuracy",
         source=f"{S1}, abstract, sec. 3.1 and Fig. 1 (close paraphrase)",
         test=(arm_label(WAIT, "rl", "max=8"), arm_label(WAIT, "rl", "none"), "pass@1"),
-        expect="<", margin=MARGIN,
+        expect="<", margin=MARGIN, kind="check",
+        can_fail="no: the cap cuts every trace before the step that computes the answer",
         note="mechanical here: a cap of 8 thinking tokens cuts a two-step trace before the "
              "step that computes the answer"),
     common.Claim(

@@ -43,11 +43,12 @@ from grpo_jax.studies.present import (band, bar_plot, cell, curve_panels, paired
                                       save_figure)
 from grpo_jax.studies.publish import (experiments_dir, generated_block, index_table,
                                       publish_outputs, write_outputs)
-from grpo_jax.studies.record import Analysis, Claim, RunRecord, Study, StudyRuns, Tier
+from grpo_jax.studies.record import (POST_HOC_MARGIN, Analysis, Claim, RunRecord, Study,
+                                     StudyRuns, Tier)
 from grpo_jax.studies.runs import (RunHeld, build_base, build_bases, execute, holder_of,
                                    link_run, plan, protocol_of)
 
-__all__ = ["VOLATILE_FIELDS", "Analysis", "Claim", "RunHeld", "RunRecord", "Study",
+__all__ = ["POST_HOC_MARGIN", "VOLATILE_FIELDS", "Analysis", "Claim", "RunHeld", "RunRecord", "Study",
            "StudyRuns", "Tier", "add_base_arm", "agents_job", "arm_curves", "band",
            "bar_plot", "build_base", "build_bases", "cell", "config_hash", "constant_arm",
            "curve_panels", "eval_seed", "eval_values", "execute", "experiments_dir",

@@ -382,7 +382,7 @@ CLAIMS = (
         source=f"{R1}, sec. 2.2.4, Fig. 3 (caption); tested on the held-out length after "
                "RL against the base, where longer traces pay",
         test=(REDO, label(REDO, BEFORE), "length"), expect=">", margin=MARGIN,
-        note=BUILT_IN),
+        kind="check", can_fail="no: " + BUILT_IN, note=BUILT_IN),
     common.Claim(
         text="RL lengthens the completions only where a longer trace pays: the length grows "
              "more from the redo base than from the base without redos",

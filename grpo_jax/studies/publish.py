@@ -45,10 +45,12 @@ def generated_block(result: dict, analysis: Analysis) -> str:
     code = result["provenance"]
     commit = (code.get("commit") or "unknown")[:7] + (" (modified)" if code.get("dirty") else "")
     runs = ", ".join(c[:7] for c in code.get("run_commits", []) if c) or "unknown"
+    rule = code.get("verdicts_commit")
+    rule = f"; verdicts by the rule at {rule[:7]}" if rule and rule != code.get("commit") else ""
     protocol = result["protocol"]
     fixed = "fixed" if protocol["problems_fixed_across_seeds"] else "not fixed"
     lines = [(f"Generated from summary.json by `python -m grpo_jax.studies run "
-              f"{result['study']} --tier={result['tier']}` (analysis at {commit}; runs at "
+              f"{result['study']} --tier={result['tier']}` (analysis at {commit}{rule}; runs at "
               f"{runs}; {code['wall_time_s']:.0f} s). Held-out: {protocol['problems']} problems "
               f"x {protocol['samples_per_problem']} samples, eval seed {protocol['eval_seed']} "
               f"({fixed} across seeds); {len(protocol.get('bases', {})) or 'no'} base(s), "
@@ -57,12 +59,76 @@ def generated_block(result: dict, analysis: Analysis) -> str:
         lines += [("Verdicts (each claim's contrast, by the rule of "
                    "`grpo_jax.studies.summary.verdict_of`, fixed before the runs):"), "",
                   summary_lib.verdict_table(result).rstrip(), ""]
+    lines += [TABLE_BEGIN]
     if analysis.table:
-        lines += [analysis.table.rstrip(), ""]
+        lines += [analysis.table.rstrip()]
+    lines += [TABLE_END, ""]
     lines += [("Contrasts (paired by seed; 95% t interval; p from the paired t test; Holm "
                f"over the study's {len(result['contrasts'])} contrasts):"), "",
               summary_lib.contrast_table(result, analysis.scales).rstrip()]
     return "\n".join(lines) + "\n"
+
+
+TABLE_BEGIN, TABLE_END = "<!-- study-table:begin -->", "<!-- study-table:end -->"
+
+
+def _study_table(block: str) -> str:
+    """The study's own table inside a published results block: between the table markers,
+    or (a block written before them) between the verdict table and the contrasts."""
+    if TABLE_BEGIN in block and TABLE_END in block:
+        return block[block.index(TABLE_BEGIN) + len(TABLE_BEGIN):block.index(TABLE_END)]
+    lines = block.splitlines()
+    start = next((i for i, line in enumerate(lines) if line.startswith("| claim (source)")),
+                 None)
+    end = next((i for i, line in enumerate(lines) if line.startswith("Contrasts (")),
+               len(lines))
+    if start is None:
+        start = 0
+    else:
+        while start < end and lines[start].strip():
+            start += 1
+    return "\n".join(lines[start:end]).strip("\n")
+
+
+# The display scales of summaries written before summary.json kept them (the studies' own).
+_SCALES = {"length_bias": {"length_correct_2op": (1.0, 2), "length_incorrect_2op": (1.0, 2)},
+           "length_growth": {"length": (1.0, 2), "length_change": (1.0, 2)}}
+
+
+def reapply_rule(study: Study, folder: str | None = None) -> tuple[list, list] | None:
+    """Applies the current claims and verdict rule to experiments/<study>/summary.json's
+    stored arms (contrasts and verdicts recomputed; the runs and their measurements as
+    published), rewrites summary.json and the README's verdicts and contrasts, and returns
+    (verdicts before, verdicts after); None when the study has no full-tier summary."""
+    from grpo_jax.runner.report import code_provenance
+
+    folder = folder or os.path.join(experiments_dir(), study.name)
+    path = os.path.join(folder, "summary.json")
+    if not os.path.exists(path):
+        return None
+    with open(path, encoding="utf-8") as f:
+        old = json.load(f)
+    if old.get("tier") != "full":
+        return None
+    specs = [(c["a"], c["b"], c["metric"]) for c in old["contrasts"]]
+    code = code_provenance()
+    provenance = {**old["provenance"], "verdicts_commit": code.get("commit")}
+    result = summary_lib.build(study=study.name, tier=old["tier"], provenance=provenance,
+                               protocol=old["protocol"], arms=old["arms"], specs=specs,
+                               extra=old.get("extra"), claims=study.claims,
+                               scales=old.get("scales") or _SCALES.get(study.name))
+    readme = os.path.join(folder, "README.md")
+    with open(readme, encoding="utf-8") as f:
+        text = f.read()
+    begin, end = text.find(summary_lib.MARK_BEGIN), text.find(summary_lib.MARK_END)
+    block = text[begin + len(summary_lib.MARK_BEGIN):end] if 0 <= begin < end else ""
+    analysis = Analysis(arms=result["arms"], specs=specs, table=_study_table(block),
+                        scales={k: tuple(v) for k, v in result.get("scales", {}).items()})
+    with open(path, "w", encoding="utf-8") as f:
+        f.write(summary_lib.to_json(result))
+    with open(readme, "w", encoding="utf-8") as f:
+        f.write(summary_lib.replace_marked(text, generated_block(result, analysis)))
+    return old.get("verdicts", []), result["verdicts"]
 
 
 def publish_outputs(study: Study, out: str) -> None:
@@ -75,23 +141,30 @@ def publish_outputs(study: Study, out: str) -> None:
     for name in sorted(os.listdir(local)):
         shutil.copyfile(os.path.join(local, name), os.path.join(target, name))
         print(f"[studies] published {os.path.join(target, name)}", flush=True)
-    index = os.path.join(experiments_dir(), "README.md")
+    print(f"[studies] published {write_index()} (its index of verdicts)", flush=True)
+
+
+def write_index(folder: str | None = None) -> str:
+    """Regenerates `folder`'s (experiments/) README.md index of verdicts; returns its path."""
+    folder = folder or experiments_dir()
+    index = os.path.join(folder, "README.md")
     with open(index, encoding="utf-8") as f:
         text = f.read()
     with open(index, "w", encoding="utf-8") as f:
-        f.write(summary_lib.replace_marked(text, index_table(experiments_dir())))
-    print(f"[studies] published {index} (its index of verdicts)", flush=True)
+        f.write(summary_lib.replace_marked(text, index_table(folder)))
+    return index
 
 
 def index_table(folder: str) -> str:
-    """experiments/README.md's index, generated from the published summary.json files: per
-    study its question, the commit its analysis ran at, and its verdicts; a study whose
-    summary.json predates the schema (or is a mini tier's) says it is not regenerated, one
-    without any that it has not run yet."""
+    """experiments/README.md's index, generated from the published summary.json files: a row
+    per claim (the study, the commits its runs ran at, the claim, its verdict and the
+    verdict's one-line reason; checks marked), then the tally of the claims whose test could
+    have failed (`summary.tally`). A study whose summary.json predates the schema (or is a
+    mini tier's) says it is not regenerated, one without any that it has not run yet."""
     from grpo_jax import studies
 
-    lines = ["| study | question | published at | verdicts (claim: verdict) |",
-             "|---|---|---|---|"]
+    lines = ["| study (runs at) | claim | verdict | why |", "|---|---|---|---|"]
+    totals: dict[str, int] = {}
     for name in studies.NAMES:
         path = os.path.join(folder, name, "summary.json")
         summary = None
@@ -99,25 +172,36 @@ def index_table(folder: str) -> str:
             with open(path, encoding="utf-8") as f:
                 summary = json.load(f)
         link = f"[{name}]({name}/README.md)"
-        question = (studies.get(name).question
-                    ).replace("|", "\\|")
         if not summary:
-            lines.append(f"| {link} | {question} | not run yet | - |")
+            lines.append(f"| {link} | - | not run yet | - |")
             continue
-        if summary.get("schema", 0) < 2 or summary.get("tier") != "full":
-            lines.append(f"| {link} | {question} | not regenerated yet | the former results: "
-                         "its README |")
+        if (summary.get("schema", 0) < summary_lib.SCHEMA_VERSION
+                or summary.get("tier") != "full"):
+            lines.append(f"| {link} | - | not regenerated yet | its README |")
             continue
-        code = summary["provenance"]
-        commit = (code.get("commit") or "unknown")[:7] + (" (modified)" if code.get("dirty")
-                                                          else "")
-        verdicts = "; ".join(f"{_short(v['claim'])}: **{v['verdict']}**"
-                             for v in summary.get("verdicts", [])) or "-"
-        lines.append(f"| {link} | {question} | `{commit}` | {verdicts} |")
+        runs = ", ".join(f"`{c[:7]}`" for c in summary["provenance"].get("run_commits", [])
+                         if c) or "unknown"
+        for index, v in enumerate(summary.get("verdicts", [])):
+            study = f"{link} ({runs})" if index == 0 else ""
+            verdict = f"**{v['verdict']}**"
+            if v.get("kind") == "check":
+                verdict = f"check: {v['verdict']}"
+            why = v["why"].split("; ")[0]
+            lines.append(f"| {study} | {short_text(v['claim'])} | {verdict} | "
+                         f"{short_text(why, 24)} |")
+        for key, count in summary_lib.tally(summary).items():
+            totals[key] = totals.get(key, 0) + count
+    if totals:
+        checks = totals.pop("checks", 0)
+        counted = sum(totals.values())
+        parts = ", ".join(f"{count} {key}" for key, count in totals.items())
+        lines += ["", (f"Claims whose test could have failed: {counted} ({parts}); not counted: "
+                       f"{checks} checks (true by construction here) and the claims not "
+                       "testable here.")]
     return "\n".join(lines) + "\n"
 
 
-def _short(text: str, words: int = 12) -> str:
+def short_text(text: str, words: int = 12) -> str:
     parts = text.replace("|", "\\|").split()
     return " ".join(parts[:words]) + (" ..." if len(parts) > words else "")
 

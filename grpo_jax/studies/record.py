@@ -12,6 +12,8 @@ from grpo_jax.results import FinishedRun
 from grpo_jax.studies import summary as summary_lib
 
 Claim = summary_lib.Claim
+# A claim's note when its margin was set after its first runs (the rule needs one).
+POST_HOC_MARGIN = "margin set after the first runs"
 
 
 @dataclasses.dataclass(frozen=True)

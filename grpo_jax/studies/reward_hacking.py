@@ -108,7 +108,10 @@ SOURCE = ("DeepSeek-AI 2025, \"DeepSeek-R1\", arXiv:2501.12948, sec. 2.2.2 (clos
 CLAIMS = (
     common.Claim("a neural reward model may suffer from reward hacking in large-scale RL: its "
                  "score rises", SOURCE + "; R1's reason to use rule rewards",
-                 (MODEL, ZERO, "rm_gain"), ">"),
+                 (MODEL, ZERO, "rm_gain"), ">", margin=0.1, kind="check",
+                 can_fail="no: RL maximises this score, so it rises under it (it rises under "
+                          "the rule reward too); the claim's substance is the next one",
+                 note=common.POST_HOC_MARGIN),
     common.Claim("... while what it stands for, the true accuracy, does not", SOURCE +
                  "; tested as the training accuracy under RL on the reward model rising "
                  "less than 3 points (one-sided)",

@@ -245,7 +245,8 @@ def execute(study: Study, tier: str, workdir: str, *, publish: bool = False,
                 "seeds": list(chosen.seeds), **analysis.protocol}
     result = summary_lib.build(study=study.name, tier=tier, provenance=provenance,
                                protocol=protocol, arms=analysis.arms, specs=analysis.specs,
-                               extra=analysis.extra, claims=study.claims)
+                               extra=analysis.extra, claims=study.claims,
+                               scales=analysis.scales)
     out = storage.join(workdir, study.name, "out")
     write_outputs(study, result, analysis, out)
     if publish:

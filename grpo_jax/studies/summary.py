@@ -30,18 +30,25 @@ Top-level keys (`check` enforces them; `SCHEMA_VERSION` is written as `schema`):
                      "p_holm": float,                       # Holm over the study's contrasts
                      "per_base": {"<base key>": {"n", "diff", "ci95", "p"}},
                      "across_bases": {"n", "diff", "ci95", "p"},  # one value per base
-                     "between_base_sd": float | NaN}],
+                     "between_base_sd": float | NaN,
+                     "interaction": {"F", "df1", "df2", "p"}}],  # base x arm
+                                                            # (stats.interaction)
       "verdicts": [{"claim", "source", "a", "b", "metric",   # the study's claims, each
                     "expect": ">" | "<" | "=" | "<=" | ">=",  # tested by one contrast by
                     "margin": float | null,                # a rule fixed before the runs
-                    "verdict": "reproduced" | "not reproduced" | "not resolved"
-                               | "not testable here",
-                    "result": "...", "why": "..."}],
-      "extra": {...}                                        # the study's own figures
+                    "kind": "claim" | "check",             # a check: true by construction
+                    "can_fail": "...",                     # how the test could fail here
+                    "headroom": float | null,              # largest effect the base allows
+                    "verdict": "reproduced" | "below the margin" | "not reproduced"
+                               | "not resolved" | "not testable here",
+                    "result": "...", "why": "..."}],       # result: both readings
+      "extra": {...},                                       # the study's own figures
+      "scales": {"<metric>": [factor, digits]}              # optional: tables' display
     }
 
 A verdict follows from its contrast by `verdict_of` (see there), so the README's verdict table,
-generated from summary.json, cannot say more than the numbers.
+generated from summary.json, cannot say more than the numbers. `tally` counts only the claims
+whose test could have failed: checks and claims not testable here stand apart.
 
 Non-finite numbers are written as null. Values are in the metric's own units (a pass rate
 is a fraction in [0, 1]); tables scale them.
@@ -53,26 +60,30 @@ import json
 import math
 import re
 import dataclasses
+import functools
 from collections.abc import Sequence
 
 from grpo_jax import stats
 
-__all__ = ["Claim", "MARK_BEGIN", "MARK_END", "SCHEMA_VERSION", "VERDICTS", "build", "check",
-           "contrast_table", "contrasts", "replace_marked", "to_json", "verdict_of",
+__all__ = ["Claim", "KINDS", "MIN_BASES", "MARK_BEGIN", "MARK_END", "SCHEMA_VERSION", "VERDICTS", "build", "check",
+           "contrast_table", "contrasts", "headroom_of", "replace_marked", "tally", "to_json", "verdict_of",
            "verdict_table"]
 
-SCHEMA_VERSION = 2
+SCHEMA_VERSION = 3
 MARK_BEGIN = "<!-- results:begin -->"
 MARK_END = "<!-- results:end -->"
 TOP_LEVEL = ("schema", "study", "tier", "provenance", "protocol", "arms", "contrasts")
 PROVENANCE = ("commit", "dirty", "python", "jax", "flax", "argv", "wall_time_s")
 PROTOCOL = ("eval_seed", "problems", "samples_per_problem", "problems_fixed_across_seeds")
 CONTRAST = ("a", "b", "metric", "n", "diff", "ci95", "p", "p_holm")
-VERDICTS = ("reproduced", "not reproduced", "not resolved", "not testable here")
+VERDICTS = ("reproduced", "below the margin", "not reproduced", "not resolved",
+            "not testable here")
 ALPHA = 0.05
 
 
 EXPECTS = (">", "<", "=", "<=", ">=")
+KINDS = ("claim", "check")
+MIN_BASES = 4  # bases a verdict needs when its bases disagree by more than the margin
 
 
 @dataclasses.dataclass(frozen=True)
@@ -84,12 +95,18 @@ class Claim:
     tests it, one of the study's contrasts. `expect`: what the claim predicts of a - b:
     ">" (a above b), "<" (a below b), "=" (no difference), "<=" (a not above b by the
     margin or more: "bounded by") or ">=" (a not below b by the margin or more).
-    `margin`: the smallest difference that would matter, in the metric's units: an
-    interval inside (-margin, margin) reproduces "=" and refutes ">" / "<"; without it "="
-    can only be not resolved or not reproduced; "<=" / ">=" need it. `untestable`: why
-    this miniature cannot test it (the verdict is then "not testable here", `test` may be
-    None). `note`: a caveat fixed with the claim (e.g.
-    "the base already does this")."""
+    `margin`: the smallest difference that would matter, in the metric's units (every
+    testable claim has one): a directional claim is reproduced only when its effect reaches
+    it; an interval inside (-margin, margin) reproduces "=" and refutes ">" / "<".
+    `kind`: "claim" (its test could have failed) or "check" (true by construction here: a
+    penalty lowers what it penalises, a cap caps; shown apart and never counted as a
+    reproduction). `can_fail`: how the test could fail here, stated before the runs; for a
+    check, why it cannot (required); for a claim, generated from the rule when empty.
+    `headroom`: (arm, metric, bound) for a claim near a ceiling: the largest effect the base
+    allows is |bound - the arm's mean|, computed from the base arm; below the margin the
+    verdict is "not testable here". `untestable`: why this miniature cannot test it (the
+    verdict is then "not testable here", `test` may be None). `note`: a caveat fixed with
+    the claim (e.g. "the base already does this")."""
     text: str
     source: str
     test: tuple[str, str, str] | None
@@ -97,15 +114,41 @@ class Claim:
     margin: float | None = None
     untestable: str = ""
     note: str = ""
+    kind: str = "claim"
+    can_fail: str = ""
+    headroom: tuple[str, str, float] | None = None
 
     def __post_init__(self):
         if self.expect not in EXPECTS:
             raise ValueError(f"Claim.expect: one of {', '.join(EXPECTS)}, got {self.expect!r}")
-        if self.expect in ("<=", ">=") and self.margin is None:
-            raise ValueError(f"Claim {self.text[:40]!r}: expect {self.expect!r} needs a margin")
+        if self.kind not in KINDS:
+            raise ValueError(f"Claim.kind: one of {', '.join(KINDS)}, got {self.kind!r}")
         if self.test is None and not self.untestable:
             raise ValueError(f"Claim {self.text[:40]!r}: no test and no reason it is "
                              "untestable")
+        if not self.untestable and (self.margin is None or not self.margin > 0):
+            raise ValueError(f"Claim {self.text[:40]!r}: a testable claim needs a margin > 0 "
+                             "(the smallest difference that would matter)")
+        if self.kind == "check" and not self.can_fail:
+            raise ValueError(f"Claim {self.text[:40]!r}: a check says in can_fail why its "
+                             "test cannot fail")
+        if self.headroom is not None and len(self.headroom) != 3:
+            raise ValueError(f"Claim {self.text[:40]!r}: headroom is (arm, metric, bound)")
+
+    def failure(self) -> str:
+        """`can_fail`, or the rule's own statement of how this claim's test could fail."""
+        if self.can_fail or self.untestable:
+            return self.can_fail or "not tested here"
+        a, b, metric = self.test
+        m = _number(self.margin, *_scale(metric))
+        if self.expect in (">", "<"):
+            word = "above" if self.expect == ">" else "below"
+            return (f"fails unless {a} lies {word} {b} in {metric} by at least {m} (point "
+                    f"estimate), Holm p < {ALPHA} that way, and no base goes the other way")
+        if self.expect == "=":
+            return f"fails if the 95% interval of {a} - {b} in {metric} reaches past ±{m}"
+        side = "+" if self.expect == "<=" else "-"
+        return f"fails if the 95% interval of {a} - {b} in {metric} reaches {side}{m}"
 
 
 def _pairs(arms: dict, a: str, b: str, metric: str) -> dict[str, tuple[list, list]]:
@@ -140,7 +183,8 @@ def contrasts(arms: dict, specs: Sequence[tuple[str, str, str]]) -> list[dict]:
         out.append({"a": a, "b": b, "metric": metric, "n": result["n"],
                     "unit": result["unit"], "df": result["df"], "diff": result["diff"],
                     "ci95": result["ci95"], "p": result["p"], "per_base": per_base,
-                    "across_bases": across, "between_base_sd": result["between_base_sd"]})
+                    "across_bases": across, "between_base_sd": result["between_base_sd"],
+                    "interaction": result["interaction"]})
     for entry, adjusted in zip(out, stats.holm([c["p"] for c in out])):
         entry["p_holm"] = adjusted
     return out
@@ -148,9 +192,10 @@ def contrasts(arms: dict, specs: Sequence[tuple[str, str, str]]) -> list[dict]:
 
 def build(*, study: str, tier: str, provenance: dict, protocol: dict, arms: dict,
           specs: Sequence[tuple[str, str, str]], extra: dict | None = None,
-          claims: Sequence[Claim] = ()) -> dict:
+          claims: Sequence[Claim] = (), scales: dict | None = None) -> dict:
     """The summary dict (see the module docstring), contrasts computed from `arms`, the
-    claims' verdicts from the contrasts."""
+    claims' verdicts from the contrasts; `scales` (metric -> (factor, digits), the tables'
+    display) is kept so the tables can be written again from summary.json alone."""
     for claim in claims:
         if claim.test is not None and tuple(claim.test) not in {tuple(x) for x in specs}:
             raise ValueError(f"{study}: the claim {claim.text[:50]!r} is tested by "
@@ -164,6 +209,8 @@ def build(*, study: str, tier: str, provenance: dict, protocol: dict, arms: dict
     summary["verdicts"] = verdicts(summary, claims)
     if extra:
         summary["extra"] = extra
+    if scales:
+        summary["scales"] = {k: list(v) for k, v in scales.items()}
     check(summary)
     return summary
 
@@ -202,68 +249,111 @@ def check(summary: dict) -> None:
         if entry.get("verdict") not in VERDICTS:
             raise ValueError(f"summary.json: verdicts[{index}].verdict = "
                              f"{entry.get('verdict')!r}; expected one of {VERDICTS}")
+        if entry.get("kind") not in KINDS:
+            raise ValueError(f"summary.json: verdicts[{index}].kind = {entry.get('kind')!r}; "
+                             f"expected one of {KINDS}")
+        if not isinstance(entry.get("can_fail"), str) or not entry["can_fail"]:
+            raise ValueError(f"summary.json: verdicts[{index}] has no can_fail statement")
 
 
-def verdict_of(claim: Claim, contrast: dict | None) -> tuple[str, str]:
+def verdict_of(claim: Claim, contrast: dict | None,
+               headroom: float | None = None) -> tuple[str, str]:
     """(verdict, why) of `claim` from its contrast (a summary.json contrast entry).
 
-    The rule, for expect ">" (mirrored for "<"): reproduced when Holm's p < 0.05, the
-    difference is positive and no base's own mean difference is negative; not reproduced
-    when Holm's p < 0.05 with a negative difference, or the 95% interval lies inside
-    (-margin, margin); otherwise not resolved (bases that disagree in sign say so). For
-    "=": reproduced when the interval lies inside (-margin, margin); not reproduced when
-    Holm's p < 0.05; otherwise not resolved. For "<=" (mirrored for ">="): reproduced when
-    the interval's upper end is below +margin, not reproduced when its lower end is above
-    +margin, otherwise not resolved."""
+    The rule, in order. "not testable here" when the claim says so, or when `headroom` (the
+    largest effect the base allows) is below the margin. "not resolved" when two or three
+    bases' own mean differences spread by more than the margin (such a verdict needs
+    `MIN_BASES` bases). For expect ">" (mirrored for "<"): "reproduced" when Holm's p <
+    0.05, the difference is positive, reaches the margin (the point estimate; `why` says
+    whether the interval's near end clears it too) and no base's own mean difference is
+    negative; "below the margin" when all that holds but the difference falls short of the
+    margin; "not reproduced" when Holm's p < 0.05 the other way, or the interval's far end
+    lies short of the margin (no effect that matters fits the data); otherwise "not
+    resolved". For "=": reproduced when the interval lies inside (-margin, margin); not
+    reproduced when Holm's p < 0.05; otherwise not resolved. For "<=" (mirrored for ">="):
+    reproduced when the interval's upper end is below +margin, not reproduced when its lower
+    end is above +margin, otherwise not resolved."""
     if claim.untestable:
         return "not testable here", claim.untestable
     if contrast is None:
         return "not resolved", "its contrast was not run"
+    scale, digits = _scale(contrast["metric"])
+
+    def show(value, signed=True):
+        return _number(value, scale, digits, signed)
+
+    margin = claim.margin
+    if headroom is not None and math.isfinite(headroom) and headroom < margin:
+        return "not testable here", (f"a ceiling: the base leaves at most {show(headroom, False)}"
+                                     f", below the margin {show(margin, False)}")
     diff, (lo, hi), p_holm = contrast["diff"], contrast["ci95"], contrast.get("p_holm")
     finite = all(v is not None and math.isfinite(v) for v in (diff, lo, hi, p_holm))
     if not finite:
         return "not resolved", "no spread to test (fewer than two pairs)"
+    bases = [v["diff"] for v in contrast.get("per_base", {}).values()
+             if v.get("diff") is not None and math.isfinite(v["diff"])]
+    spread = max(bases) - min(bases) if len(bases) > 1 else 0.0
+    if 1 < len(bases) < MIN_BASES and spread > margin:
+        return "not resolved", (f"the bases' effects differ by {show(spread, False)}, more than "
+                                f"the margin {show(margin, False)}: a verdict needs at least "
+                                f"{MIN_BASES} bases (has {len(bases)})")
     significant = p_holm < ALPHA
-    inside = claim.margin is not None and -claim.margin < lo and hi < claim.margin
-    margin = f"±{_number(claim.margin, *_scale(contrast['metric']))}" \
-        if claim.margin is not None else ""
+    inside = -margin < lo and hi < margin
+    plus_minus = f"±{show(margin, False)}"
     if claim.expect == "=":
         if inside:
-            return "reproduced", f"the 95% interval lies inside {margin}"
+            return "reproduced", f"the 95% interval lies inside {plus_minus}"
         if significant:
             return "not reproduced", f"Holm p {_p(p_holm)} < {ALPHA}: a difference"
-        return "not resolved", ("the interval reaches past " + margin if margin
-                                else "no margin given: equality cannot be shown")
+        return "not resolved", f"the interval reaches past {plus_minus}"
     if claim.expect in ("<=", ">="):
         sign = 1.0 if claim.expect == "<=" else -1.0
         near, far = (hi, lo) if sign > 0 else (-lo, -hi)
-        bound = f"{'+' if sign > 0 else '-'}{margin[1:]}"
-        if near < claim.margin:
+        bound = f"{'+' if sign > 0 else '-'}{show(margin, False)}"
+        if near < margin:
             side = "below" if sign > 0 else "above"
             return "reproduced", f"the 95% interval lies {side} {bound}"
-        if far > claim.margin:
+        if far > margin:
             side = "above" if sign > 0 else "below"
             return "not reproduced", f"the 95% interval lies {side} {bound}"
         return "not resolved", f"the 95% interval reaches past {bound}"
     sign = 1.0 if claim.expect == ">" else -1.0
-    bases = [v["diff"] for v in contrast.get("per_base", {}).values()
-             if v.get("diff") is not None and math.isfinite(v["diff"])]
+    bound = f"{'+' if sign > 0 else '-'}{show(margin, False)}"
+    effect, near, far = diff * sign, min(lo * sign, hi * sign), max(lo * sign, hi * sign)
     against = [d for d in bases if d * sign < 0]
-    if significant and diff * sign > 0:
+    if significant and effect > 0:
         if against:
             return "not resolved", (f"Holm p {_p(p_holm)}, but {len(against)} of "
                                     f"{len(bases)} bases go the other way")
         agree = f"; the same sign on all {len(bases)} bases" if len(bases) > 1 else ""
-        return "reproduced", f"Holm p {_p(p_holm)} < {ALPHA}{agree}"
+        if effect < margin:
+            return "below the margin", (f"Holm p {_p(p_holm)} < {ALPHA}{agree}, but "
+                                        f"{show(diff)} falls short of the margin {bound}")
+        clears = "clears it" if near >= margin else "does not clear it"
+        return "reproduced", (f"Holm p {_p(p_holm)} < {ALPHA}{agree}; {show(diff)} reaches "
+                              f"the margin {bound} (the interval's near end {clears})")
     if significant:
         return "not reproduced", f"Holm p {_p(p_holm)} < {ALPHA}, in the other direction"
-    if inside:
-        return "not reproduced", f"the 95% interval lies inside {margin}: too small to matter"
+    if far < margin:
+        return "not reproduced", (f"the 95% interval stops short of {bound}: "
+                                  "no effect that matters")
     return "not resolved", f"Holm p {_p(p_holm)} ≥ {ALPHA} (raw p {_p(contrast['p'])})"
 
 
+def headroom_of(claim: Claim, arms: dict) -> float | None:
+    """The largest effect `claim`'s base allows, |bound - the mean of arm's metric| (None
+    without `claim.headroom` or without finite values)."""
+    if claim.headroom is None:
+        return None
+    arm, metric, bound = claim.headroom
+    values = [v for v in arms.get(arm, {}).get("metrics", {}).get(metric, [])
+              if v is not None and math.isfinite(v)]
+    return abs(bound - sum(values) / len(values)) if values else None
+
+
 def verdicts(summary: dict, claims: Sequence[Claim]) -> list[dict]:
-    """Each claim with its contrast's result and `verdict_of`'s verdict."""
+    """Each claim with its contrast's result in both readings (bases as blocks; bases as the
+    unit, with the base x arm interaction) and `verdict_of`'s verdict."""
     out = []
     for claim in claims:
         found = None
@@ -271,30 +361,66 @@ def verdicts(summary: dict, claims: Sequence[Claim]) -> list[dict]:
             a, b, metric = claim.test
             found = next((c for c in summary["contrasts"]
                           if (c["a"], c["b"], c["metric"]) == (a, b, metric)), None)
-        verdict, why = verdict_of(claim, found)
+        headroom = headroom_of(claim, summary["arms"])
+        verdict, why = verdict_of(claim, found, headroom)
         if claim.note:
             why = f"{why}; {claim.note}"
         a, b, metric = claim.test if claim.test is not None else (None, None, None)
         result = "-"
         if found is not None:
-            scale, digits = _scale(metric)
+            show = functools.partial(_show, metric=metric)
             lo, hi = found["ci95"]
-            result = (f"{a} - {b}, {metric}: {_number(found['diff'], scale, digits, True)} "
-                      f"[{_number(lo, scale, digits, True)}, {_number(hi, scale, digits, True)}]"
+            result = (f"{a} - {b}, {metric}: {show(found['diff'])} [{show(lo)}, {show(hi)}]"
                       f" (n = {found['n']})")
+            across = found.get("across_bases") or {}
+            if across.get("n", 0) > 1:
+                alo, ahi = across["ci95"]
+                result += (f"; bases as the unit: {show(across['diff'])} [{show(alo)}, "
+                           f"{show(ahi)}] (n = {across['n']}), base x arm p "
+                           f"{_p((found.get('interaction') or {}).get('p'))}")
         out.append({"claim": claim.text, "source": claim.source, "a": a, "b": b,
                     "metric": metric, "expect": claim.expect, "margin": claim.margin,
+                    "kind": claim.kind, "can_fail": claim.failure(), "headroom": headroom,
                     "verdict": verdict, "result": result, "why": why})
     return out
 
 
-def verdict_table(summary: dict) -> str:
-    """The verdicts as the table "claim (source) | our result | verdict, and why"."""
-    lines = ["| claim (source) | our result | verdict, and why |", "|---|---|---|"]
+def tally(summary: dict) -> dict:
+    """{verdict: count} over the claims whose test could have failed (kind "claim", not "not
+    testable here"); checks apart under "checks"."""
+    counts = {v: 0 for v in VERDICTS if v != "not testable here"}
+    checks = 0
     for v in summary.get("verdicts", []):
-        lines.append(f"| \"{v['claim']}\" ({v['source']}) | {v['result']} | "
-                     f"**{v['verdict']}**: {v['why']} |")
+        if v.get("kind", "claim") == "check":
+            checks += 1
+        elif v["verdict"] in counts:
+            counts[v["verdict"]] += 1
+    counts["checks"] = checks
+    return counts
+
+
+def verdict_table(summary: dict) -> str:
+    """The verdicts as the table "claim (source) | our result | verdict, and why"; checks
+    (true by construction here) in a table of their own below the claims."""
+    head = ["| claim (source) | our result | verdict, and why |", "|---|---|---|"]
+    claims = [v for v in summary.get("verdicts", []) if v.get("kind", "claim") == "claim"]
+    checks = [v for v in summary.get("verdicts", []) if v.get("kind") == "check"]
+
+    def row(v):
+        return (f"| \"{v['claim']}\" ({v['source']}) | {v['result']} | "
+                f"**{v['verdict']}**: {v['why']} |")
+
+    lines = head + [row(v) for v in claims]
+    if checks:
+        lines += ["", "Checks (true by construction here, so not counted as reproductions):",
+                  "", "| check (source) | our result | outcome, and why it could not fail |",
+                  "|---|---|---|"]
+        lines += [row(v)[:-2] + f"; cannot fail: {v['can_fail']} |" for v in checks]
     return "\n".join(lines) + "\n"
+
+
+def _show(value, metric: str) -> str:
+    return _number(value, *_scale(metric), True)
 
 
 def _scale(metric: str) -> tuple[float, int]:

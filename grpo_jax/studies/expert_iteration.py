@@ -70,18 +70,14 @@ def analyze(runs: common.StudyRuns) -> common.Analysis:
     arms = per_arm(runs, _values, (GRPO, EI))
     common.add_base_arm(arms, GRPO, METRICS)
     return common.Analysis(arms=arms, specs=SPECS, table=table(arms),
-                           plots=lambda out: common.bar_plot(
-                               arms, (("pass@1", "held-out pass@1, %", 100.0),
-                                     ("pass@8", "held-out pass@8, %", 100.0)), out))
+                           plots=tables.bar_plots(arms, (tables.PASS_AT_1, tables.PASS_AT_8)))
 
 
 def table(arms: dict) -> str:
     return tables.arm_table(
         arms, ("base", GRPO, EI),
         ("pass@1", "pass@8", "format rate", "samples kept and trained on"),
-        lambda m: [common.cell(m["pass@1"]), common.cell(m["pass@8"]),
-                   common.cell(m["format_rate"]),
-                   tables.optional_cell(m.get("kept", []), 1.0, 0)],
+        tables.metric_row("pass@1", "pass@8", "format_rate", ("kept", 1.0, 0)),
         "In %, mean ± 95% half-width over (base, seed) runs; 128 held-out problems x 8 "
         "samples. Both arms sample 7,680 completions from their own current policy.")
 

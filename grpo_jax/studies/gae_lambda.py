@@ -134,19 +134,15 @@ def analyze(runs: common.StudyRuns) -> common.Analysis:
     arms = per_arm(runs, _values, ARMS)
     common.add_base_arm(arms, "lambda=0.95", METRICS)
     return common.Analysis(arms=arms, specs=SPECS, table=table(arms, runs.tier),
-                           plots=lambda out: common.bar_plot(
-                               arms, (("adv_bias", "|mean A_lambda - A_MC|", 1.0),
-                                      ("adv_var", "variance of A_lambda", 1.0),
-                                      ("pass@1", "held-out pass@1, %", 100.0)), out))
+                           plots=tables.bar_plots(arms, (
+                               ("adv_bias", "|mean A_lambda - A_MC|", 1.0),
+                               ("adv_var", "variance of A_lambda", 1.0), tables.PASS_AT_1)))
 
 
 def table(arms: dict, tier: str) -> str:
-    def row(m):
-        cells = tables.optional_cells(m)
-        return [common.cell(m["pass@1"]), cells("adv_bias", 1.0, 4), cells("adv_var", 1.0, 4)]
-
     return tables.arm_table(
-        arms, ("base", *ARMS), ("pass@1", "advantage bias", "advantage variance"), row,
+        arms, ("base", *ARMS), ("pass@1", "advantage bias", "advantage variance"),
+        tables.metric_row("pass@1", ("adv_bias", 1.0, 4), ("adv_var", 1.0, 4)),
         "pass@1 in %; advantage bias |mean(A_lambda - A_MC)| in reward units and the "
         f"advantage variance in reward^2, over the valid tokens of the final policy's "
         f"{SAMPLES[tier]} samples of each of {PROBLEMS[tier]} held-out problems with the "

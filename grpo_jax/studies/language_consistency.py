@@ -61,8 +61,7 @@ def analyze(runs: common.StudyRuns) -> common.Analysis:
 def table(arms: dict) -> str:
     return tables.arm_table(
         arms, ("base", *REWARDS), ("pass@1", "language consistency", "format rate"),
-        lambda m: [common.cell(m["pass@1"]), common.cell(m["reward/language"]),
-                   common.cell(m["format_rate"])],
+        tables.metric_row("pass@1", "reward/language", "format_rate"),
         "In %, mean ± 95% half-width over (base, seed) runs; language consistency is the mean "
         "share of English step words in the thinking of the held-out completions (1 without "
         "any step word).")

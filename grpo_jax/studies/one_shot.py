@@ -52,8 +52,7 @@ def analyze(runs: common.StudyRuns) -> common.Analysis:
 def table(arms: dict, config) -> str:
     return tables.arm_table(
         arms, ("base", *SIZES), ("pass@1", "pass@8", "format rate"),
-        lambda m: [common.cell(m["pass@1"]), common.cell(m["pass@8"]),
-                   common.cell(m["format_rate"])],
+        tables.metric_row("pass@1", "pass@8", "format_rate"),
         f"In %, mean ± 95% half-width over (base, seed) runs, on {tables.rl_caption(config)} "
         "(the base: before).")
 

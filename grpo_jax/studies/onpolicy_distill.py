@@ -78,9 +78,7 @@ def analyze(runs: common.StudyRuns) -> common.Analysis:
     arms = per_arm(runs, _values, (OPD, R1, RL))
     common.add_base_arm(arms, RL, METRICS, name="student")
     return common.Analysis(arms=arms, specs=SPECS, table=table(arms),
-                           plots=lambda out: common.bar_plot(
-                               arms, (("pass@1", "held-out pass@1, %", 100.0),
-                                     ("pass@8", "held-out pass@8, %", 100.0)), out))
+                           plots=tables.bar_plots(arms, (tables.PASS_AT_1, tables.PASS_AT_8)))
 
 
 def table(arms: dict) -> str:

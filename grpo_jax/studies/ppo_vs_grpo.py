@@ -60,20 +60,16 @@ def analyze(runs: common.StudyRuns) -> common.Analysis:
     arms = per_arm(runs, _values, ARMS)
     common.add_base_arm(arms, MAIN, METRICS)
     return common.Analysis(arms=arms, specs=SPECS, table=table(arms),
-                           plots=lambda out: common.bar_plot(
-                               arms, (("pass@1", "held-out pass@1, %", 100.0),
-                                     ("update_time_s", "update seconds per step", 1.0)), out))
+                           plots=tables.bar_plots(arms, (
+                               tables.PASS_AT_1,
+                               ("update_time_s", "update seconds per step", 1.0))))
 
 
 def table(arms: dict) -> str:
-    def row(m):
-        time = tables.optional_cells(m)
-        return [common.cell(m["pass@1"]), common.cell(m["format_rate"]),
-                time("sample_time_s", 1.0, 3), time("update_time_s", 1.0, 3)]
-
     return tables.arm_table(
         arms, ("base", *ARMS), ("pass@1", "format rate", "sampling s/step", "update s/step"),
-        row,
+        tables.metric_row("pass@1", "format_rate", ("sample_time_s", 1.0, 3),
+                          ("update_time_s", 1.0, 3)),
         "pass@1 and format in %, seconds per training step (the first, compiling, left out); "
         "mean ± 95% half-width over (base, seed) runs. By construction PPO holds seven "
         "parameter-sized buffers (policy, critic, reference, Adam's two moments for policy and "

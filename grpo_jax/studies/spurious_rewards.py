@@ -55,8 +55,7 @@ def analyze(runs: common.StudyRuns) -> common.Analysis:
 def table(arms: dict, config) -> str:
     return tables.arm_table(
         arms, ("base", *REWARDS), ("pass@1", "format rate", "mean length"),
-        lambda m: [common.cell(m["pass@1"]), common.cell(m["format_rate"]),
-                   common.cell(m["mean_length"], 1.0, 1)],
+        tables.metric_row("pass@1", "format_rate", ("mean_length", 1.0, 1)),
         "pass@1 and format rate in %, mean length in tokens; mean ± 95% half-width over (base, "
         f"seed) runs, {tables.rl_caption(config)} on each reward (the base: before).")
 

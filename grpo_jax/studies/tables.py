@@ -1,13 +1,13 @@
 """What most studies show of their arms: the per-arm table of table.md (a row per arm: its
 name, its runs, its figures as cells of mean ± the 95% half-width over seeds; a note under
-it) and the plot of the arms' training curves."""
+it), the plot of the arms' training curves and the bar plot of their figures."""
 
 from __future__ import annotations
 
 from collections.abc import Callable, Mapping, Sequence
 
 from grpo_jax.studies.arms import arm_curves
-from grpo_jax.studies.present import cell, curve_panels
+from grpo_jax.studies.present import bar_plot, cell, curve_panels
 from grpo_jax.studies.record import StudyRuns
 
 
@@ -22,6 +22,14 @@ def optional_cells(metrics: Mapping) -> Callable[..., str]:
     where the arm has no value of it)."""
     return lambda metric, scale=100.0, digits=1: optional_cell(metrics.get(metric, []),
                                                                scale, digits)
+
+
+def metric_row(*columns) -> Callable[[Mapping], list[str]]:
+    """An `arm_table` row of one cell per column: a metric's name (the cell in %, one
+    decimal) or (metric, scale, digits); "-" where the arm has no value of it."""
+    formats = [(column,) if isinstance(column, str) else tuple(column) for column in columns]
+    return lambda metrics: [optional_cell(metrics.get(name, []), *digits)
+                            for name, *digits in formats]
 
 
 def arm_table(arms: Mapping, names: Sequence[str], columns: Sequence[str],
@@ -45,6 +53,18 @@ def curve_plots(runs: StudyRuns, names: Sequence[str],
     one panel per (metric, title) of `panels`."""
     curves = arm_curves(runs, names)
     return lambda out: curve_panels(curves, panels, out)
+
+
+# `bar_plots` panels of the held-out pass@k, (metric, title, scale) each.
+PASS_AT_1 = ("pass@1", "held-out pass@1, %", 100.0)
+PASS_AT_8 = ("pass@8", "held-out pass@8, %", 100.0)
+
+
+def bar_plots(arms: Mapping, panels: Sequence[tuple[str, str, float]]
+              ) -> Callable[[str], None]:
+    """An `Analysis.plots`: `bar_plot` of the arms, one panel per (metric, title, scale) of
+    `panels`."""
+    return lambda out: bar_plot(arms, panels, out)
 
 
 def rl_caption(config) -> str:

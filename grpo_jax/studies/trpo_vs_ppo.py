@@ -71,14 +71,11 @@ def analyze(runs: common.StudyRuns) -> common.Analysis:
 
 
 def table(arms: dict) -> str:
-    def row(m):
-        raw = tables.optional_cells(m)
-        return [common.cell(m["pass@1"]), common.cell(m["format_rate"]),
-                raw("kl_step_max", 1.0, 4), raw("update_time_s", 1.0, 3)]
-
     return tables.arm_table(
         arms, ("base", *ARMS),
-        ("pass@1", "format rate", "largest per-step KL", "update s/step"), row,
+        ("pass@1", "format rate", "largest per-step KL", "update s/step"),
+        tables.metric_row("pass@1", "format_rate", ("kl_step_max", 1.0, 4),
+                          ("update_time_s", 1.0, 3)),
         "pass@1 and format in %, KL in nats per token, seconds per step; mean ± 95% "
         "half-width over (base, seed) runs.")
 

@@ -106,10 +106,9 @@ def analyze(runs: common.StudyRuns) -> common.Analysis:
     common.constant_arm(arms, RL, RANK_BAR, "relative_rank", 0.8)
     common.constant_arm(arms, RL, SMALL, "changed_bf16", 0.3)
     return common.Analysis(arms=arms, specs=SPECS, table=table(arms),
-                           plots=lambda out: common.bar_plot(
-                               arms, (("changed_bf16", "entries changed (bf16), %", 100.0),
-                                     ("relative_rank", "update's effective rank / full, %",
-                                      100.0)), out))
+                           plots=tables.bar_plots(arms, (
+                               ("changed_bf16", "entries changed (bf16), %", 100.0),
+                               ("relative_rank", "update's effective rank / full, %", 100.0))))
 
 
 def table(arms: dict) -> str:
@@ -117,8 +116,7 @@ def table(arms: dict) -> str:
         arms, (RL, SFT),
         ("entries changed (bf16)", "entries changed (> 1e-5)",
          "update's effective rank / full rank", "pass@1"),
-        lambda m: [tables.optional_cells(m)(metric) for metric in
-                   ("changed_bf16", "changed_1e-5", "relative_rank", "pass@1")],
+        tables.metric_row("changed_bf16", "changed_1e-5", "relative_rank", "pass@1"),
         "All in %, mean ± 95% half-width over (base, seed) runs: the final parameters against "
         "the base's, every entry of every leaf (embeddings included in the fractions; the ranks "
         "over the weight matrices, embeddings left out).", first="arm")

@@ -68,9 +68,7 @@ def table(arms: dict) -> str:
         arms, ("base", *ARMS),
         ("pass@1", "format rate", "clip fraction (training mean)",
          "KL to the reference (training mean)"),
-        lambda m: [common.cell(m["pass@1"]), common.cell(m["format_rate"]),
-                   common.cell(m["clip_frac"]) if m.get("clip_frac") else "-",
-                   common.cell(m["kl_ref"], 1.0, 4) if m.get("kl_ref") else "-"],
+        tables.metric_row("pass@1", "format_rate", "clip_frac", ("kl_ref", 1.0, 4)),
         "pass@1, format and clip fraction in %, the KL in nats per token; mean ± 95% "
         "half-width over (base, seed) runs.")
 

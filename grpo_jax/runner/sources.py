@@ -382,6 +382,16 @@ class DeviceSource(Source):
                     make_device_reward(name, check.tokenizer)
                 except ValueError as err:
                     check.fail("fused_steps", str(err))
+        try:  # the training problems the program scores (too few is task.train_size's line)
+            examples = check.task.examples("train", check.config.task.train_size,
+                                           seed=check.config.seed)
+        except ValueError:
+            return
+        try:
+            integer_answers(examples)
+        except ValueError as err:
+            check.fail("fused_steps", f"{err}; set fused_steps to 0 (the host scores any "
+                                      "answer)")
 
     def _answers(self, examples):
         try:

@@ -16,6 +16,7 @@ from grpo_jax.tasks.gsm8k import GSM8KTask  # noqa: E402  isort: skip
 from grpo_jax.tasks.tool_arithmetic import ToolArithmeticTask  # noqa: E402  isort: skip
 from grpo_jax.tasks.guess_number import GuessNumberTask  # noqa: E402  isort: skip
 from grpo_jax.tasks.code_expression import CodeExpressionTask  # noqa: E402  isort: skip
+from grpo_jax.tasks.file import FileTask  # noqa: E402  isort: skip
 
 __all__ = [
     "ArithmeticTask",
@@ -24,6 +25,7 @@ __all__ = [
     "GSM8KTask",
     "GuessNumberTask",
     "Example",
+    "FileTask",
     "TEMPLATES",
     "Task",
     "ToolArithmeticTask",

@@ -185,8 +185,10 @@ class Task(abc.ABC):
         """A worked solution, wrong with probability `error_rate`, malformed w.p. `format_error_rate`.
 
         Default: the thinking is `example.solution` (its think part when it has tags, e.g. the
-        GSM8K rationale otherwise) and a numeric answer is perturbed by +/-1..3 when wrong.
-        Synthetic tasks override this with step-by-step traces whose steps can be wrong.
+        GSM8K rationale otherwise; empty without one: the question -> answer pair) and, when
+        wrong, a numeric answer is perturbed by +/-1..3 and any other answer gets
+        one character edit (`perturb_text`). Synthetic tasks override this with step-by-step
+        traces whose steps can be wrong.
 
         Args:
           example: the problem.
@@ -205,9 +207,9 @@ class Task(abc.ABC):
         if rng.random() < error_rate:
             value = parse_number(answer)
             if value is None:
-                raise NotImplementedError(
-                    f"{self.name}: noisy solutions of non-numeric answers need Task.solution")
-            answer = _format_number(value + int(rng.choice([-3, -2, -1, 1, 2, 3])))
+                answer = perturb_text(answer, rng)
+            else:
+                answer = _format_number(value + int(rng.choice([-3, -2, -1, 1, 2, 3])))
         return self.finish_solution(example, thinking, answer, rng, format_error_rate)
 
     def finish_solution(self, example, thinking, answer, rng, format_error_rate):
@@ -268,3 +270,24 @@ def perturb(value: int, rng: np.random.Generator, *, exclude: Callable[[int], bo
     if not candidates:
         return None
     return int(candidates[int(rng.integers(len(candidates)))])
+
+
+def perturb_text(text: str, rng: np.random.Generator) -> str:
+    """`text` with one random character edit, never equal to `text`: two neighbouring
+    different characters swapped, one character dropped (when more than one) or one doubled.
+
+    The wrong answer of a noisy worked solution for answers that are not numbers ("?" for
+    an empty `text`).
+    """
+    if not text:
+        return "?"
+    swaps = [i for i in range(len(text) - 1) if text[i] != text[i + 1]]
+    edits = ["double"] + (["swap"] if swaps else []) + (["drop"] if len(text) > 1 else [])
+    edit = edits[int(rng.integers(len(edits)))]
+    if edit == "swap":
+        i = swaps[int(rng.integers(len(swaps)))]
+        return text[:i] + text[i + 1] + text[i] + text[i + 2:]
+    i = int(rng.integers(len(text)))
+    if edit == "drop":
+        return text[:i] + text[i + 1:]
+    return text[:i] + text[i] * 2 + text[i + 1:]

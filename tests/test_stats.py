@@ -247,12 +247,19 @@ def test_verdicts_follow_from_the_contrast_by_one_rule():
     # significant, but one base goes the other way: not resolved, and it says so
     v, why = verdict(up, _contrast(0.05, 0.03, 0.07, 0.01, (0.015, -0.001)))
     assert v == "not resolved" and "1 of 2 bases" in why
-    # two bases whose effects differ by more than the margin: no verdict on two bases ...
-    v, why = verdict(up, _contrast(0.05, 0.03, 0.07, 0.01, (0.08, 0.02)))
+    # two bases that disagree (effects more than the margin apart, one past it and one short
+    # of it): no verdict on two bases ...
+    v, why = verdict(up, _contrast(0.05, 0.03, 0.07, 0.01, (0.08, 0.015)))
     assert v == "not resolved" and "at least 4 bases (has 2)" in why
     # ... and one on four
-    assert verdict(up, _contrast(0.05, 0.03, 0.07, 0.01, (0.08, 0.02, 0.05, 0.05)))[0] \
+    assert verdict(up, _contrast(0.05, 0.03, 0.07, 0.01, (0.08, 0.015, 0.05, 0.05)))[0] \
         == "reproduced"
+    # bases that differ by more than the margin but agree (both past it) are not a dispute
+    assert verdict(up, _contrast(0.08, 0.06, 0.10, 0.01, (0.05, 0.11)))[0] == "reproduced"
+    v, why = verdict(same, _contrast(0.0, -0.01, 0.01, 0.9, (0.015, -0.01)))
+    assert v == "reproduced"
+    v, why = verdict(same, _contrast(0.0, -0.01, 0.01, 0.9, (0.025, -0.01)))
+    assert v == "not resolved" and "disagree" in why
     assert verdict(up, _contrast(-0.05, -0.07, -0.03, 0.01))[0] == "not reproduced"
     assert verdict(down, _contrast(-0.05, -0.07, -0.03, 0.01))[0] == "reproduced"
     # a raw p below 0.05 is not enough once Holm's adjustment lifts it

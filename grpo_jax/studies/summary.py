@@ -262,7 +262,8 @@ def verdict_of(claim: Claim, contrast: dict | None,
 
     The rule, in order. "not testable here" when the claim says so, or when `headroom` (the
     largest effect the base allows) is below the margin. "not resolved" when two or three
-    bases' own mean differences spread by more than the margin (such a verdict needs
+    bases disagree: their own mean differences spread by more than the margin and lie on
+    both sides of it (one base alone would reproduce, another not; such a verdict needs
     `MIN_BASES` bases). For expect ">" (mirrored for "<"): "reproduced" when Holm's p <
     0.05, the difference is positive, reaches the margin (the point estimate; `why` says
     whether the interval's near end clears it too) and no base's own mean difference is
@@ -293,10 +294,12 @@ def verdict_of(claim: Claim, contrast: dict | None,
     bases = [v["diff"] for v in contrast.get("per_base", {}).values()
              if v.get("diff") is not None and math.isfinite(v["diff"])]
     spread = max(bases) - min(bases) if len(bases) > 1 else 0.0
-    if 1 < len(bases) < MIN_BASES and spread > margin:
-        return "not resolved", (f"the bases' effects differ by {show(spread, False)}, more than "
-                                f"the margin {show(margin, False)}: a verdict needs at least "
-                                f"{MIN_BASES} bases (has {len(bases)})")
+    if 1 < len(bases) < MIN_BASES and spread > margin and len(
+            {_side(claim, d) for d in bases}) > 1:
+        return "not resolved", (f"the bases disagree: their effects differ by "
+                                f"{show(spread, False)}, more than the margin "
+                                f"{show(margin, False)}, on both sides of it; a verdict needs at "
+                                f"least {MIN_BASES} bases (has {len(bases)})")
     significant = p_holm < ALPHA
     inside = -margin < lo and hi < margin
     plus_minus = f"±{show(margin, False)}"
@@ -338,6 +341,19 @@ def verdict_of(claim: Claim, contrast: dict | None,
         return "not reproduced", (f"the 95% interval stops short of {bound}: "
                                   "no effect that matters")
     return "not resolved", f"Holm p {_p(p_holm)} ≥ {ALPHA} (raw p {_p(contrast['p'])})"
+
+
+def _side(claim: Claim, effect: float) -> bool:
+    """Whether one base's mean difference alone lies on the claim's side of its margin: at or
+    beyond it in the claimed direction (">", "<"), inside it ("="), short of it ("<=",
+    ">=")."""
+    if claim.expect == ">":
+        return effect >= claim.margin
+    if claim.expect == "<":
+        return -effect >= claim.margin
+    if claim.expect == "=":
+        return abs(effect) < claim.margin
+    return effect < claim.margin if claim.expect == "<=" else -effect < claim.margin
 
 
 def headroom_of(claim: Claim, arms: dict) -> float | None:
@@ -415,7 +431,7 @@ def verdict_table(summary: dict) -> str:
         lines += ["", "Checks (true by construction here, so not counted as reproductions):",
                   "", "| check (source) | our result | outcome, and why it could not fail |",
                   "|---|---|---|"]
-        lines += [row(v)[:-2] + f"; cannot fail: {v['can_fail']} |" for v in checks]
+        lines += [row(v)[:-2] + f"; {v['can_fail']} |" for v in checks]
     return "\n".join(lines) + "\n"
 
 

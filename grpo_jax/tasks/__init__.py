@@ -1,6 +1,7 @@
 """Verifiable tasks: examples from a seed, prompt templates, noisy worked solutions, scoring.
 
-Built-in tasks: "arithmetic", "countdown", "tool_arithmetic", "guess_number", "code_expression", "gsm8k" (read offline from a data directory). Add one with `@register_task("name")` on a
+Built-in tasks: "arithmetic", "countdown", "tool_arithmetic", "guess_number", "code_expression", "gsm8k" (read offline from a data directory), "reasoning_gym" (the reasoning-gym
+package's generators, an optional extra). Add one with `@register_task("name")` on a
 `Task` subclass (see README).
 """
 
@@ -16,6 +17,8 @@ from grpo_jax.tasks.gsm8k import GSM8KTask  # noqa: E402  isort: skip
 from grpo_jax.tasks.tool_arithmetic import ToolArithmeticTask  # noqa: E402  isort: skip
 from grpo_jax.tasks.guess_number import GuessNumberTask  # noqa: E402  isort: skip
 from grpo_jax.tasks.code_expression import CodeExpressionTask  # noqa: E402  isort: skip
+# Registers the name only; the reasoning-gym package is imported when the task is built.
+from grpo_jax.tasks.reasoning_gym import ReasoningGymTask  # noqa: E402  isort: skip
 from grpo_jax.tasks.file import FileTask  # noqa: E402  isort: skip
 
 __all__ = [
@@ -24,6 +27,7 @@ __all__ = [
     "CountdownTask",
     "GSM8KTask",
     "GuessNumberTask",
+    "ReasoningGymTask",
     "Example",
     "FileTask",
     "TEMPLATES",

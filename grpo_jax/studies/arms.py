@@ -8,6 +8,7 @@ import math
 from collections.abc import Callable, Mapping, Sequence
 
 from grpo_jax.results import FinishedRun
+from grpo_jax.stats import paired_interval
 from grpo_jax.studies.record import RunRecord, StudyRuns
 
 
@@ -75,6 +76,15 @@ def per_arm(runs: StudyRuns, values: Callable[[RunRecord], Mapping[str, float]],
     out)."""
     arms = per_seed(runs, values)
     return {name: arms[name] for name in names if name in arms}
+
+
+def paired(arms: Mapping, a: str, b: str, metric: str) -> dict:
+    """The interval of arm a's `metric` minus arm b's over the (base, seed) pairs both
+    have (`paired_interval`; descriptive, outside the contrasts)."""
+    left, right = arms[a], arms[b]
+    ref = dict(zip(zip(right["bases"], right["seeds"]), right["metrics"].get(metric, [])))
+    return paired_interval(left["metrics"].get(metric, []),
+                           [ref.get(k) for k in zip(left["bases"], left["seeds"])])
 
 
 def eval_values(record: RunRecord, metrics: Sequence[str], final: str = "eval_final",

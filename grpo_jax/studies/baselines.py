@@ -368,8 +368,8 @@ def plot(arms: dict, figs: list, out: str) -> None:
     for k, (metric, label) in enumerate((("var_ratio", "acc + 0.2 fmt"),
                                          ("var_ratio_acc", "accuracy"))):
         stats = [interval(arms[e]["metrics"][metric]) for e in ESTIMATORS]
-        halves = [(s["ci95"][1] - s["ci95"][0]) / 2 if s["n"] > 1 else 0.0 for s in stats]
-        ax.bar(np.arange(len(ESTIMATORS)) + (k - 0.5) * width, [s["mean"] for s in stats],
+        means, halves = common.error_bars(stats)
+        ax.bar(np.arange(len(ESTIMATORS)) + (k - 0.5) * width, means,
                width, yerr=np.nan_to_num(halves), capsize=3, label=label)
     ax.axhline(1.0, color="gray", lw=0.8)
     ax.set_xticks(np.arange(len(ESTIMATORS)))

@@ -253,9 +253,7 @@ def plot(arms: dict, out: str) -> None:
             for ax, metric, scale in ((axes[0], "pass@1", 100), (axes[1], "mean_length", 1),
                                       (axes[2], "format_rate", 100)):
                 stats = [interval(arms[n]["metrics"][metric]) for _, n in points]
-                mean = np.array([s["mean"] for s in stats]) * scale
-                err = np.array([(s["ci95"][1] - s["ci95"][0]) / 2 if s["n"] > 1 else 0
-                                for s in stats]) * scale
+                mean, err = common.error_bars(stats, scale)
                 ax.errorbar(x, mean, yerr=err, fmt=style, capsize=3, color=f"C{index}",
                             label=f"{label}: {'cap' if kind == 'max' else 'minimum'}")
                 none = arms.get(arm_label(arm, model, "none"))

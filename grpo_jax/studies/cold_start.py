@@ -186,8 +186,7 @@ def plot(arms: dict, curves: dict, out: str) -> None:
     for arm, color, xs in (("zero", "C0", (0, 1, 3)), ("cold", "C3", (0.1, 1.1, 2.1, 3.1))):
         stats = [interval(arms[label]["metrics"]["pass@1"])
                  for a, _, label in POINTS if a == arm]
-        means = [s["mean"] * 100 for s in stats]
-        halves = [(s["ci95"][1] - s["ci95"][0]) / 2 * 100 if s["n"] > 1 else 0 for s in stats]
+        means, halves = common.error_bars(stats, 100)
         ax.errorbar(xs, means, yerr=halves, marker="o", capsize=3, color=color,
                     label="R1-Zero (RL only)" if arm == "zero" else "cold start + rejection SFT")
     ax.set_xticks([0, 1, 2, 3], ["before RL", "RL 60", "rejection\nSFT", "RL 90"], fontsize=8)

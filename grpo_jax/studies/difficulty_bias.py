@@ -329,9 +329,8 @@ def plot(figs: list, out: str, group: int) -> None:
         stats = [interval([f["groups"][name + "_share"] if key is None
                            else f["share"][f"{key}/{name}"] for f in figs])
                  for name in names]
-        halves = [(s["ci95"][1] - s["ci95"][0]) / 2 * 100 if s["n"] > 1 else 0.0
-                  for s in stats]
-        ax.bar(np.arange(len(names)) + (index - 2) * width, [s["mean"] * 100 for s in stats],
+        means, halves = common.error_bars(stats, 100)
+        ax.bar(np.arange(len(names)) + (index - 2) * width, means,
                width, yerr=np.nan_to_num(halves), capsize=2, label=label)
     ax.set_xticks(np.arange(len(names)))
     ax.set_xticklabels([f"p in {label}" for _, label, _ in BINS])

@@ -236,8 +236,7 @@ def plot(arms: dict, out: str) -> None:
             continue
         stats = [interval([v for v in arms[label]["metrics"].get(f"pass@{k}", [])
                            if v is not None]) for k in KS]
-        means = [s["mean"] * 100 for s in stats]
-        halves = [(s["ci95"][1] - s["ci95"][0]) / 2 * 100 if s["n"] > 1 else 0 for s in stats]
+        means, halves = common.error_bars(stats, 100)
         ax.errorbar(KS, means, yerr=halves, marker="o", capsize=3, color=color, label=label,
                     ls="--" if key == "teacher" else "-")
     ax.set_xscale("log", base=2)

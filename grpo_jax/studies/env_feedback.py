@@ -154,12 +154,9 @@ def plot(arms: dict, curves: dict, out: str) -> None:
     labels = list(arms)
     for offset, (metric, name, color) in enumerate((("pass@1", "with feedback", "C0"),
                                                      ("pass@1_blind", "blind", "C7"))):
-        means, halves = [], []
-        for label in labels:
-            stats = interval([v for v in arms[label]["metrics"][metric] if v is not None])
-            means.append(stats["mean"] * 100 if stats["n"] else np.nan)
-            halves.append((stats["ci95"][1] - stats["ci95"][0]) / 2 * 100
-                          if stats["n"] > 1 else 0)
+        means, halves = common.error_bars(
+            [interval([v for v in arms[label]["metrics"][metric] if v is not None])
+             for label in labels], 100)
         ax.bar(np.arange(len(labels)) + 0.38 * offset, np.nan_to_num(means), width=0.36,
                yerr=np.nan_to_num(halves), capsize=3, color=color, label=f"evaluated {name}")
     ax.set_xticks(np.arange(len(labels)) + 0.19, labels, fontsize=8)

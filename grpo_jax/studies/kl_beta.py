@@ -26,10 +26,10 @@ import json
 import math
 
 from grpo_jax import storage
-from grpo_jax.stats import interval, paired_interval
+from grpo_jax.stats import interval
 from grpo_jax.studies import common, tiers
 from grpo_jax.studies import measure as measure_lib
-from grpo_jax.studies.arms import per_arm
+from grpo_jax.studies.arms import paired, per_arm
 
 BETAS = (0.0, 0.04, 0.1, 1.0)
 REFERENCE = "beta=0.0"
@@ -303,13 +303,6 @@ def _cell(stats: dict, name: str, signed: bool = False) -> str:
     return _fmt(stats, 1.0, 2 if name == "mean_length" else 4, signed)
 
 
-def _paired(arms: dict, a: str, b: str, name: str) -> dict:
-    left, right = arms[a], arms[b]
-    ref = dict(zip(zip(right["bases"], right["seeds"]), right["metrics"].get(name, [])))
-    return paired_interval(left["metrics"].get(name, []),
-                           [ref.get(k) for k in zip(left["bases"], left["seeds"])])
-
-
 def table(arms: dict) -> str:
     """The README's four tables: held-out figures per β, paired differences to β = 0, the
     KL to the base, and the gradient weights."""
@@ -326,17 +319,17 @@ def table(arms: dict) -> str:
     lines += [("| β | pass@1 | pass@8 | maj@8 | format rate | length (tokens) | "
                "pass@1 - base model (paired) |"), "|---|---|---|---|---|---|---|"]
     for arm in betas:
-        paired = _paired(arms, arm, BASE_MODEL, "pass@1") if BASE_MODEL in arms \
+        to_base = paired(arms, arm, BASE_MODEL, "pass@1") if BASE_MODEL in arms \
             else {"n": 0, "mean": math.nan}
         lines.append(f"| {arm[5:]} | " + " | ".join(_cell(stat(arm, n), n) for n in EVAL)
-                     + f" | {_cell(paired, 'pass@1', True)} |")
+                     + f" | {_cell(to_base, 'pass@1', True)} |")
     lines += ["", ("| β − 0, paired by seed | pass@1 (points) | pass@8 | maj@8 | format rate "
                    "| length | exact KL (nats/token) |"), "|---|---|---|---|---|---|---|"]
     for arm in betas:
         if arm == REFERENCE or REFERENCE not in arms:
             continue
         lines.append(f"| {arm[5:]} | " + " | ".join(
-            _cell(_paired(arms, arm, REFERENCE, n), n, True) for n in EVAL + ("exact_kl",))
+            _cell(paired(arms, arm, REFERENCE, n), n, True) for n in EVAL + ("exact_kl",))
             + " |")
     lines += ["", ("| β | exact KL(π ‖ base) per token | k1 | k3 | training `kl_ref` (k3, last "
                    "10 steps) | per-token std: exact / k1 / k3 |"), "|---|---|---|---|---|---|"]
@@ -370,11 +363,7 @@ def plot(arms: dict, curves: dict, out: str) -> None:
     zero = {"n": 0, "mean": math.nan, "ci95": [math.nan, math.nan]}
 
     def series(get):
-        means, halves = [], []
-        for arm in labels:
-            st = get(arm)
-            means.append(st["mean"])
-            halves.append((st["ci95"][1] - st["ci95"][0]) / 2 if st["n"] > 1 else 0.0)
+        means, halves = common.error_bars([get(arm) for arm in labels])
         return np.asarray(means, float), np.nan_to_num(np.asarray(halves, float))
 
     def stat(arm, name):
@@ -391,7 +380,7 @@ def plot(arms: dict, curves: dict, out: str) -> None:
     axes[0].legend(fontsize=7)
     for metric, style, offset in (("pass@1", "o-", 0.0), ("pass@8", "s:", 0.08)):
         m, h = series(lambda a, n=metric: zero if a == REFERENCE or REFERENCE not in arms
-                      else _paired(arms, a, REFERENCE, n))
+                      else paired(arms, a, REFERENCE, n))
         axes[1].errorbar(x + offset, m * 100, yerr=h * 100, fmt=style, capsize=4, label=metric)
     axes[1].axhline(0, color="k", lw=0.5)
     axes[1].set_ylabel("difference from β = 0 (points)")

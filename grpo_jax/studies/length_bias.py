@@ -30,9 +30,9 @@ import math
 import re
 
 from grpo_jax import storage, sweep
-from grpo_jax.stats import interval, paired_interval
+from grpo_jax.stats import interval
 from grpo_jax.studies import common, tiers
-from grpo_jax.studies.arms import per_arm
+from grpo_jax.studies.arms import paired, per_arm
 from grpo_jax.studies.measure import figures_all_and_2op, window_mean
 
 REDO_RATE = 0.3  # the base's pretraining traces (and the arms' task)
@@ -212,14 +212,6 @@ def _check_line(check: dict) -> str:
             "decodes to its tokens).\n")
 
 
-def paired(arms: dict, a: str, b: str, name: str) -> dict:
-    """The interval of a - b over the (base, seed) pairs both arms have (descriptive)."""
-    left, right = arms[a], arms[b]
-    ref = dict(zip(zip(right["bases"], right["seeds"]), right["metrics"].get(name, [])))
-    keys = list(zip(left["bases"], left["seeds"]))
-    return paired_interval(left["metrics"].get(name, []), [ref.get(k) for k in keys])
-
-
 def stat(arms: dict, arm: str, name: str) -> dict:
     return interval([v for v in arms[arm]["metrics"].get(name, []) if v is not None])
 
@@ -300,8 +292,7 @@ def plot(arms: dict, curves: dict, out: str) -> None:
     for offset, (metric, marker) in enumerate((("length_correct_2op", "o"),
                                                ("length_incorrect_2op", "s"))):
         stats = [paired(arms, a, REFERENCE, metric) for a in variants]
-        means = [s["mean"] for s in stats]
-        halves = [(s["ci95"][1] - s["ci95"][0]) / 2 if s["n"] > 1 else 0.0 for s in stats]
+        means, halves = common.error_bars(stats)
         ax.errorbar(np.arange(len(variants)) + 0.1 * offset, means,
                     yerr=np.nan_to_num(np.asarray(halves, float)), fmt=marker, capsize=4,
                     label=metric.replace("_2op", ""))

@@ -349,9 +349,7 @@ def plot(points: dict, curves: dict, out: str) -> None:
         for ax, name, scale in ((axes[0], "length", 1.0), (axes[1], "pass@1", 100.0),
                                 (axes[1], "redo_rate", 100.0)):
             stats = [interval([f.get(name) for f in by[k]]) for k in steps]
-            means = np.asarray([s["mean"] for s in stats], float) * scale
-            halves = np.asarray([(s["ci95"][1] - s["ci95"][0]) / 2 if s["n"] > 1 else 0.0
-                                 for s in stats], float) * scale
+            means, halves = common.error_bars(stats, scale)
             ax.errorbar(x, means, yerr=np.nan_to_num(halves), capsize=3, color=colors[arm],
                         fmt="-o" if name != "redo_rate" else "--s", markersize=4,
                         label=f"{arm}" if name == "length" else f"{arm}: {name}")

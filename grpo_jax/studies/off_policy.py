@@ -222,12 +222,9 @@ def plot(arms: dict, runs: common.StudyRuns, out: str) -> None:
         if len(points) == 1:
             continue
         points.sort(key=lambda p: p[0])
-        means = np.array([s["diff"] for _, s in points]) * 100
-        halves = np.array([(s["ci95"][1] - s["ci95"][0]) / 2 if s["n"] > 1 else 0
-                           for _, s in points]) * 100
-        halves = np.nan_to_num(halves)
+        means, halves = common.error_bars([s for _, s in points], 100, key="diff")
         ax.errorbar(np.array([k for k, _ in points]) + 0.1 * (index - 1.5), means,
-                    yerr=halves, marker="o", capsize=3, label=objective)
+                    yerr=np.nan_to_num(halves), marker="o", capsize=3, label=objective)
     ax.axhline(0.0, color="gray", lw=0.8)
     ax.set_xlabel("staleness K (updates)")
     ax.set_ylabel("pass@1 minus K = 0, paired (points)")

@@ -30,6 +30,16 @@ def paired_cell(stats: dict, scale: float = 100.0, digits: int = 1) -> str:
             f"{hi * scale:+.{digits}f}]")
 
 
+def error_bars(stats: Sequence[Mapping], scale: float = 1.0, *, key: str = "mean"
+               ) -> tuple[list[float], list[float]]:
+    """Error-bar data of intervals (`grpo_jax.stats.interval`'s, or paired ones with
+    key="diff"): each `key` and the half-width of its 95% interval, times `scale`; a
+    half-width of 0.0 where there is no interval (n < 2)."""
+    means = [s[key] * scale for s in stats]
+    halves = [(s["ci95"][1] - s["ci95"][0]) / 2 * scale if s["n"] > 1 else 0.0 for s in stats]
+    return means, halves
+
+
 def band(ax, series: Sequence[Sequence[float]], *, label: str, color: str,
          x: Sequence[float] | None = None) -> None:
     """One arm's curve on `ax`: the mean over seeds with a band of ±1 standard deviation
@@ -81,12 +91,8 @@ def bar_plot(arms: Mapping[str, dict], metrics: Sequence[tuple[str, str, float]]
     fig, axes = plt.subplots(1, len(metrics), figsize=(4.6 * len(metrics), 3.4), squeeze=False)
     for ax, (metric, title, scale) in zip(axes[0], metrics):
         labels = [label for label, entry in arms.items() if metric in entry["metrics"]]
-        means, halves = [], []
-        for label in labels:
-            stats = interval([v for v in arms[label]["metrics"][metric] if v is not None])
-            means.append(stats["mean"] * scale if stats["n"] else np.nan)
-            halves.append((stats["ci95"][1] - stats["ci95"][0]) / 2 * scale
-                          if stats["n"] > 1 else 0.0)
+        means, halves = error_bars([interval([v for v in arms[label]["metrics"][metric]
+                                              if v is not None]) for label in labels], scale)
         ax.bar(range(len(labels)), np.nan_to_num(means), yerr=np.nan_to_num(halves),
                capsize=4, color=[f"C{i}" for i in range(len(labels))])
         ax.set_xticks(range(len(labels)), [label.replace(" ", "\n", 1) for label in labels],

@@ -276,9 +276,7 @@ def plot(arms: dict, points: list, out: str) -> None:
             continue
         stats = [interval([v for v in arms[name]["metrics"].get(m, []) if v is not None])
                  for m in metrics]
-        mean = np.array([s["mean"] for s in stats]) * 100
-        err = np.array([(s["ci95"][1] - s["ci95"][0]) / 2 if s["n"] > 1 else 0.0
-                        for s in stats]) * 100
+        mean, err = common.error_bars(stats, 100)
         ax.bar(x + offset, mean, 0.4, yerr=err, color=color, label=name, capsize=2)
     ax.set_xticks(x, [m.replace("_", " ") for m in metrics], rotation=30, ha="right",
                   fontsize=7)

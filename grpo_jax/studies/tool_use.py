@@ -206,13 +206,9 @@ def plot(arms: dict, rl_rows: dict, out: str) -> None:
     fig, axes = plt.subplots(1, 2, figsize=(11, 3.6))
     for ax, metric, title in zip(axes, ("pass@1", "correct_call_rate"),
                                  ("held-out pass@1", "held-out correct tool use")):
-        means, halves = [], []
-        for label in labels:
-            stats = interval([v for v in arms[label]["metrics"].get(metric, [])
-                              if v is not None])
-            means.append(stats["mean"] * 100 if stats["n"] else np.nan)
-            halves.append((stats["ci95"][1] - stats["ci95"][0]) / 2 * 100
-                          if stats["n"] > 1 else 0)
+        means, halves = common.error_bars(
+            [interval([v for v in arms[label]["metrics"].get(metric, []) if v is not None])
+             for label in labels], 100)
         colors = ["C3" if label.startswith("former") else
                   ("C7" if label.endswith("without") else "C0") for label in labels]
         ax.bar(range(len(labels)), np.nan_to_num(means), yerr=np.nan_to_num(halves),

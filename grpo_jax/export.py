@@ -8,19 +8,25 @@ checkpoint of stage `--stage`) with `models.save_pretrained` (Qwen2 or Llama lay
 model.init_from when the run started from a checkpoint), and next to them the tokenizer's
 files (tokenizer.json, tokenizer_config.json with its chat template, chat_template.jinja,
 generation_config.json, ...) when the run used a checkpoint's tokenizer, so transformers
-and vLLM load the export with its tokenizer. A run with the character or SentencePiece
-tokenizer is exported without tokenizer files (they have no Hugging Face form here).
-Every problem is one line on stderr and exit status 2, before anything is written.
+and vLLM load the export with its tokenizer. A run with the character tokenizer gets a
+tokenizer.json of its vocabulary (`char_tokenizer_json`: one id per character, each tag one
+added token, <bos> prepended, <pad> / <bos> / <eos> special), a tokenizer_config.json (with
+the run's chat template, if any) and a generation_config.json; a SentencePiece run is
+exported without tokenizer files. With a run's own vocabulary (character or SentencePiece),
+config.json names its bos / eos / pad ids, so `generate` stops at EOS. Every file is
+readable by all (mode 0666 less the umask, as `open` makes it). Every problem is one line on
+stderr and exit status 2, before anything is written.
 """
 
 from __future__ import annotations
 
 import argparse
+import json
 import os
 import shutil
 import sys
 
-__all__ = ["ExportError", "export", "main"]
+__all__ = ["ExportError", "char_tokenizer_json", "export", "main"]
 
 
 class ExportError(ValueError):
@@ -95,10 +101,87 @@ def export(workdir: str, out: str, *, stage: str | None = None, dtype: str | Non
     for file in (files() if files is not None else []):
         shutil.copyfile(file, os.path.join(out, file.name))
         copied.append(file.name)
+    if kind in ("char", "sentencepiece"):
+        _write_special_ids(tokenizer, out)
+    if kind == "char":
+        copied += _write_char_tokenizer(tokenizer, out)
+    _readable_by_all(out)
     what = f"tokenizer files {copied}" if copied else (
         f"no tokenizer files (the run's {kind!r} tokenizer has no Hugging Face form)")
     return (f"exported {exported_policy(config, meta)} of {workdir} to {out}: "
             f"{model_config.num_params():,} parameters in {model_config.param_dtype}, {what}")
+
+
+def char_tokenizer_json(tokenizer):
+    """A `tokenizers.Tokenizer` that encodes and decodes as `tokenizer` (a CharTokenizer).
+
+    The model is a BPE without merges over the vocabulary (so each character is its own id);
+    the tags are added tokens (one id wherever they appear, kept by `decode`), <pad>, <bos>
+    and <eos> special ones (dropped by `decode` with skip_special_tokens); encoding with
+    special tokens prepends <bos>, as the run's prompts begin.
+    """
+    from tokenizers import AddedToken, Tokenizer, decoders, models, processors
+
+    vocab = {tokenizer.id_to_token(i): i for i in range(tokenizer.vocab_size)}
+    converted = Tokenizer(models.BPE(vocab=vocab, merges=[]))
+    specials = [tokenizer.id_to_token(i) for i in (tokenizer.pad_id, tokenizer.bos_id,
+                                                   tokenizer.eos_id)]
+    converted.add_special_tokens([AddedToken(t, special=True, normalized=False)
+                                  for t in specials])
+    converted.add_tokens([AddedToken(t, special=False, normalized=False)
+                          for t in tokenizer.tags])
+    converted.decoder = decoders.Fuse()  # characters joined as they are
+    bos = specials[1]
+    converted.post_processor = processors.TemplateProcessing(
+        single=f"{bos} $A", pair=f"{bos} $A $B", special_tokens=[(bos, tokenizer.bos_id)])
+    return converted
+
+
+def _write_char_tokenizer(tokenizer, out: str) -> list[str]:
+    """tokenizer.json, tokenizer_config.json (with the run's chat template, if any) and
+    generation_config.json of a CharTokenizer run; returns the file names."""
+    char_tokenizer_json(tokenizer).save(os.path.join(out, "tokenizer.json"))
+    pad, bos, eos = (tokenizer.id_to_token(i) for i in (tokenizer.pad_id, tokenizer.bos_id,
+                                                        tokenizer.eos_id))
+    settings = {"tokenizer_class": "PreTrainedTokenizerFast", "bos_token": bos,
+                "eos_token": eos, "pad_token": pad, "clean_up_tokenization_spaces": False}
+    template = getattr(tokenizer, "chat_template", None)
+    if template:
+        settings["chat_template"] = template
+    _write_json(os.path.join(out, "tokenizer_config.json"), settings)
+    _write_json(os.path.join(out, "special_tokens_map.json"),
+                {"bos_token": bos, "eos_token": eos, "pad_token": pad})
+    return ["tokenizer.json", "tokenizer_config.json", "special_tokens_map.json",
+            "generation_config.json"]
+
+
+def _write_special_ids(tokenizer, out: str) -> None:
+    """bos / eos / pad ids of a run's own vocabulary in config.json and in
+    generation_config.json (what `generate` reads to stop)."""
+    ids = {"bos_token_id": int(tokenizer.bos_id), "eos_token_id": int(tokenizer.eos_id),
+           "pad_token_id": int(tokenizer.pad_id)}
+    path = os.path.join(out, "config.json")
+    with open(path, encoding="utf-8") as f:
+        config = json.load(f)
+    config.update(ids)
+    _write_json(path, config)
+    _write_json(os.path.join(out, "generation_config.json"), ids)
+
+
+def _write_json(path: str, value: dict) -> None:
+    with open(path, "w", encoding="utf-8") as f:
+        json.dump(value, f, indent=2, ensure_ascii=False)
+        f.write("\n")
+
+
+def _readable_by_all(out: str) -> None:
+    """Every file of the export at 0666 less the umask (safetensors writes 0600)."""
+    umask = os.umask(0)
+    os.umask(umask)
+    for name in os.listdir(out):
+        path = os.path.join(out, name)
+        if os.path.isfile(path):
+            os.chmod(path, 0o666 & ~umask)
 
 
 def exported_policy(config, meta: dict) -> str:

@@ -135,3 +135,82 @@ def test_progress_lines_give_elapsed_and_eta_on_a_fake_clock(capsys, monkeypatch
                     "ETA 0:08")
     assert [toolkit.clock_text(s) for s in (0, 59.6, 61, 3725)] == \
         ["0:00", "1:00", "1:01", "1:02:05"]
+
+
+# ---- export of a char-tokenizer run --------------------------------------------------------
+
+@pytest.fixture(scope="module")
+def char_run(tmp_path_factory):
+    """A tiny run whose policy ends its answers with EOS: 200 pretraining steps of a 105k
+    parameter model on the arithmetic task (the character tokenizer)."""
+    from grpo_jax.pipeline import train_and_evaluate
+
+    config = api.config("smoke")
+    config.stages = "pretrain"
+    config.loggers = ""
+    config.pretrain.update(steps=200, batch_size=16, lr=1e-2)
+    config.model.update(hidden_size=64, num_layers=2, mlp_size=128)
+    workdir = str(tmp_path_factory.mktemp("char_run"))
+    train_and_evaluate(config, workdir)
+    return workdir
+
+
+def test_a_char_run_exports_for_transformers_and_generate_stops_at_eos(char_run, tmp_path):
+    """The export loads with AutoTokenizer / AutoModelForCausalLM; the tokenizer encodes the
+    run's prompts as the run does (<bos> first), greedy `generate` ends at EOS and equals
+    the library's greedy decode token for token; every file is mode 0644 (umask 022)."""
+    np = pytest.importorskip("numpy")
+    torch = pytest.importorskip("torch")
+    transformers = pytest.importorskip("transformers")
+    import jax
+    from flax import nnx
+
+    from grpo_jax import tasks as tasks_lib
+    from grpo_jax.export import export
+    from grpo_jax.runner.model_init import load_run_policy
+    from grpo_jax.runner.prompts import prompt_of
+    from grpo_jax.runner.run_directory import run_directory_config
+    from grpo_jax.runner.tokenizers import build_tokenizer
+    from grpo_jax.sampling import SamplingConfig
+    from grpo_jax.sampling.sampler import generate, pad_prompts
+
+    out = tmp_path / "export"
+    old_umask = os.umask(0o022)
+    try:
+        summary = export(char_run, str(out))
+    finally:
+        os.umask(old_umask)
+    assert "tokenizer files ['tokenizer.json'" in summary
+    modes = {p.name: p.stat().st_mode & 0o777 for p in out.iterdir()}
+    assert modes == {name: 0o644 for name in (
+        "config.json", "model.safetensors", "tokenizer.json", "tokenizer_config.json",
+        "special_tokens_map.json", "generation_config.json")}
+
+    config = run_directory_config(char_run)
+    task = tasks_lib.task_of(config.task.name, config.task.kwargs.to_dict())[0]
+    mine = build_tokenizer(config, task, char_run)
+    hf_config = __import__("json").loads((out / "config.json").read_text())
+    assert (hf_config["bos_token_id"], hf_config["eos_token_id"], hf_config["pad_token_id"]) \
+        == (mine.bos_id, mine.eos_id, mine.pad_id) == (1, 2, 0)
+
+    tokenizer = transformers.AutoTokenizer.from_pretrained(str(out))
+    model = transformers.AutoModelForCausalLM.from_pretrained(str(out), dtype=torch.float32)
+    text = "Q: 12+3\nA: <think>1+2=3</think> <answer>15</answer>"
+    assert tokenizer(text)["input_ids"] == [mine.bos_id, *mine.encode(text)]
+    assert tokenizer.decode([mine.bos_id, *mine.encode(text), mine.eos_id],
+                            skip_special_tokens=True) == text
+
+    prompts = [prompt_of(config, task, None, ex) for ex in task.examples("test", 4, seed=0)]
+    _, policy, _, _ = load_run_policy(char_run, tokenizer=mine)
+    graphdef, state = nnx.split(policy)
+    ids = [[mine.bos_id, *mine.encode(p)] for p in prompts]
+    tokens, mask = pad_prompts(ids, max(map(len, ids)), pad_id=mine.pad_id)
+    ours = generate(graphdef, state, tokens, mask, jax.random.key(0), config=SamplingConfig(
+        max_new_tokens=24, greedy=True, eos_ids=(mine.eos_id,), pad_id=mine.pad_id))
+    for row, prompt in enumerate(prompts):
+        expected = np.asarray(ours.tokens[row])[:int(ours.lengths[row])].tolist()
+        assert expected[-1] == mine.eos_id and len(expected) < 24  # the policy ends itself
+        inputs = tokenizer(prompt, return_tensors="pt")
+        with torch.no_grad():
+            theirs = model.generate(**inputs, max_new_tokens=24, do_sample=False)
+        assert theirs[0, inputs["input_ids"].shape[1]:].tolist() == expected, prompt

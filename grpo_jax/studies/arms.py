@@ -78,6 +78,13 @@ def per_arm(runs: StudyRuns, values: Callable[[RunRecord], Mapping[str, float]],
     return {name: arms[name] for name in names if name in arms}
 
 
+def measured_arm(records: Sequence[RunRecord], metrics: dict) -> dict:
+    """An arm of per-run measurements: `metrics` ({metric: one value per record, in order})
+    with the records' seeds and bases."""
+    return {"seeds": [r.seed for r in records], "bases": [r.base for r in records],
+            "metrics": metrics}
+
+
 def paired(arms: Mapping, a: str, b: str, metric: str) -> dict:
     """The interval of arm a's `metric` minus arm b's over the (base, seed) pairs both
     have (`paired_interval`; descriptive, outside the contrasts)."""

@@ -227,19 +227,15 @@ def mechanism(data: dict, accuracy: np.ndarray) -> dict:
 def analyze(runs: common.StudyRuns) -> common.Analysis:
     sizes = SIZES[runs.tier]
     G, partitions = sizes["group"], sizes["partitions"]
-    records, pools, figs = [], [], []
-    for record in runs.arm(RUN_ARM):
-        data = measure_lib.load_pool(record, POOL_FILE)
-        if data is None:
-            continue
+    records, pools = measure_lib.load_pools(runs.arm(RUN_ARM), POOL_FILE)
+    figs = []
+    for record, data in zip(records, pools):
         seed_figs = {kind: seed_figures(measure_lib.task_rewards(data, weights, runs.tier),
                                         data["gram"], G, partitions, record.seed)
                      for kind, weights in REWARDS.items()}
         seed_figs["mechanism"] = mechanism(data, measure_lib.task_rewards(
             data, REWARDS["accuracy"], runs.tier))
         seed_figs["eval"] = measure_lib.base_eval_values(record)
-        records.append(record)
-        pools.append(data)
         figs.append(seed_figs)
     arms = _arms(records, figs)
     specs = [spec for spec in dict.fromkeys(c.test for c in CLAIMS if c.test is not None)]
@@ -247,10 +243,7 @@ def analyze(runs: common.StudyRuns) -> common.Analysis:
             f"x a pool of {sizes['pool']} samples at temperature 1 (key: the seed), groups of "
             f"G = {G} from {partitions} random partitions of the pool; the arm {RUN_ARM}: "
             "the base's own held-out evaluation (eval stage, task.eval_size problems)")
-    if runs.tier == "mini":
-        note += ("; mini tier: the stand-in reward (accuracy = the completion ended before "
-                 "the token limit), since the toy base earns no task reward")
-    protocol = measure_lib.pool_protocol(pools, records, sizes["pool"], note)
+    protocol = measure_lib.pool_protocol(pools, records, sizes["pool"], note, tier=runs.tier)
     extra = {"settings": {**sizes, "rewards": REWARDS, "lambdas": LAMBDAS.tolist()},
              "per_seed": [{"base": r.base, "seed": r.seed,
                            **{kind: {k: v for k, v in f[kind].items() if k != "per_prompt"}
@@ -263,10 +256,8 @@ def analyze(runs: common.StudyRuns) -> common.Analysis:
 
 def _arms(records: list, figs: list) -> dict:
     """The estimators as arms, one value per (base, seed) for each metric."""
-    seeds, bases = [r.seed for r in records], [r.base for r in records]
-
     def arm(metrics: dict) -> dict:
-        return {"seeds": list(seeds), "bases": list(bases), "metrics": metrics}
+        return common.measured_arm(records, metrics)
 
     arms = {}
     for e in ESTIMATORS:

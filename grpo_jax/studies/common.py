@@ -35,7 +35,8 @@ from __future__ import annotations
 
 from grpo_jax.studies.arms import (add_base_arm, arm_curves, constant_arm, eval_seed,
                                    eval_values, figures, last_stage_rows, load_finished,
-                                   load_run_params, per_seed, training_mean, training_rows)
+                                   load_run_params, measured_arm, per_seed, training_mean,
+                                   training_rows)
 from grpo_jax.studies.configs import (VOLATILE_FIELDS, agents_job, config_hash, for_tier,
                                       for_tier_base, main_arm, main_base, main_job, preset,
                                       tool_job)
@@ -49,11 +50,11 @@ from grpo_jax.studies.runs import (RunHeld, build_base, build_bases, execute, ho
                                    link_run, plan, protocol_of)
 
 __all__ = ["POST_HOC_MARGIN", "VOLATILE_FIELDS", "Analysis", "Claim", "RunHeld", "RunRecord", "Study",
-           "StudyRuns", "Tier", "add_base_arm", "agents_job", "arm_curves", "band",
-           "bar_plot", "build_base", "build_bases", "cell", "config_hash", "constant_arm",
-           "curve_panels", "error_bars", "eval_seed", "eval_values", "execute", "experiments_dir",
-           "figures", "for_tier", "for_tier_base", "generated_block", "holder_of",
-           "index_table", "last_stage_rows", "link_run", "load_finished", "load_run_params",
-           "main_arm", "main_base", "main_job", "paired_cell", "per_seed", "plan", "preset",
-           "protocol_of", "publish_outputs", "pyplot", "save_figure", "tool_job",
-           "training_mean", "training_rows", "write_outputs"]
+           "StudyRuns", "Tier", "add_base_arm", "agents_job", "arm_curves", "band", "bar_plot",
+           "build_base", "build_bases", "cell", "config_hash", "constant_arm", "curve_panels",
+           "error_bars", "eval_seed", "eval_values", "execute", "experiments_dir", "figures",
+           "for_tier", "for_tier_base", "generated_block", "holder_of", "index_table",
+           "last_stage_rows", "link_run", "load_finished", "load_run_params", "main_arm",
+           "main_base", "main_job", "measured_arm", "paired_cell", "per_seed", "plan", "preset",
+           "protocol_of", "publish_outputs", "pyplot", "save_figure", "tool_job", "training_mean",
+           "training_rows", "write_outputs"]

@@ -150,16 +150,12 @@ def seed_figures(acc: np.ndarray, gram: np.ndarray) -> dict:
 
 def analyze(runs: common.StudyRuns) -> common.Analysis:
     sizes = SIZES[runs.tier]
-    records, pools, figs = [], [], []
-    for record in runs.arm(RUN_ARM):
-        data = measure_lib.load_pool(record, POOL_FILE)
-        if data is None:
-            continue
+    records, pools = measure_lib.load_pools(runs.arm(RUN_ARM), POOL_FILE)
+    figs = []
+    for record, data in zip(records, pools):
         acc = measure_lib.task_rewards(data, WEIGHTS, runs.tier)
         fig = seed_figures(acc, np.asarray(data["gram"], np.float64))
         fig["eval"] = measure_lib.base_eval_values(record)
-        records.append(record)
-        pools.append(data)
         figs.append(fig)
     arms = _arms(records, figs)
     specs = list(dict.fromkeys(c.test for c in CLAIMS if c.test is not None))
@@ -167,10 +163,7 @@ def analyze(runs: common.StudyRuns) -> common.Analysis:
             f"x a group of G = {sizes['group']} samples at temperature 1 (key: the seed), "
             f"accuracy reward; the arm {RUN_ARM}: the base's own held-out "
             f"evaluation (eval stage, task.eval_size problems)")
-    if runs.tier == "mini":
-        note += ("; mini tier: the stand-in reward (accuracy = the completion ended before "
-                 "the token limit), since the toy base earns no task reward")
-    protocol = measure_lib.pool_protocol(pools, records, sizes["group"], note)
+    protocol = measure_lib.pool_protocol(pools, records, sizes["group"], note, tier=runs.tier)
     extra = {"settings": {**sizes, "reward": "accuracy", "adv_eps": EPS},
              "per_seed": [{"base": r.base, "seed": r.seed,
                            **{k: v for k, v in f.items() if k not in ("by_k", "eval")}}
@@ -181,10 +174,8 @@ def analyze(runs: common.StudyRuns) -> common.Analysis:
 
 
 def _arms(records: list, figs: list) -> dict:
-    seeds, bases = [r.seed for r in records], [r.base for r in records]
-
     def arm(metrics: dict) -> dict:
-        return {"seeds": list(seeds), "bases": list(bases), "metrics": metrics}
+        return common.measured_arm(records, metrics)
 
     arms = {}
     for m in METHODS:

@@ -19,6 +19,7 @@ from __future__ import annotations
 import io
 import json
 import math
+from collections.abc import Sequence
 from typing import Any, NamedTuple
 
 import numpy as np
@@ -159,6 +160,11 @@ def answer_key(answer: str | None) -> str | None:
 def base_path(runs: common.StudyRuns, key: str, seed: int) -> str:
     """Where a study keeps the base model's draw with `seed`'s key."""
     return storage.join(runs.root, "base_model", f"{key},seed={seed}.json")
+
+
+def base_problems(runs: common.StudyRuns, key: str, seed: int) -> list[dict] | None:
+    """The base model's draw with `seed`'s key (`base_path`, `load_problems`)."""
+    return load_problems(base_path(runs, key, seed))
 
 
 def _write(path: str, problems: list[dict], seed: int, setup: HeldOut, model: str,
@@ -306,6 +312,13 @@ def load_pool(record: common.RunRecord, name: str) -> dict | None:
         return {k: data[k] for k in data.files}
 
 
+def load_pools(records: Sequence[common.RunRecord], name: str) -> tuple[list, list]:
+    """The records that have a measured pool `name` and their pools (`load_pool`)."""
+    loaded = [(record, load_pool(record, name)) for record in records]
+    loaded = [(record, pool) for record, pool in loaded if pool is not None]
+    return [record for record, _ in loaded], [pool for _, pool in loaded]
+
+
 def measure_pools(runs: common.StudyRuns, *, name: str, prompts: int, pool: int,
                   prompts_per_call: int, grad_rows: int) -> None:
     """For every finished run without `name`: `pool` completions of each of the first
@@ -345,9 +358,13 @@ def task_rewards(data: dict, weights: dict, tier: str) -> np.ndarray:
 
 
 def pool_protocol(pools: list[dict], records: list[common.RunRecord], samples: int,
-                  note: str) -> dict:
+                  note: str, *, tier: str) -> dict:
     """The held-out protocol of the measurement: the problems' seed and count, samples per
-    problem, and whether every run measured the same problems (compared by id)."""
+    problem, and whether every run measured the same problems (compared by id); `note`, with
+    the mini tier's stand-in reward said (`task_rewards`)."""
+    if tier == "mini":
+        note += ("; mini tier: the stand-in reward (accuracy = the completion ended before "
+                 "the token limit), since the toy base earns no task reward")
     ids = [tuple(p["ids"].tolist()) for p in pools]
     seeds = {int(p["eval_seed"]) for p in pools} or {common.eval_seed(r.config)
                                                     for r in records}

@@ -100,8 +100,7 @@ def analyze(runs: common.StudyRuns) -> common.Analysis:
         if not record.finished:
             continue
         rl = measure_lib.load_problems(storage.join(record.workdir, FILE))
-        base = measure_lib.load_problems(
-            measure_lib.base_path(runs, record.base, record.seed))
+        base = measure_lib.base_problems(runs, record.base, record.seed)
         if rl is None or base is None:
             continue
         counts[(record.base, record.seed)] = {

@@ -171,10 +171,8 @@ def analyze(runs: common.StudyRuns) -> common.Analysis:
         if not record.finished:
             continue
         rl = measure_lib.load_problems(storage.join(record.workdir, FILE))
-        reference = measure_lib.load_problems(
-            measure_lib.base_path(runs, record.base, record.seed))
-        redraw = measure_lib.load_problems(
-            measure_lib.base_path(runs, record.base, redraw_seed(record.seed, seeds)))
+        reference = measure_lib.base_problems(runs, record.base, record.seed)
+        redraw = measure_lib.base_problems(runs, record.base, redraw_seed(record.seed, seeds))
         if rl is None or reference is None or redraw is None:
             continue
         for name, mine, ref in ((RL, rl, reference), (BASE, reference, None),

@@ -328,11 +328,6 @@ STUDY = common.Study(
              "of 7, the toy bases built in; 4 toy RL runs, the claimed "
              "conditions on 4 x 8 samples)",
         mini_seeds=(0, 1)),
-    arms=(WAIT, REDO),
-    base_config=base_config,
-    arm_configs=arm_configs,
-    attach=attach,
-    analyze=analyze,
-    measure=measure,
-    claims=CLAIMS,
+    arms=(WAIT, REDO), base_config=base_config, arm_configs=arm_configs, attach=attach,
+    analyze=analyze, measure=measure, claims=CLAIMS,
 )

@@ -246,9 +246,6 @@ STUDY = common.Study(
              "3 seeds; plus 2 x 9 min for the bases when not built yet)",
         mini="about 2 min on 2 cores (4 toy pipelines and a toy base)",
         mini_seeds=(0, 1)),
-    arms=("zero", "cold"),
-    base_config=base_config,
-    arm_configs=arm_configs,
-    analyze=analyze,
+    arms=("zero", "cold"), base_config=base_config, arm_configs=arm_configs, analyze=analyze,
     claims=CLAIMS,
 )

@@ -380,10 +380,6 @@ STUDY = common.Study(
         mini="about 1 min on 2 cores (a toy base, 2 toy evaluations, 2 "
              "measurements of 8 problems x 8 samples; measured)",
         mini_seeds=(0, 1)),
-    arms=(RUN_ARM,),
-    base_config=base_config,
-    arm_configs=arm_configs,
-    analyze=analyze,
-    measure=measure,
-    claims=CLAIMS,
+    arms=(RUN_ARM,), base_config=base_config, arm_configs=arm_configs, analyze=analyze,
+    measure=measure, claims=CLAIMS,
 )

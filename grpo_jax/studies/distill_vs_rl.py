@@ -275,10 +275,6 @@ STUDY = common.Study(
         mini="about 3 min on 2 cores (6 toy runs, a toy student, base "
              "and teacher)",
         mini_seeds=(0, 1)),
-    arms=ARMS,
-    base_config=base_config,
-    arm_configs=arm_configs,
-    analyze=analyze,
-    attach=attach,
+    arms=ARMS, base_config=base_config, arm_configs=arm_configs, analyze=analyze, attach=attach,
     claims=CLAIMS,
 )

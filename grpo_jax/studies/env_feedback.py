@@ -198,9 +198,6 @@ STUDY = common.Study(
         full="about 35 min on 2 cores (estimated: 2 bases of 1500 steps, "
              "about 6 min each; 12 runs of 60 GRPO steps with four "
              "evaluations, about 2 min each)"),
-    arms=(FEEDBACK, BLIND),
-    base_config=base_config,
-    arm_configs=arm_configs,
-    analyze=analyze,
+    arms=(FEEDBACK, BLIND), base_config=base_config, arm_configs=arm_configs, analyze=analyze,
     claims=CLAIMS,
 )

@@ -102,9 +102,6 @@ STUDY = common.Study(
         full="about 10 min on 2 cores (measured: 610 s beside another "
              "study process, the 2 main bases already built (shared "
              "with the other studies of the main base); 12 runs)"),
-    arms=(GRPO, EI),
-    base_config=base_config,
-    arm_configs=arm_configs,
-    analyze=analyze,
+    arms=(GRPO, EI), base_config=base_config, arm_configs=arm_configs, analyze=analyze,
     claims=CLAIMS,
 )

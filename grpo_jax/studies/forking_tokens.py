@@ -179,10 +179,6 @@ STUDY = common.Study(
              "steps, shared with the other studies of the main base; 18 "
              "runs of the main job's GRPO stage with two evaluations and "
              "the token measurement)"),
-    arms=tuple(SELECTION),
-    base_config=base_config,
-    arm_configs=arm_configs,
-    analyze=analyze,
-    measure=measure,
-    claims=CLAIMS,
+    arms=tuple(SELECTION), base_config=base_config, arm_configs=arm_configs, analyze=analyze,
+    measure=measure, claims=CLAIMS,
 )

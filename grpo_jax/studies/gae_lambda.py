@@ -186,10 +186,6 @@ STUDY = common.Study(
              "min, ppo_vs_grpo's figure; lambda 0.95's six are its PPO arm's)",
         mini="seconds on 2 cores: one toy base, one seed, lambda 0 and 1",
         mini_arms=("lambda=0", "lambda=1")),
-    arms=ARMS,
-    base_config=base_config,
-    arm_configs=arm_configs,
-    analyze=analyze,
-    measure=measure_runs,
-    claims=CLAIMS,
+    arms=ARMS, base_config=base_config, arm_configs=arm_configs, analyze=analyze,
+    measure=measure_runs, claims=CLAIMS,
 )

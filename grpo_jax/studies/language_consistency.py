@@ -93,9 +93,6 @@ STUDY = common.Study(
         full="about 60 min on 2 cores (measured: 3661 s, mostly beside "
              "other processes: 2 two-script bases of 1500 steps, about 13 "
              "min each, and 12 runs on host rewards of about 3 min)"),
-    arms=tuple(REWARDS),
-    base_config=base_config,
-    arm_configs=arm_configs,
-    analyze=analyze,
+    arms=tuple(REWARDS), base_config=base_config, arm_configs=arm_configs, analyze=analyze,
     claims=CLAIMS,
 )

@@ -364,9 +364,5 @@ STUDY = common.Study(
              "and a toy base)",
         mini_seeds=(0, 1),
         mini_arms=("grpo", "grpo_no_len_norm", "dr_grpo")),
-    arms=ARMS,
-    base_config=base_config,
-    arm_configs=arm_configs,
-    analyze=analyze,
-    claims=CLAIMS,
+    arms=ARMS, base_config=base_config, arm_configs=arm_configs, analyze=analyze, claims=CLAIMS,
 )

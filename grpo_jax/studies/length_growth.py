@@ -427,11 +427,6 @@ STUDY = common.Study(
              "s wall on a CPU loaded by other jobs: 4 toy runs, their "
              "measurement, two toy bases)",
         mini_seeds=(0, 1)),
-    arms=ARMS,
-    base_config=base_config,
-    arm_configs=arm_configs,
-    analyze=analyze,
-    measure=measure,
-    attach=attach,
-    claims=CLAIMS,
+    arms=ARMS, base_config=base_config, arm_configs=arm_configs, analyze=analyze, measure=measure,
+    attach=attach, claims=CLAIMS,
 )

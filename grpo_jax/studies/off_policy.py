@@ -260,9 +260,5 @@ STUDY = common.Study(
         mini_seeds=(0, 1),
         mini_arms=(REFERENCE, arm_name(2, "ppo-clip"),
                    arm_name(2, "decoupled"))),
-    arms=ARMS,
-    base_config=base_config,
-    arm_configs=arm_configs,
-    analyze=analyze,
-    claims=CLAIMS,
+    arms=ARMS, base_config=base_config, arm_configs=arm_configs, analyze=analyze, claims=CLAIMS,
 )

@@ -83,9 +83,6 @@ STUDY = common.Study(
         mini="seconds on 2 cores: one toy base, one seed, "
              "a subset of the arms",
         mini_arms=(ONE, FULL)),
-    arms=tuple(SIZES),
-    base_config=base_config,
-    arm_configs=arm_configs,
-    analyze=analyze,
+    arms=tuple(SIZES), base_config=base_config, arm_configs=arm_configs, analyze=analyze,
     claims=CLAIMS,
 )

@@ -120,10 +120,6 @@ STUDY = common.Study(
         full="about 25 min on 2 cores (measured: 1465 s beside another "
              "study process, distill_vs_rl's bases built in (the main "
              "base already built); 18 runs of the tiny-300k student)"),
-    arms=(OPD, R1, RL),
-    base_config=base_config,
-    arm_configs=arm_configs,
-    analyze=analyze,
-    attach=attach,
-    claims=CLAIMS,
+    arms=(OPD, R1, RL), base_config=base_config, arm_configs=arm_configs, analyze=analyze,
+    attach=attach, claims=CLAIMS,
 )

@@ -256,10 +256,6 @@ STUDY = common.Study(
              "the shared toy base built in; 2 toy RL runs, 4 samplings "
              "of 4 x 256)",
         mini_seeds=(0, 1)),
-    arms=(RL,),
-    base_config=base_config,
-    arm_configs=arm_configs,
-    analyze=analyze,
-    measure=measure,
+    arms=(RL,), base_config=base_config, arm_configs=arm_configs, analyze=analyze, measure=measure,
     claims=CLAIMS,
 )

@@ -102,9 +102,5 @@ STUDY = common.Study(
         mini="seconds on 2 cores: one toy base, one seed, "
              "a subset of the arms",
         mini_arms=(PPO, "GRPO G=2", MAIN)),
-    arms=ARMS,
-    base_config=base_config,
-    arm_configs=arm_configs,
-    analyze=analyze,
-    claims=CLAIMS,
+    arms=ARMS, base_config=base_config, arm_configs=arm_configs, analyze=analyze, claims=CLAIMS,
 )

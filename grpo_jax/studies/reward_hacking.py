@@ -130,9 +130,6 @@ STUDY = common.Study(
              "study process, the 2 main bases already built (shared with "
              "the other studies of the main base); 12 runs of about 6 "
              "min, each with its reward model)"),
-    arms=tuple(REWARDS),
-    base_config=base_config,
-    arm_configs=arm_configs,
-    analyze=analyze,
+    arms=tuple(REWARDS), base_config=base_config, arm_configs=arm_configs, analyze=analyze,
     claims=CLAIMS,
 )

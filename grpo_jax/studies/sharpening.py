@@ -336,10 +336,6 @@ STUDY = common.Study(
         mini="seconds on 2 cores: one toy base, two seeds (the redraw "
              "needs two), 4 problems x 64 samples",
         mini_seeds=(0, 1)),
-    arms=(RL,),
-    base_config=base_config,
-    arm_configs=arm_configs,
-    analyze=analyze,
-    measure=measure,
+    arms=(RL,), base_config=base_config, arm_configs=arm_configs, analyze=analyze, measure=measure,
     claims=CLAIMS,
 )

@@ -299,10 +299,6 @@ STUDY = common.Study(
              "bases of 60 and 24 steps, 4 toy runs; compiling them afresh "
              "takes about 3 min)",
         mini_seeds=(0, 1)),
-    arms=(RUN, FORMER),
-    base_config=base_config,
-    arm_configs=arm_configs,
-    analyze=analyze,
-    attach=attach,
-    claims=CLAIMS,
+    arms=(RUN, FORMER), base_config=base_config, arm_configs=arm_configs, analyze=analyze,
+    attach=attach, claims=CLAIMS,
 )

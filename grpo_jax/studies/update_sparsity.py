@@ -149,10 +149,6 @@ STUDY = common.Study(
     tiers=tiers.standard(
         full="about 20 min on 2 cores (estimated: 2 main bases, shared "
              "with the other studies of the main base; 12 runs)"),
-    arms=(RL, SFT),
-    base_config=base_config,
-    arm_configs=arm_configs,
-    analyze=analyze,
-    measure=measure,
-    claims=CLAIMS,
+    arms=(RL, SFT), base_config=base_config, arm_configs=arm_configs, analyze=analyze,
+    measure=measure, claims=CLAIMS,
 )

@@ -7,6 +7,7 @@ figure."""
 
 import concurrent.futures
 import json
+import sys
 
 import jax
 import ml_collections
@@ -237,3 +238,55 @@ def test_the_eval_mode_equals_the_in_process_rollout(setup):
     assert figures["reward/accuracy"] == pytest.approx(float(accuracy.mean()))
     assert figures["num_problems"] == 8
     assert eval_main(["--base-url", server.base_url, "--task", "arithmetic", "--n", "0"]) == 2
+
+
+def test_an_exported_checkpoint_is_served_with_its_tokenizer_and_chat_template(tmp_path,
+                                                                             capsys):
+    """`load_policy` on a Hugging Face checkpoint directory (what `grpo_jax.export` writes):
+    its tokenizer.json (multi-character tokens whose pieces join to the text), its chat
+    template, its context; a greedy completion equals generate's on the loaded model. A
+    folder without tokenizer.json, or no folder, is a one-line error of the command."""
+    from grpo_jax.models import ModelConfig, Transformer, from_pretrained, save_pretrained
+    from grpo_jax.serve import load_policy
+    from grpo_jax.serve.__main__ import main as serve_main
+    from grpo_jax.serve.app import finished_text
+    from grpo_jax.serve.engine import Request, Settings
+    from tests.test_hf_tokenizer import build
+
+    build(tmp_path)
+    settings = json.loads((tmp_path / "tokenizer_config.json").read_text())
+    settings["chat_template"] = MINIATURE
+    (tmp_path / "tokenizer_config.json").write_text(json.dumps(settings))
+    config = ModelConfig(vocab_size=300, hidden_size=32, num_layers=1, num_heads=2,
+                         num_kv_heads=1, head_dim=16, mlp_size=64, max_seq_len=96)
+    save_pretrained(Transformer(config, rngs=nnx.Rngs(1)), config, tmp_path)
+    served = load_policy(str(tmp_path), name="export")
+    assert served.context == 96 and served.chat_template == MINIATURE
+    ids = prompt_ids(served.tokenizer, "the answer is")
+    engine = Engine(served, slots=4, batch_wait_s=0)
+    try:
+        (completion,) = engine.sample([Request(ids, 1, 16, Settings(temperature=0), 0)])[0]
+    finally:
+        engine.close()
+    model, _ = from_pretrained(tmp_path)
+    ((tokens, _),) = _generate(model, served.tokenizer, ids, 1, jax.random.key(0), 16,
+                               greedy=True)
+    assert completion.tokens == tokens
+    text, _, _, pieces, _ = finished_text(served.tokenizer, completion)
+    assert "".join(pieces) == text == served.tokenizer.decode(tokens)
+    (tmp_path / "tokenizer.json").unlink()
+    with pytest.raises(FileNotFoundError, match="has no tokenizer.json"):
+        load_policy(str(tmp_path))
+    capsys.readouterr()
+    assert serve_main([f"--workdir={tmp_path / 'nowhere'}", "--port=1"]) == 2
+    (line,) = capsys.readouterr().err.strip().splitlines()
+    assert line.startswith("error: --workdir: ") and "is not a directory" in line
+
+
+def test_a_missing_web_stack_is_one_line_naming_the_extra(monkeypatch, capsys):
+    from grpo_jax.serve.__main__ import main as serve_main
+
+    monkeypatch.setitem(sys.modules, "uvicorn", None)  # import uvicorn raises
+    assert serve_main(["--workdir=.", "--port=1"]) == 2
+    (line,) = capsys.readouterr().err.strip().splitlines()
+    assert line == 'error: the server needs fastapi and uvicorn: pip install -e ".[serve]"'

@@ -109,9 +109,8 @@ def _load_export(path: str, name: str) -> ServedPolicy:
     from grpo_jax.text import HFTokenizer
 
     if not os.path.isfile(os.path.join(path, "tokenizer.json")):
-        raise FileNotFoundError(f"--workdir: {path} has no tokenizer.json (an export of a run "
-                                "with the character or SentencePiece tokenizer has none); "
-                                "serve the run directory itself")
+        raise FileNotFoundError(f"--workdir: {path} has no tokenizer.json; expected a "
+                                "checkpoint with its tokenizer (or serve the run directory)")
     tokenizer = HFTokenizer(path)
     model, config = from_pretrained(path)
     graphdef, state = nnx.split(model)
@@ -268,6 +267,19 @@ class Engine:
                 continue
             for (_, future), completions in zip(batch, results):
                 future.set_result(completions)
+
+    def warm_up(self, prompt_tokens: int, max_tokens: int, settings: Settings) -> int:
+        """Compiles the batch shapes that requests of `prompt_tokens` prompt tokens, at most
+        `max_tokens` new ones and `settings` meet (every power-of-two row count up to
+        max_rows), so that no request waits for a compile; returns the shapes run."""
+        request = Request([self.served.tokenizer.pad_id] * prompt_tokens, 1, max_tokens,
+                          settings, 0)
+        rows, shapes = 1, 0
+        while rows <= _power_of_two(self.max_rows):
+            self.sample([request] * min(rows, self.max_rows))
+            rows, shapes = rows * 2, shapes + 1
+        del self.batches[-shapes:]
+        return shapes
 
     def sample(self, requests: Sequence[Request]) -> list[list[Completion]]:
         """The requests' completions from one `generate` call (the batch's bucketed shape).

@@ -5,8 +5,8 @@ The main job's RL stage (80 GRPO steps of 32 prompts x 8, accuracy + 0.2 x forma
 with held-out evaluations before and after. Each arm is paired by seed against β = 0.
 
 After the runs, `measure` computes for the base model and each run's final policy (8
-completions for each of the 128 held-out problems at temperature 1, the same key for every
-policy, scored with accuracy + 0.2 x format), on the completion tokens:
+completions for each of the 128 held-out problems at temperature 1, scored with accuracy +
+0.2 x format), on the completion tokens:
 
 * the exact KL(π ‖ π_base) per token, summed over the vocabulary (`losses.full_kl`), and its
   sampled estimates k1 = log π(y) − log π_base(y) and k3 (`losses.kl_penalty`);
@@ -15,9 +15,13 @@ policy, scored with accuracy + 0.2 x format), on the completion tokens:
   E_t |A_i| (A the group-normalised advantage of the sample's group) against
   β · E_t |1 − π_base/π|, and `kl_weight_ratio`, the second over the first.
 
-Standard errors (`*_se`) of the three per-token means are by a bootstrap over problems (a
-problem's completions together). Each run's figures are written to its `kl.json` (a run
-with one is not measured again), the base model's to `<study>/kl/<base>.json`.
+Each run's completions are sampled with its own key (`measurement_seed`: drawn from the
+run's base seed and seed, so the arms of one (base, seed) share it and stay paired while
+different (base, seed) pairs draw independent samples); the base model's with a key from its
+base seed alone. Standard errors (`*_se`) of the three per-token means are by a bootstrap
+over problems (a problem's completions together). Each run's figures are written to its
+`kl.json` (a run whose kl.json was made with its key is not measured again), the base
+model's to `<study>/kl/<base>.json`.
 """
 
 from __future__ import annotations
@@ -35,7 +39,7 @@ BETAS = (0.0, 0.04, 0.1, 1.0)
 REFERENCE = "beta=0.0"
 BASE_MODEL = "base model"  # the seeds' eval_base: the base, before RL
 WEIGHTS = {"accuracy": 1.0, "format": 0.2}  # the main job's rl.rewards
-KEY = 12345  # the sampling key of every measured policy
+KEY = 12345  # the root of every measured policy's sampling key (`measurement_seed`)
 EVAL = ("pass@1", "pass@8", "maj@8", "format_rate", "mean_length")
 KL = ("exact_kl", "k1", "k3", "exact_kl_token_std", "k1_token_std", "k3_token_std",
       "mean_abs_1_minus_ratio", "kl_grad_weight", "mean_abs_advantage",
@@ -88,6 +92,18 @@ def _samples(tier: str) -> int:
     return 8 if tier == "full" else 2
 
 
+def measurement_seed(base_seed: int, seed: int | None = None) -> int:
+    """The sampling key's seed of a KL measurement: of the run with `seed` on the base built
+    with `base_seed`, or of that base model itself (`seed` None). Every arm of one (base,
+    seed) gets the same key (their contrasts stay paired); two (base, seed) pairs get keys
+    drawn independently from `KEY` (numpy's SeedSequence), so their estimator errors are
+    independent."""
+    import numpy as np
+
+    entropy = [KEY, int(base_seed)] + ([] if seed is None else [1, int(seed)])
+    return int(np.random.SeedSequence(entropy).generate_state(1)[0]) & 0x7FFFFFFF
+
+
 # ---- the post-hoc KL measurement --------------------------------------------------------------
 
 def _setup(base: str, samples: int) -> dict:
@@ -122,8 +138,9 @@ def _token_fn(policy, prompt_len: int):
     return fn
 
 
-def _measure_policy(s: dict, params, samples: int, chunk: int = 256) -> dict:
-    """Samples from the policy with `params` and returns its KL and weight figures."""
+def _measure_policy(s: dict, params, samples: int, key: int, chunk: int = 256) -> dict:
+    """Samples from the policy with `params` (sampling key `key`) and returns its KL and
+    weight figures."""
     import jax
     import jax.numpy as jnp
     import numpy as np
@@ -133,7 +150,7 @@ def _measure_policy(s: dict, params, samples: int, chunk: int = 256) -> dict:
     run = s["run"]
     sampling = measure_lib.sampling_config(run, int(run.config.rl.max_new_tokens),
                                            group=samples)
-    ro = measure_lib.sample(run, params, s["rows"], jax.random.key(KEY), sampling=sampling,
+    ro = measure_lib.sample(run, params, s["rows"], jax.random.key(key), sampling=sampling,
                             weights=WEIGHTS)
     sample_logp = ro.behaviour_logp
     full = np.concatenate([ro.prompt_tokens, ro.tokens], 1)
@@ -195,27 +212,37 @@ def _measure_policy(s: dict, params, samples: int, chunk: int = 256) -> dict:
     }
 
 
+def _measured_with(path: str, key: int) -> bool:
+    """Whether the KL figures at `path` exist and were sampled with `key`."""
+    return storage.isfile(path) and json.loads(storage.read_text(path)).get("key") == key
+
+
 def measure(runs: common.StudyRuns) -> None:
-    """kl.json for every finished run without one, and each base model's figures."""
+    """kl.json for every finished run without one made with its key, and each base model's
+    figures."""
     samples = _samples(runs.tier)
     for key, base in runs.bases.items():
         members = [r for r in runs.runs if r.base == key and r.finished]
-        todo = [r for r in members if not storage.isfile(storage.join(r.workdir, "kl.json"))]
+        todo = [r for r in members if not _measured_with(
+            storage.join(r.workdir, "kl.json"), measurement_seed(base["seed"], r.seed))]
         base_path = storage.join(runs.root, "kl", f"{key}.json")
-        if not todo and storage.isfile(base_path):
+        base_key = measurement_seed(base["seed"])
+        if not todo and _measured_with(base_path, base_key):
             continue
         s = _setup(base["workdir"], samples)
-        if not storage.isfile(base_path):
-            figures = _measure_policy(s, s["base_params"], samples)
+        if not _measured_with(base_path, base_key):
+            figures = _measure_policy(s, s["base_params"], samples, base_key)
             storage.makedirs(storage.join(runs.root, "kl"))
             storage.write_text(base_path, json.dumps(
-                {"base": key, "eval_seed": s["eval_seed"], "samples": samples, "key": KEY,
-                 "problems": len(s["rows"]) // samples, "base_model": figures}, indent=2))
+                {"base": key, "eval_seed": s["eval_seed"], "samples": samples,
+                 "key": base_key, "problems": len(s["rows"]) // samples,
+                 "base_model": figures}, indent=2))
         for record in todo:
             params = common.load_run_params(record.workdir, s["run"].tokenizer)
-            row = _measure_policy(s, params, samples)
+            run_key = measurement_seed(base["seed"], record.seed)
+            row = _measure_policy(s, params, samples, run_key)
             beta = float(record.config.rl.beta)
-            row.update({"beta": beta, "seed": record.seed, "samples": samples, "key": KEY,
+            row.update({"beta": beta, "seed": record.seed, "samples": samples, "key": run_key,
                         "kl_grad_weight": beta * row["mean_abs_1_minus_ratio"],
                         "kl_weight_ratio": beta * row["mean_abs_1_minus_ratio"]
                         / row["mean_abs_advantage"] if row["mean_abs_advantage"]
@@ -277,11 +304,12 @@ def analyze(runs: common.StudyRuns) -> common.Analysis:
                      if record.finished] for name in ARMS}
     return common.Analysis(arms=arms, specs=specs, table=table(arms),
                            extra={"base_model_kl_measurement": base_models,
-                                  "kl_measurement": {"key": KEY,
+                                  "kl_measurement": {"key_root": KEY,
                                                      "samples": _samples(runs.tier)}},
                            protocol={"notes": "KL figures: the held-out problems, "
-                                              f"{_samples(runs.tier)} samples each, key {KEY} "
-                                              "for every policy"},
+                                              f"{_samples(runs.tier)} samples each, one "
+                                              "sampling key per (base, seed), shared by its "
+                                              f"arms (`measurement_seed`, root {KEY})"},
                            plots=lambda out: plot(arms, curves, out))
 
 

@@ -1,4 +1,5 @@
-"""Does PPO keep TRPO's stability at first-order cost?
+"""TRPO against PPO at the same samples: held-out accuracy, the update's wall time, and PPO's
+learning rate at 1x, 10x and 100x.
 
 From the main base (configs/default.py's pretraining, 1500 steps; seeds 0 and 1), arms that
 each sample 80 batches of 256 completions (20,480) on the host loop:
@@ -15,6 +16,10 @@ each sample 80 batches of 256 completions (20,480) on the host loop:
 Measured per run: held-out pass@1, the largest per-step KL between consecutive policies over
 training (`kl_step`: TRPO's accepted step; PPO's between the batch's sampler and the updated
 policy), and the update's seconds per step (after the first, compiling, step).
+
+The claims are the abstract's own sentences (Schulman et al. 2017). How PPO fares at 10x and
+100x its learning rate is this study's own question, not a claim of the paper (its abstract
+does not speak of stability): it is a contrast (`PPO lr 2e-3` - `PPO lr 2e-4`), not a claim.
 """
 
 from __future__ import annotations
@@ -81,27 +86,38 @@ def table(arms: dict) -> str:
 
 
 SOURCE = ("Schulman et al. 2017, \"Proximal Policy Optimization Algorithms\", "
-          "arXiv:1707.06347, abstract (close paraphrase)")
+          "arXiv:1707.06347, abstract (quotation)")
 CLAIMS = (
-    common.Claim("PPO has some of the benefits of TRPO but is simpler, using only first-order "
-                 "optimization", SOURCE + "; tested as the update's seconds per step, PPO "
-                 "below TRPO", (PPO, TRPO, "update_time_s"), "<", margin=0.75,
-                 note=common.POST_HOC_MARGIN + " (a tenth of TRPO's update time); PPO here runs four optimizer steps per batch and a critic; TRPO one "
-                      "natural step with 10 conjugate-gradient iterations (Fisher on a fifth "
-                      "of the rows) and a line search"),
-    common.Claim("PPO has better sample complexity than TRPO (empirically)", SOURCE +
-                 "; tested as held-out pass@1 at the same 20,480 samples",
-                 (PPO, TRPO, "pass@1"), ">", margin=PASS_MARGIN),
-    common.Claim("PPO keeps TRPO's stability: the clipped updates stay reliable when the step "
-                 "size grows", SOURCE + "; tested as pass@1 at 10x PPO's learning rate within "
-                 "3 points of it (this study's reading of 'stability')",
-                 ("PPO lr 2e-3", PPO, "pass@1"), "=", margin=PASS_MARGIN),
+    common.Claim("Our experiments test PPO on a collection of benchmark tasks [...] and we show "
+                 "that PPO outperforms other online policy gradient methods, and overall "
+                 "strikes a favorable balance between sample complexity, simplicity, and "
+                 "wall-time", SOURCE + "; the abstract's comparison is with other online "
+                 "policy gradient methods; tested on its wall-time against TRPO: the "
+                 "update's seconds per step, PPO below TRPO",
+                 (PPO, TRPO, "update_time_s"), "<", margin=0.75,
+                 can_fail="fails unless PPO's update (four Adam steps per batch and a "
+                          "critic) takes at least 0.75 s less per step than TRPO's (one "
+                          "natural step: 10 conjugate-gradient iterations, the Fisher-vector "
+                          "products on a fifth of the rows, and a line search), Holm p < 0.05, "
+                          "no base the other way; the products on a fifth of the rows make TRPO's step "
+                          "cheaper than on every row",
+                 note=common.POST_HOC_MARGIN + " (a tenth of TRPO's update time)"),
+    common.Claim("The new methods, which we call proximal policy optimization (PPO), have some "
+                 "of the benefits of trust region policy optimization (TRPO), but they are "
+                 "much simpler to implement, more general, and have better sample complexity "
+                 "(empirically)", SOURCE + "; tested on its last clause: held-out pass@1 of "
+                 "PPO above TRPO's at the same 20,480 samples",
+                 (PPO, TRPO, "pass@1"), ">", margin=PASS_MARGIN,
+                 can_fail="fails unless PPO's held-out pass@1 ends at least 3 points above "
+                          "TRPO's after the same 20,480 samples, Holm p < 0.05, no base the "
+                          "other way; TRPO's KL bound (0.01 per batch) lets it move the policy "
+                          "as far per batch as PPO's clip does"),
 )
 
 STUDY = common.Study(
     name="trpo_vs_ppo",
-    question="does PPO match TRPO's stability (per-step KL, learning rates 1x to 100x) at "
-             "first-order cost per step, at the same 20,480 samples, paired by seed?",
+    question="does PPO beat TRPO in held-out pass@1 and in the update's wall time at the same "
+             "20,480 samples, and how do its learning rates 1x to 100x fare, paired by seed?",
     tiers=tiers.standard(
         full="about 4 hours on 2 cores (measured beside another study "
              "process: 11 min a TRPO run, 9-10.5 min a PPO run; 24 runs, "

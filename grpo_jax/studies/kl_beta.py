@@ -481,10 +481,6 @@ STUDY = common.Study(
              "and a toy base)",
         mini_seeds=(0, 1),
         mini_arms=(REFERENCE, arm_name(0.04), arm_name(1.0))),
-    arms=ARMS,
-    base_config=base_config,
-    arm_configs=arm_configs,
-    analyze=analyze,
-    claims=CLAIMS,
+    arms=ARMS, base_config=base_config, arm_configs=arm_configs, analyze=analyze, claims=CLAIMS,
     measure=measure,
 )

@@ -125,9 +125,5 @@ STUDY = common.Study(
         mini="seconds on 2 cores: one toy base, one seed, "
              "a subset of the arms",
         mini_arms=(TRPO, PPO)),
-    arms=ARMS,
-    base_config=base_config,
-    arm_configs=arm_configs,
-    analyze=analyze,
-    claims=CLAIMS,
+    arms=ARMS, base_config=base_config, arm_configs=arm_configs, analyze=analyze, claims=CLAIMS,
 )

@@ -33,9 +33,12 @@ __all__ = ["EVALS", "JOBS", "Job", "agents_job", "agents_preset", "code_job", "g
            "trpo_job", "with_ppo", "with_trpo"]
 
 
-def main_job(preset: str | None = None) -> ml_collections.ConfigDict:
+def main_job(preset: str | None = None, *, task: str | None = None
+             ) -> ml_collections.ConfigDict:
     """The main job (configs/default.py): pretrain -> eval_base -> rl -> eval_final; presets
-    "smoke" (tiny sizes for tests) and "cpu" (the default)."""
+    "smoke" (tiny sizes for tests) and "cpu" (the default). `task`: the same job on that
+    registered task (task.name) at its own constructor defaults (task.kwargs empty, so no
+    arithmetic setting reaches it); None: the arithmetic task below."""
     config = ml_collections.ConfigDict()
     config.seed = 0  # one seed for data, initialisation and sampling
     # A step whose loss, gradient or update is not finite is skipped (never applied); this
@@ -232,6 +235,9 @@ def main_job(preset: str | None = None) -> ml_collections.ConfigDict:
     else:
         raise ValueError(f"unknown preset {preset!r} for configs/default.py;"
                          " expected smoke or cpu")
+    if task is not None:
+        config.task.name = task
+        config.task.kwargs = ml_collections.ConfigDict()
     return config
 
 

@@ -6,10 +6,13 @@ reference page kept current."""
 from __future__ import annotations
 
 import ast
+import contextlib
 import importlib.util
+import io
 import os
 import re
 import types
+import warnings
 
 import pytest
 
@@ -137,6 +140,71 @@ def test_progress_lines_give_elapsed_and_eta_on_a_fake_clock(capsys, monkeypatch
         ["0:00", "1:00", "1:01", "1:02:05"]
 
 
+def test_the_rl_progress_line_names_the_overlong_term_of_the_reward(capsys):
+    """A smoke preset's rl.overlong_cache adds a term rl.rewards does not name (and makes
+    reward_mean negative): the first line already shows the reward and that term."""
+    from grpo_jax.runner import toolkit
+
+    written = []
+    run = types.SimpleNamespace(global_step=0, writer=types.SimpleNamespace(
+        write=lambda step, record, stage: written.append((step, stage))))
+    bar = toolkit.PlainProgress("rl", 2, 0, 0.0)
+    record = {"reward_mean": -0.8125, "reward/accuracy": 0.0, "reward/overlong": -0.8125,
+              "pass@1": 0.0}
+    toolkit.log_step(run, types.SimpleNamespace(name="rl"), record, bar,
+                     reward="reward_mean", acc="pass@1")
+    line = capsys.readouterr().out.strip()
+    assert line.startswith("[grpo_jax] rl: step 1/2, reward -0.812 (overlong -0.812), "
+                           "acc 0.000, ") and written == [(1, "rl")]
+    toolkit.log_step(run, types.SimpleNamespace(name="rl"), {"reward_mean": 0.5}, bar,
+                     reward="reward_mean")
+    assert ", reward 0.500, " in capsys.readouterr().out
+
+
+# ---- README's examples without warnings ----------------------------------------------------
+
+def test_the_sandbox_command_prints_no_runpy_warning():
+    """`python -m grpo_jax.tools.sandbox` (README): the package imports the module before
+    runpy runs it, which printed a RuntimeWarning on every call."""
+    import subprocess
+    import sys
+
+    done = subprocess.run(
+        [sys.executable, "-W", "default", "-m", "grpo_jax.tools.sandbox",
+         "--isolation=audit_hook"], input="print(6 * 7)\n", capture_output=True, text=True,
+        timeout=120, env={**os.environ, "JAX_PLATFORMS": "cpu"})
+    assert done.returncode == 0 and done.stdout == "42\n"
+    assert "RuntimeWarning" not in done.stderr, done.stderr
+
+
+def test_a_new_task_on_the_main_job_gets_no_arithmetic_settings(capsys):
+    """main_job(preset, task=NAME) (README's new-task recipe) runs NAME at its own defaults:
+    no warning line about the preset's arithmetic task.kwargs, which the command-line form
+    (--config.task.name=NAME over the arithmetic kwargs) does print."""
+    from grpo_jax import tasks as tasks_lib
+    from grpo_jax.runner.inputs import build_task
+
+    if "user_walk_digits" not in tasks_lib.available_tasks():
+        @tasks_lib.register_task("user_walk_digits")
+        class DigitsTask(tasks_lib.Task):  # noqa: F841  registered
+            def generate(self, rng, difficulty):
+                digits = "".join(map(str, rng.integers(0, 10, size=difficulty + 1)))
+                return tasks_lib.Example(id=digits, prompt=f"digits {digits}",
+                                         answer=str(len(digits)), difficulty=difficulty)
+
+    config = config_presets.main_job("smoke", task="user_walk_digits")
+    assert (config.task.name, config.task.kwargs.to_dict()) == ("user_walk_digits", {})
+    assert type(build_task(config)).__name__ == "DigitsTask"
+    assert "warning" not in capsys.readouterr().out
+    config = config_presets.main_job("smoke")
+    config.task.name = "user_walk_digits"
+    build_task(config)
+    (line,) = capsys.readouterr().out.strip().splitlines()
+    assert line.startswith("[grpo_jax] warning: task.kwargs error_mode, max_operators, ")
+    assert config_presets.main_job("smoke", task=None).to_dict() == \
+        config_presets.main_job("smoke").to_dict()
+
+
 # ---- export of a char-tokenizer run --------------------------------------------------------
 
 @pytest.fixture(scope="module")
@@ -151,8 +219,27 @@ def char_run(tmp_path_factory):
     config.pretrain.update(steps=200, batch_size=16, lr=1e-2)
     config.model.update(hidden_size=64, num_layers=2, mlp_size=128)
     workdir = str(tmp_path_factory.mktemp("char_run"))
-    train_and_evaluate(config, workdir)
+    printed = io.StringIO()
+    with warnings.catch_warnings(record=True) as caught, contextlib.redirect_stdout(printed):
+        warnings.simplefilter("always")
+        train_and_evaluate(config, workdir)
+    CHAR_RUN_OUTPUT.update(lines=printed.getvalue().splitlines(), warnings=[
+        f"{w.category.__name__}: {w.message}" for w in caught
+        if not issubclass(w.category, DeprecationWarning)])  # flax's own, not ours
     return workdir
+
+
+CHAR_RUN_OUTPUT = {}
+
+
+def test_a_tiny_main_job_prints_no_warning(char_run):
+    """The run above (api.config("smoke") at a smaller model, as README's Python example):
+    its progress lines end with elapsed and ETA, and nothing warns."""
+    lines, caught = CHAR_RUN_OUTPUT["lines"], CHAR_RUN_OUTPUT["warnings"]
+    assert caught == []
+    assert not [line for line in lines if "warning" in line.lower()], lines
+    assert re.search(r"^\[grpo_jax\] pretrain: step 200/200, loss [0-9.]+, [0-9.]+ s/step, "
+                     r"[0-9.]+ s compiling, elapsed \d+:\d\d, ETA 0:00$", "\n".join(lines), re.M)
 
 
 def test_a_char_run_exports_for_transformers_and_generate_stops_at_eos(char_run, tmp_path):

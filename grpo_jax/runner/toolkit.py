@@ -152,12 +152,28 @@ def stage_record_step(run) -> int:
     return run.global_step + 1
 
 
+# Reward terms a stage adds without rl.rewards naming them (rl.overlong_cache's soft
+# punishment, at most 0): the progress line shows them beside the reward they are part of.
+IMPLICIT_REWARDS = ("overlong",)
+
+
 def log_step(run, stage, record: dict, bar=None, **postfix) -> None:
-    """One training step: +1 global step, one metrics line, the progress bar moved."""
+    """One training step: +1 global step, one metrics line, the progress bar moved with
+    `postfix` (label -> record key) shown; a shown "reward_mean" names the implicit terms in
+    it ("reward -0.812 (overlong -0.812)")."""
     run.global_step += 1
     run.writer.write(run.global_step, record, stage=stage.name)
     if bar is not None:
-        bar.update(1)
-        if postfix:
-            bar.set_postfix(**{k: f"{record[v]:.3f}" for k, v in postfix.items()
+        if postfix:  # before the update, whose line shows them
+            bar.set_postfix(**{k: _shown(record, v) for k, v in postfix.items()
                                if v in record})
+        bar.update(1)
+
+
+def _shown(record: dict, key: str) -> str:
+    text = f"{record[key]:.3f}"
+    if key != "reward_mean":
+        return text
+    parts = [f"{name} {record[f'reward/{name}']:.3f}" for name in IMPLICIT_REWARDS
+             if f"reward/{name}" in record]
+    return f"{text} ({', '.join(parts)})" if parts else text

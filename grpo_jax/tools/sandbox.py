@@ -64,6 +64,14 @@ import sys
 import tempfile
 import threading
 import time
+import warnings
+
+if __name__ == "grpo_jax.tools.sandbox" and sys.argv[:1] == ["-m"]:
+    # `python -m grpo_jax.tools.sandbox`: the package grpo_jax.tools imports this module
+    # before runpy runs it as __main__ (sys.argv[0] is "-m" meanwhile), which runpy would
+    # report as a RuntimeWarning on every call; the two copies share no state that matters.
+    warnings.filterwarnings("ignore", category=RuntimeWarning,
+                            message=r"'grpo_jax\.tools\.sandbox' found in sys\.modules")
 
 # The first words of the line that says what stopped a program.
 STOP_PREFIXES = ("timeout:", "memory:", "blocked:", "output:", "error:", "killed:")

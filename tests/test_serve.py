@@ -290,3 +290,20 @@ def test_a_missing_web_stack_is_one_line_naming_the_extra(monkeypatch, capsys):
     assert serve_main(["--workdir=.", "--port=1"]) == 2
     (line,) = capsys.readouterr().err.strip().splitlines()
     assert line == 'error: the server needs fastapi and uvicorn: pip install -e ".[serve]"'
+
+
+class _Failing(Engine):
+    def sample(self, requests):
+        raise FloatingPointError("non-finite logits\nin 1 of 1 rows")
+
+
+def test_a_sampler_failure_is_a_one_line_500_and_the_server_goes_on():
+    engine = _Failing(ServedPolicy(MODEL, CharTokenizer(), graphdef=None, state=None,
+                                   context=64), batch_wait_s=0)
+    with ServerThread(engine) as server:
+        client = openai.OpenAI(base_url=server.base_url, api_key="unused", max_retries=0)
+        for _ in range(2):
+            with pytest.raises(openai.InternalServerError) as caught:
+                client.completions.create(model=MODEL, prompt="Q", max_tokens=4)
+            assert caught.value.body["message"] == (
+                "the sampler failed: FloatingPointError: non-finite logits in 1 of 1 rows")

@@ -27,7 +27,7 @@ from grpo_jax.serve.engine import SEED_LIMIT, Completion, Engine, Request, Setti
 from grpo_jax.text import prompt_ids
 from grpo_jax.tools.calls import CLOSE, OPEN, call_objects, call_text
 
-__all__ = ["RequestError", "create_app", "finished_text"]
+__all__ = ["RequestError", "SamplerError", "create_app", "finished_text"]
 
 MISSING_PACKAGES = ('the server needs fastapi and uvicorn: pip install -e ".[serve]"')
 COMPLETIONS_MAX_TOKENS = 16  # /v1/completions' default max_tokens (OpenAI's)
@@ -42,6 +42,10 @@ class RequestError(ValueError):
     def __init__(self, field: str, message: str):
         super().__init__(f"{field}: {message}")
         self.field = field
+
+
+class SamplerError(RuntimeError):
+    """Sampling a valid request failed (a 500; the message is one line)."""
 
 
 def _fail(field: str, message: str):
@@ -102,7 +106,7 @@ def _unsupported(body, defaults: dict) -> None:
                          f"{' or '.join(map(repr, neutral))} or no value")
 
 
-def _common(body, engine: Engine, default_max_tokens: int):
+def _common(body, engine: Engine):
     """The fields both endpoints share: (n, max_tokens or None for the default, Settings,
     seed, stream, return_token_ids)."""
     model = body.get("model")
@@ -300,11 +304,19 @@ def create_app(engine: Engine):
 
     async def sample(requests: list[Request]) -> list[list[Completion]]:
         futures = [asyncio.wrap_future(engine.submit(r)) for r in requests]
-        return list(await asyncio.gather(*futures))
+        try:
+            return list(await asyncio.gather(*futures))
+        except Exception as err:  # noqa: BLE001  the sampler's failure, as a 500
+            raise SamplerError(f"the sampler failed: {type(err).__name__}: "
+                               f"{' '.join(str(err).split())}"[:500]) from err
 
     @app.exception_handler(RequestError)
     async def bad_request(_, err: RequestError):
         return _error(400, str(err), err.field)
+
+    @app.exception_handler(SamplerError)
+    async def sampler_failed(_, err: SamplerError):
+        return _error(500, str(err), None, kind="server_error")
 
     @app.get("/v1/models")
     async def models():
@@ -315,12 +327,12 @@ def create_app(engine: Engine):
     @app.post("/v1/completions")
     async def completions(http: HttpRequest):
         body = await body_of(http)
-        n, max_tokens, settings, seed, stream, with_ids = _common(body, engine,
-                                                                  COMPLETIONS_MAX_TOKENS)
-        if body.get("logprobs") not in (None, 0):
+        n, max_tokens, settings, seed, stream, with_ids = _common(body, engine)
+        logprobs = body.get("logprobs")
+        want_logprobs = type(logprobs) is int and logprobs == 0
+        if logprobs is not None and not want_logprobs:
             _fail("logprobs", f"only 0 is supported (each chosen token's log-prob; no top "
-                              f"alternatives), got {body.get('logprobs')!r:.40}")
-        want_logprobs = body.get("logprobs") == 0
+                              f"alternatives), got {logprobs!r:.40}")
         stops = _stops(body)
         prompts = _completion_prompts(body.get("prompt"), served.tokenizer)
         requests = [Request(ids, n, _max_tokens(engine, "prompt", ids, max_tokens,
@@ -358,8 +370,7 @@ def create_app(engine: Engine):
     @app.post("/v1/chat/completions")
     async def chat(http: HttpRequest):
         body = await body_of(http)
-        n, max_tokens, settings, seed, stream, with_ids = _common(body, engine,
-                                                                  CHAT_MAX_TOKENS)
+        n, max_tokens, settings, seed, stream, with_ids = _common(body, engine)
         want_logprobs = _flag(body, "logprobs")
         if body.get("top_logprobs") not in (None, 0):
             _fail("top_logprobs", "only 0 is supported (no top alternatives), got "

@@ -276,3 +276,22 @@ def test_redone_steps_make_longer_traces_more_often_right():
     both = get_task("arithmetic", max_operators=2, redo_rate=1.0, mixed_script_rate=1.0)
     text, _ = both.solution(both.examples("train", 1, seed=3)[0], rng=0, error_rate=1.0)
     assert text.count("redo") == text.count("πρώτα") + text.count("μετά")  # one word a step
+
+
+def test_redo_word_replaces_redo_in_the_same_traces():
+    """redo_word writes its word where "redo" stood; the draws and the correctness are the
+    same, and a word that is not ASCII letters is refused."""
+    example = get_task("arithmetic", max_operators=2).examples("train", 1, seed=5)[0]
+    for seed in range(20):
+        plain, wait = (get_task("arithmetic", max_operators=2, redo_rate=0.5, redo_word=word)
+                       for word in ("redo", "Wait"))
+        text, correct = plain.solution(example, rng=seed, error_rate=0.5)
+        assert wait.solution(example, rng=seed, error_rate=0.5) == (
+            text.replace(" redo ", " Wait "), correct)
+    both = get_task("arithmetic", max_operators=2, redo_rate=1.0, mixed_script_rate=1.0,
+                    redo_word="Wait")
+    text, _ = both.solution(example, rng=0, error_rate=1.0)
+    assert text.count(" Wait ") == text.count("πρώτα") + text.count("μετά") > 0
+    for word in ("", "re do", "Wäit", 3):
+        with pytest.raises(ValueError, match="redo_word"):
+            get_task("arithmetic", redo_word=word)

@@ -23,6 +23,8 @@ the trace goes on from the redone value. A redone wrong step is corrected, a red
 only costs length, so P(correct) = (1 - error_rate (1 - q))^steps: longer traces are more
 often right, and a policy that checks more raises its accuracy by writing longer (the
 setting where response-length growth, and Dr. GRPO's length bias, can show at all).
+`redo_word` names the word that introduces the redo ("redo" by default; "Wait" gives the
+traces s1's budget forcing appends: "9*6=15 Wait 9*6=54").
 
 Two scripts (`mixed_script_rate` p > 0): every step is introduced by a word, "first" /
 "then" ("<think>first 5*3=15 then 7+15=22</think>"), and in the noisy worked solutions each
@@ -91,17 +93,21 @@ class ArithmeticTask(Task):
 
     def __init__(self, difficulty: int | Sequence[int] = 1, *, max_operators: int | None = None,
                  error_mode: str = "offset", mixed_script_rate: float = 0.0,
-                 redo_rate: float = 0.0):
+                 redo_rate: float = 0.0, redo_word: str = "redo"):
         """Args: difficulty (int or list); max_operators caps the operator count of every
         level (e.g. 2 makes difficulty 1 "one or two operators": shorter traces for CPU runs);
         error_mode "offset" | "operator" (how a noisy step is wrong, see the module doc);
         mixed_script_rate: > 0 introduces each step with a word, written in Greek with this
         probability in noisy solutions; redo_rate: the probability that a noisy solution
-        checks a step by computing it again (see the module doc).
+        checks a step by computing it again (see the module doc); redo_word: the ASCII word
+        written before a redone step.
         """
         super().__init__(difficulty)
         check_rate("redo_rate", redo_rate)
         self.redo_rate = float(redo_rate)
+        if not (isinstance(redo_word, str) and redo_word.isascii() and redo_word.isalpha()):
+            raise ValueError(f"redo_word: expected one word of ASCII letters, got {redo_word!r}")
+        self.redo_word = redo_word
         check_rate("mixed_script_rate", mixed_script_rate)
         self.mixed_script_rate = float(mixed_script_rate)
         if self.mixed_script_rate > 0:
@@ -141,7 +147,7 @@ class ArithmeticTask(Task):
 
     @staticmethod
     def _trace(operands, operators, *, errors, rng, error_mode="offset",
-               redo_rate=0.0) -> tuple[str, int]:
+               redo_rate=0.0, redo_word="redo") -> tuple[str, int]:
         """Step-by-step trace; steps flagged in `errors` are miscomputed, and with `redo_rate`
         a step is followed by its correct redo (see module doc)."""
         values, ops = list(operands), list(operators)
@@ -171,7 +177,7 @@ class ArithmeticTask(Task):
             step = f"{left}{operator}{right}={written}"
             if redo_rate > 0 and rng.random() < redo_rate:
                 written = _apply(left, operator, right)
-                step += f" redo {left}{operator}{right}={written}"
+                step += f" {redo_word} {left}{operator}{right}={written}"
             lines.append(step)
             values[i : i + 2] = [written]
             del ops[i]
@@ -196,7 +202,8 @@ class ArithmeticTask(Task):
         operands, operators = example.meta["operands"], example.meta["operators"]
         errors = list(rng.random(len(operators)) < error_rate)
         thinking, answer = self._trace(operands, operators, errors=errors, rng=rng,
-                                       error_mode=self.error_mode, redo_rate=self.redo_rate)
+                                       error_mode=self.error_mode, redo_rate=self.redo_rate,
+                                       redo_word=self.redo_word)
         thinking = self._narrate(thinking, rng)
         return self.finish_solution(example, thinking, str(answer), rng, format_error_rate)
 
@@ -208,8 +215,8 @@ class ArithmeticTask(Task):
         steps = []
         tokens = iter(thinking.split(" "))
         for token in tokens:  # a step, with its redo if it has one
-            if token == "redo" and steps:
-                steps[-1] += f" redo {next(tokens, '')}"
+            if token == self.redo_word and steps:
+                steps[-1] += f" {token} {next(tokens, '')}"
             else:
                 steps.append(token)
         out = []

@@ -10,54 +10,87 @@ reward (`rl.rewards`):
 * `incorrect`: 1 for a wrong or missing answer, 0 for a right one
   (`rewards.spurious.incorrect_reward`).
 
+These four take one gradient step per batch, where the importance ratio is 1 and the clip
+never binds. Two more arms let the mechanism Shao et al. name for the random reward (the
+clipped objective's bias towards the base's likely outputs) act: the random reward with four
+clipped passes over each batch (`rl.num_iterations = 4`, epsilon 0.2) at learning rate 1e-3
+(five times the main job's, so each pass moves the ratios further and the clip binds on
+more tokens), and the same without the clip (epsilon 1e6):
+
+* `random, mu=4`: the random reward, four clipped passes per batch, lr 1e-3;
+* `random, mu=4, no clip`: the same, the ratio unclipped.
+
 Every arm samples and scores on the host (`rl.fused_steps = 0`: the random and incorrect
 rewards are not device rewards) and evaluates before and after GRPO on the same held-out
-problems. The base's pass@1 is the ground-truth runs' evaluation before GRPO.
+problems. The base's pass@1 is the ground-truth runs' evaluation before GRPO. Each run's
+training clip fraction (the share of the tokens of a step's updates where the clip binds,
+averaged over the steps) is recorded.
 """
 
 from __future__ import annotations
 
 from grpo_jax.studies import common, jobs, tables, tiers
-from grpo_jax.studies.arms import per_arm
+from grpo_jax.studies.arms import per_arm, training_means
 
 TRUE, FORMAT, RANDOM, INCORRECT = "ground truth", "format", "random", "incorrect"
 REWARDS = {TRUE: {"accuracy": 1.0, "format": 0.2}, FORMAT: {"format": 1.0},
            RANDOM: {"random": 1.0}, INCORRECT: {"incorrect": 1.0}}
+# the arms with several clipped updates per batch: arm -> (reward arm, passes per batch,
+# clip epsilon or None for the algorithm's 0.2, learning rate)
+CLIPPED, UNCLIPPED = "random, mu=4", "random, mu=4, no clip"
+UPDATES = {CLIPPED: (RANDOM, 4, None, 1e-3), UNCLIPPED: (RANDOM, 4, 1e6, 1e-3)}
+ARMS = (*REWARDS, *UPDATES)
 METRICS = ("pass@1", "format_rate", "mean_length")
 PASS_MARGIN = 0.03
 
 SPECS = [(RANDOM, "base", "pass@1"), (FORMAT, "base", "pass@1"),
          (INCORRECT, "base", "pass@1"), (TRUE, "base", "pass@1"), (TRUE, RANDOM, "pass@1"),
-         (FORMAT, "base", "format_rate")]
+         (FORMAT, "base", "format_rate"), (CLIPPED, "base", "pass@1"),
+         (CLIPPED, UNCLIPPED, "pass@1")]
 
 
 base_config = common.main_base
 
 
 def arm_config(arm: str, tier: str = "full"):
-    """One arm's run: the held-out evaluation, the main job's GRPO stage on the arm's reward,
-    the evaluation again, from the base in model.init_from."""
+    """One arm's run: the held-out evaluation, the main job's GRPO stage on the arm's reward
+    (with the arm's passes per batch, clip and learning rate for the arms of `UPDATES`), the
+    evaluation again, from the base in model.init_from."""
+    if arm in UPDATES:
+        reward, passes, epsilon, lr = UPDATES[arm]
+        config = arm_config(reward, tier)
+        config.rl.num_iterations, config.rl.epsilon, config.rl.lr = passes, epsilon, lr
+        return config
     return jobs.host_rewards(common.main_arm(tier, "eval_base,rl,eval_final"), REWARDS[arm])
 
 
 def arm_configs(tier: str) -> dict:
-    return {arm: arm_config(arm, tier) for arm in REWARDS}
+    return {arm: arm_config(arm, tier) for arm in ARMS}
+
+
+def _values(record) -> dict:
+    return {**common.eval_values(record, METRICS),
+            **training_means(record, ("clip_frac",))}
 
 
 def analyze(runs: common.StudyRuns) -> common.Analysis:
-    arms = per_arm(runs, lambda r: common.eval_values(r, METRICS), REWARDS)
+    arms = per_arm(runs, _values, ARMS)
     common.add_base_arm(arms, TRUE, METRICS)
-    curves = common.arm_curves(runs, REWARDS)
+    curves = common.arm_curves(runs, ARMS)
     return common.Analysis(arms=arms, specs=SPECS, table=table(arms, runs.runs[0].config),
                            plots=lambda out: plot(curves, out))
 
 
 def table(arms: dict, config) -> str:
     return tables.arm_table(
-        arms, ("base", *REWARDS), ("pass@1", "format rate", "mean length"),
-        tables.metric_row("pass@1", "format_rate", ("mean_length", 1.0, 1)),
-        "pass@1 and format rate in %, mean length in tokens; mean ± 95% half-width over (base, "
-        f"seed) runs, {tables.rl_caption(config)} on each reward (the base: before).")
+        arms, ("base", *ARMS),
+        ("pass@1", "format rate", "mean length", "clip fraction (training mean)"),
+        tables.metric_row("pass@1", "format_rate", ("mean_length", 1.0, 1), "clip_frac"),
+        "pass@1, format rate and clip fraction in %, mean length in tokens; mean ± 95% "
+        f"half-width over (base, seed) runs, {tables.rl_caption(config)} on each reward (the "
+        "base: before; the mu=4 arms: four passes per batch at lr 1e-3). The clip fraction "
+        "is the share of the tokens of a step's updates where the clip binds, averaged over "
+        "the steps: 0 with one pass per batch and without the clip, by construction.")
 
 
 def plot(curves: dict, out: str) -> None:
@@ -81,26 +114,37 @@ CLAIMS = (
     common.Claim("the spurious rewards' gains nearly match the ground-truth reward's",
                  SOURCE + "; tested on the random reward with a margin of 3 points",
                  (TRUE, RANDOM, "pass@1"), "=", margin=PASS_MARGIN),
+    common.Claim("RLVR raises performance even with a random reward, one with no correlation "
+                 "with the correct answer", SOURCE + "; tested with four clipped updates per "
+                 "batch at lr 1e-3, where the clip the paper credits can bind",
+                 (CLIPPED, "base", "pass@1"), ">", margin=PASS_MARGIN),
     common.Claim("the random reward's gain comes from the clipping bias of the objective, "
                  "which favours the base's likely outputs", SOURCE + " (their analysis of "
-                 "the mechanism)", None,
-                 untestable="the main job takes one gradient step per batch: the ratio is 1 "
-                            "and the clip never binds, so the bias the paper names does not "
-                            "exist here; a design with several updates per batch "
-                            "(updates_per_batch) could test it"),
+                 "the mechanism); tested as: with four updates per batch at lr 1e-3, the "
+                 "random reward raises pass@1 more with the clip than without it",
+                 (CLIPPED, UNCLIPPED, "pass@1"), ">", margin=PASS_MARGIN,
+                 can_fail="fails unless random, mu=4 lies above random, mu=4, no clip in "
+                          "pass@1 by at least 3.0 points (point estimate), Holm p < 0.05 "
+                          "that way, and no base goes the other way; the clip can only "
+                          "bias the updates on the tokens where it binds, so the test means "
+                          "something only where random, mu=4's clip fraction (the table) is "
+                          "a share of tokens that can move pass@1, which this design "
+                          "measures but cannot fix before the runs"),
 )
 
 STUDY = common.Study(
     name="spurious_rewards",
     question="does GRPO with a random, a format-only or an incorrect-answer reward still "
              "raise held-out pass@1 over the base, and how close to the ground-truth "
-             "reward, paired by seed?",
+             "reward; and with several clipped updates per batch, does the random reward "
+             "gain more with the clip than without it, paired by seed?",
     tiers=tiers.standard(
-        full="about 40 min on 2 cores (estimated: 2 main bases of 1500 "
+        full="about 2.3 hours on 2 cores (estimated: 2 main bases of 1500 "
              "steps, shared with the other studies of the main base; 24 "
              "runs of the main job's GRPO stage on host rewards with two "
-             "evaluations)"),
-    arms=tuple(REWARDS),
+             "evaluations, 40 min; 12 runs of four passes per batch, "
+             "about 8 min each as updates_per_batch's mu = 4, 1.6 hours)"),
+    arms=ARMS,
     base_config=base_config,
     arm_configs=arm_configs,
     analyze=analyze,

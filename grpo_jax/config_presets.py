@@ -712,4 +712,7 @@ def job_config(name: str, preset: str | None = None) -> ml_collections.ConfigDic
 def get_config(spec: str | None = None) -> ml_collections.ConfigDict:
     """This file as a config file: `spec` is "NAME[:preset]" of a job in `JOBS`."""
     name, _, preset = (spec or "main").partition(":")
+    if name not in JOBS:
+        raise ValueError(f"{unknown_job(name)}, or a config file such as "
+                         "configs/default.py[:preset]")
     return job_config(name, preset or None)

@@ -1,15 +1,18 @@
 """Budget forcing (s1, Muennighoff et al. 2025, arXiv:2501.19393): accuracy against the
 thinking budget, capped, and stretched with "Wait" or with " redo".
 
-Two base runs per base seed (shared, keyed by their configs): `main`, the main job's
-pretraining (the base off_policy, cold_start and kl_beta start from), and `redo`, the same
+Three base runs per base seed (shared, keyed by their configs): `main`, the main job's
+pretraining (the base off_policy, cold_start and kl_beta start from); `redo`, the same
 pretraining on traces that redo a step with probability 0.3 (task.kwargs.redo_rate: a redone
-step is always right, so a model of these traces knows a re-check; length_bias's base). Two
-arms, each the main job's RL stage (GRPO, accuracy + 0.2 x format, lr 2e-4, groups of 8; 60
-steps of 16 prompts) from its base:
+step is always right, so a model of these traces knows a re-check; length_bias's base); and
+`wait_redo`, the same traces with the word "Wait" where `redo` writes "redo"
+(task.kwargs.redo_word: "9*6=15 Wait 9*6=54"), so its model has seen "Wait" before a re-check,
+as s1's fine-tuning traces have. Three arms, each the main job's RL stage (GRPO, accuracy +
+0.2 x format, lr 2e-4, groups of 8; 60 steps of 16 prompts) from its base:
 
   wait: from `main`; forced with "Wait", which the model has never seen
   redo: from `redo` (completions of up to 48 tokens); forced with " redo"
+  wait seen: from `wait_redo` (completions of up to 48 tokens); forced with " Wait"
 
 After the runs, `measure` samples 8 completions of each of 128 held-out problems (fixed across
 seeds: task.eval_seed), max_new_tokens 48 for every condition (the most the 64-token context
@@ -17,10 +20,11 @@ leaves after the 16-token prompt), under each forcing condition: for `wait`, the
 without forcing, with the end of thinking forced after 4, 8, 12 or 16 thinking tokens (caps)
 and with at least 24 or 32 (an earlier `</think>` or EOS replaced by "Wait"); for `redo`,
 the base model and the RL model without forcing and with at least 16, 24 or 32 thinking
-tokens (" redo"). Every condition of a (base, seed) uses one sampling key, so its samples
-differ from the unforced ones only from the first forced token on. Each model's figures are
-written to `forcing.json` in its run's directory (`forcing_base.json` for the redo base
-model), one condition at a time, so the measurement resumes.
+tokens (" redo"); for `wait seen`, the same with " Wait". Every condition of a (base,
+seed) uses one sampling key, so its samples differ from the unforced ones only from the
+first forced token on. Each model's figures are written to `forcing.json` in its run's
+directory (`forcing_base.json` for the redo and "Wait" base models), one condition at a
+time, so the measurement resumes.
 """
 
 from __future__ import annotations
@@ -32,7 +36,8 @@ from grpo_jax.stats import interval, paired_interval
 from grpo_jax.studies import common, jobs, tiers
 from grpo_jax.studies import measure as measure_lib
 
-WAIT, REDO = "wait", "redo"
+WAIT, REDO, SEEN = "wait", "redo", "wait seen"
+WAIT_WORD = "Wait"  # the `wait_redo` base's redo_word
 MAX_NEW_TOKENS = 48  # every condition, the unforced one included
 KEY = 250131  # the sampling key's root (s1's arXiv date); each seed folds itself in
 REDO_RATE = 0.3
@@ -41,12 +46,15 @@ WAIT_CONDITIONS = {"none": (0, 0), "max=4": (0, 4), "max=8": (0, 8), "max=12": (
                    "max=16": (0, 16), "min=24": (24, 0), "min=32": (32, 0)}
 REDO_CONDITIONS = {"none": (0, 0), "min=16": (16, 0), "min=24": (24, 0), "min=32": (32, 0)}
 # the conditions the mini tier measures, per arm: those the claims test
-MINI = {WAIT: ("none", "max=8", "min=24"), REDO: ("none", "min=16")}
+MINI = {WAIT: ("none", "max=8", "min=24"), REDO: ("none", "min=16"), SEEN: ("none", "min=16")}
 # (model label, arm, "rl" or "base", continuation, conditions), in table order
 MODELS = (("RL (main base), \"Wait\"", WAIT, "rl", "Wait", WAIT_CONDITIONS),
           ("redo base, \" redo\"", REDO, "base", " redo", REDO_CONDITIONS),
-          ("RL (redo base), \" redo\"", REDO, "rl", " redo", REDO_CONDITIONS))
-PREFIX = {(WAIT, "rl"): "rl", (REDO, "base"): "redo_base", (REDO, "rl"): "redo_rl"}
+          ("RL (redo base), \" redo\"", REDO, "rl", " redo", REDO_CONDITIONS),
+          ("\"Wait\" base, \" Wait\"", SEEN, "base", " Wait", REDO_CONDITIONS),
+          ("RL (\"Wait\" base), \" Wait\"", SEEN, "rl", " Wait", REDO_CONDITIONS))
+PREFIX = {(WAIT, "rl"): "rl", (REDO, "base"): "redo_base", (REDO, "rl"): "redo_rl",
+          (SEEN, "base"): "wait_base", (SEEN, "rl"): "wait_rl"}
 FIGURES = ("pass@1", "pass@8", "format_rate", "mean_length")
 
 
@@ -73,30 +81,44 @@ def _redo_base(tier: str):
     return config
 
 
+def _wait_base(tier: str):
+    config = _redo_base(tier)
+    config.task.kwargs.redo_word = WAIT_WORD
+    return config
+
+
 def base_config(tier: str) -> dict:
-    """The main job's pretraining and the same on traces with redos."""
-    return {"main": _main_base(tier), "redo": _redo_base(tier)}
+    """The main job's pretraining, the same on traces with redos, and on traces whose redos
+    are introduced by "Wait"."""
+    return {"main": _main_base(tier), "redo": _redo_base(tier),
+            "wait_redo": _wait_base(tier)}
 
 
 def arm_config(tier: str = "full", arm: str = WAIT):
     """One arm's RL run from its base (model.init_from, set per base by `attach`); the
     held-out sampling is `measure`'s."""
-    if arm not in (WAIT, REDO):
-        raise ValueError(f"budget_forcing: arm {WAIT} or {REDO}, got {arm!r}")
+    if arm not in (WAIT, REDO, SEEN):
+        raise ValueError(f"budget_forcing: arm {WAIT}, {REDO} or {SEEN}, got {arm!r}")
     config = jobs.rl_alone(tier)
-    if arm == REDO:
+    if arm in (REDO, SEEN):
         config.task.kwargs.redo_rate = REDO_RATE  # as its base was pretrained
         config.rl.max_new_tokens = MAX_NEW_TOKENS  # a trace with two redos is ~37 tokens
+    if arm == SEEN:
+        config.task.kwargs.redo_word = WAIT_WORD
     return config
 
 
 def arm_configs(tier: str) -> dict:
-    return {WAIT: arm_config(tier, WAIT), REDO: arm_config(tier, REDO)}
+    return {arm: arm_config(tier, arm) for arm in (WAIT, REDO, SEEN)}
 
 
 def attach(config, base: dict) -> None:
-    """The redo base for the arm pretrained on redos, the main job's base for the other."""
-    config.model.init_from = base["roles"]["redo" if config.task.kwargs.redo_rate else "main"]
+    """The base whose traces the arm's task writes: with "Wait" redos the `wait_redo` base, with
+    redos the `redo` base, else the main job's."""
+    kwargs = config.task.kwargs
+    role = ("main" if not kwargs.get("redo_rate") else
+            "wait_redo" if kwargs.get("redo_word") == WAIT_WORD else "redo")
+    config.model.init_from = base["roles"][role]
 
 
 def _conditions(tier: str, arm: str, conditions: dict) -> dict:
@@ -310,24 +332,41 @@ CLAIMS = (
         expect=">", margin=MARGIN,
         note="s1 forces a fine-tuned (SFT) model; after GRPO the model already redoes more "
              "steps unforced"),
+    common.Claim(
+        text=QUOTE, source=f"{S1}, abstract (quoted); tested with \"Wait\" on the base "
+                           "model pretrained on traces where \"Wait\" introduces a re-check, "
+                           "at least 16 thinking tokens",
+        test=(arm_label(SEEN, "base", "min=16"), arm_label(SEEN, "base", "none"), "pass@1"),
+        expect=">", margin=MARGIN,
+        note="the redo base's traces with \"Wait\" for \"redo\": the model has seen the "
+             "word s1 appends, always before a correct re-check of the step before it, "
+             "as s1's fine-tuned model has seen it in its traces"),
+    common.Claim(
+        text=QUOTE, source=f"{S1}, abstract (quoted); tested with \"Wait\" on the RL model "
+                           "of the base that saw \"Wait\", at least 16 thinking tokens",
+        test=(arm_label(SEEN, "rl", "min=16"), arm_label(SEEN, "rl", "none"), "pass@1"),
+        expect=">", margin=MARGIN,
+        note="s1 forces a fine-tuned (SFT) model; GRPO may already lengthen the unforced "
+             "traces with re-checks"),
 )
 
 
 STUDY = common.Study(
     name="budget_forcing",
-    question="s1's budget forcing (caps; minima with \"Wait\", or with \" redo\" on a base "
-             "whose traces redo steps) on GRPO-trained and base models, paired by (base, seed) "
+    question="s1's budget forcing (caps; minima with \"Wait\", or with \" redo\" or "
+             "\" Wait\" on bases whose traces redo steps after that word) on GRPO-trained "
+             "and base models, paired by (base, seed) "
              "against no forcing",
     tiers=tiers.standard(
-        full="about 25-35 min on 2 cores (estimated: 12 RL runs of 60 "
-             "steps, 1-1.5 min each, which dominate; 90 samplings of "
+        full="about 35-50 min on 2 cores (estimated: 18 RL runs of 60 "
+             "steps, 1-1.5 min each, which dominate; 138 samplings of "
              "128 x 8, 5-10 s each; plus, when not built yet, the shared "
-             "9-min main base and the redo base, 9-18 min, per base "
-             "seed)",
-        mini="about 1-1.5 min on 2 cores (measured: 52-83 s under a load "
-             "of 7, the toy bases built in; 4 toy RL runs, the claimed "
-             "conditions on 4 x 8 samples)",
+             "9-min main base and the redo and \"Wait\" bases, 9-18 min "
+             "each, per base seed)",
+        mini="about 2 min on 2 cores (measured: 114 s under a load of "
+             "about 14, the three toy bases built in; 6 toy RL runs, the "
+             "claimed conditions on 4 x 8 samples)",
         mini_seeds=(0, 1)),
-    arms=(WAIT, REDO), base_config=base_config, arm_configs=arm_configs, attach=attach,
+    arms=(WAIT, REDO, SEEN), base_config=base_config, arm_configs=arm_configs, attach=attach,
     analyze=analyze, measure=measure, claims=CLAIMS,
 )

@@ -95,8 +95,8 @@ def _layer(module: str) -> str:
     if len(parts) == 1:
         return "package"
     return parts[1] if parts[1] in ("main", "api", "export", "pipeline", "stages", "runner",
-                                    "studies", "config_presets", "results", "sweep", "serve"
-                                    ) else "library"
+                                    "studies", "config_presets", "results", "sweep", "serve",
+                                    "config_reference") else "library"
 
 
 def test_imports_run_one_way(graph):
@@ -114,6 +114,8 @@ def test_imports_run_one_way(graph):
         "sweep": {"results", "library"},
         # the shared config builders of configs/*.py: stage kinds' default sections
         "config_presets": {"stages", "library"},
+        # the config reference page: the main job, the stage kinds' sections, their checks
+        "config_reference": {"config_presets", "stages", "runner", "library"},
         "export": {"runner", "library"},
         # the policy as a server: a finished run's policy, prompted as the run prompts
         "serve": {"serve", "results", "runner", "library"},

@@ -301,3 +301,42 @@ def test_a_char_run_exports_for_transformers_and_generate_stops_at_eos(char_run,
         with torch.no_grad():
             theirs = model.generate(**inputs, max_new_tokens=24, do_sample=False)
         assert theirs[0, inputs["input_ids"].shape[1]:].tolist() == expected, prompt
+
+
+# ---- the config reference page ----------------------------------------------------------------
+
+def test_the_config_reference_page_is_current():
+    """docs/config_reference.md is what its command writes from the code now."""
+    from grpo_jax import config_reference
+
+    page = os.path.join(ROOT, "docs", "config_reference.md")
+    expected = config_reference.reference()
+    current = open(page, encoding="utf-8").read() if os.path.exists(page) else ""
+    assert current == expected, (f"docs/config_reference.md is out of date; regenerate it "
+                                 f"with: {config_reference.COMMAND}")
+
+
+def test_the_config_reference_reads_types_defaults_ranges_and_comments():
+    """Rows checked against the code by hand: a run-wide field, a mapping, a field group's
+    field, a kind's own field and a bound recorded from its check."""
+    from grpo_jax import config_reference
+
+    page = config_reference.reference()
+    rows = {line.split(" | ")[0].strip("| `"): line for line in page.splitlines()
+            if line.startswith("| `")}
+    assert rows["seed"] == ("| `seed` | int | `0` | int >= 0 | one seed for data, "
+                            "initialisation and sampling |")
+    assert rows["optim.b2"].startswith("| `optim.b2` | float | `0.99` | number in [0.0, 1.0) |")
+    assert "| `{data: -1, fsdp: 1, tensor: 1}` |" in rows["mesh.shape"]
+    assert "data: batch parallelism" in rows["mesh.shape"]
+    section = page.split("### `rl`", 1)[1].split("### ", 1)[0]
+    rl_rows = {line.split(" | ")[0].strip("| `"): line for line in section.splitlines()
+               if line.startswith("| `")}
+    assert rl_rows["top_p"] == ("| `top_p` | float | `1.0` | number in (0.0, 1.0] | "
+                                "[sampling] nucleus sampling; 1 = off |")
+    assert rl_rows["kl_kind"].startswith("| `kl_kind` | str | `\"auto\"` | one of `auto`, "
+                                         "`k1`, `k2`, `k3` |")
+    assert rl_rows["beta"].startswith("| `beta` | float | `None` | ")
+    comments = config_reference.field_comments(config_presets.main_job, "config")
+    assert comments["model.hidden_size"].startswith("Shape overrides on top of the named size")
+    assert comments["task.train_size"] == "distinct training problems for RL prompts"

@@ -237,3 +237,4 @@ def test_a_grpo_smoke_run_on_the_task_has_real_gradients(tmp_path):
     rows = [r for r in read_metrics(tmp_path / "metrics.jsonl") if r["stage"] == "rl"]
     assert len(rows) == 2 and all("reward/accuracy" in r for r in rows)
     assert any(r["reward_std"] > 0 for r in rows) and any(r["grad_norm"] > 0 for r in rows)
+    assert all(r["reward_errors"] == 0 for r in rows)  # the scorer's guard counts, logged

@@ -305,6 +305,13 @@ class HostSource(Source):
         timer.lap("update")
         return [self._line(ro, entry.examples, info, metrics, timer, (undecided, errors))]
 
+    def _guarded(self) -> bool:
+        """Whether a reward of the section runs behind the Python rewards' guard (a
+        "module:function", or one the task names in `guarded_rewards`)."""
+        task_guarded = getattr(self.run.task, "guarded_rewards", ())
+        return any(is_python_reward(name) or name in task_guarded
+                   for name in self.settings.weights)
+
     def _line(self, ro: Rollout, examples, info: dict, metrics: dict, timer: StepTimer,
               counters: tuple) -> dict:
         """The metrics line of an update that trained on `ro`: its rollout record, `info`,
@@ -319,8 +326,7 @@ class HostSource(Source):
             **info,
             **(tool_record(ro) if ro.turns is not None else {}),
             "reward_undecided": float(undecided_comparisons() - undecided),
-            **(reward_error_record(errors)
-               if any(is_python_reward(name) for name in self.settings.weights) else {}),
+            **(reward_error_record(errors) if self._guarded() else {}),
             **metrics,
             **timer.record(),
             "samples": (examples, ro.texts, ro.rewards, ro.components),

@@ -121,6 +121,10 @@ class Task(abc.ABC):
     # The user turn of the "chat" template, with "{question}" (None: the question and the
     # think / answer instruction, `templates.CHAT_USER`).
     chat_user: str | None = None
+    # Names in `reward_fns()` that call code the task does not own behind the guard of
+    # Python rewards (`rewards.python.guarded_call`): the RL loop logs the guard's counts
+    # (`reward_errors`, ...) when a section uses one.
+    guarded_rewards: tuple[str, ...] = ()
 
     def __init__(self, difficulty: int | Sequence[int] = 1):
         self.difficulties = _difficulties(difficulty)

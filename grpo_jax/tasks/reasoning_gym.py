@@ -57,7 +57,7 @@ __all__ = ["ReasoningGymTask", "WORKED_STEPS", "parse_datasets"]
 
 INSTALL = 'pip install -e ".[reasoning_gym]"'
 # Problems per dataset whose characters make the vocabulary (`characters`).
-VOCABULARY_SAMPLE = 500
+VOCABULARY_SAMPLE = 100
 # Generator indices tried per problem asked for before a split is declared too small.
 ATTEMPTS_PER_PROBLEM = 50
 _VIRTUAL_SIZE = 2**31 - 1  # reasoning-gym datasets are indexed, not stored
@@ -197,6 +197,7 @@ class ReasoningGymTask(Task):
     """
 
     name = "reasoning_gym"
+    guarded_rewards = ("accuracy",)
 
     def __init__(self, datasets: Any = "chain_sum", *,
                  dataset_kwargs: Mapping[str, Mapping[str, Any]] | None = None,
@@ -226,6 +227,7 @@ class ReasoningGymTask(Task):
         self._rg = rg
         self._datasets: dict[tuple[str, int], Any] = {}
         self._entries: dict[tuple[str, int, int], dict] = {}
+        self._examples: dict[tuple[str, int, int], Example] = {}
         for name in self.weights:  # a bad setting is one line now, before any work
             self._dataset(name, 0)
         self.characters = self._vocabulary()
@@ -258,14 +260,19 @@ class ReasoningGymTask(Task):
         return self._entries[key]
 
     def _example(self, name: str, seed: int, index: int) -> Example:
-        entry = self._dataset(name, seed)[index]
-        self._entries[(name, seed, index)] = entry
+        """Item `index` of the generator (dataset, seed) as an Example (made once: some
+        generators take milliseconds an item, and a run asks for its splits repeatedly)."""
+        key = (name, seed, index)
+        if key in self._examples:
+            return self._examples[key]
+        entry = self._entries[key] = self._dataset(name, seed)[index]
         steps = WORKED_STEPS.get(name)
         thinking, answer = steps(entry, None, 0.0) if steps else ("", str(entry["answer"]))
-        return Example(id=f"{name}:{entry['question']}", prompt=str(entry["question"]),
-                       answer=str(entry["answer"]),
-                       solution=format_completion(thinking, answer),
-                       meta={"dataset": name, "seed": seed, "index": index})
+        example = self._examples[key] = Example(
+            id=f"{name}:{entry['question']}", prompt=str(entry["question"]),
+            answer=str(entry["answer"]), solution=format_completion(thinking, answer),
+            meta={"dataset": name, "seed": seed, "index": index})
+        return example
 
     def generate(self, rng, difficulty):
         raise NotImplementedError("reasoning_gym draws problems by index: use "

@@ -119,12 +119,13 @@ def analyze(runs: common.StudyRuns) -> common.Analysis:
     arms = per_arm(runs, _values, SELECTION)
     common.add_base_arm(arms, ALL, ("pass@1",))
     common.constant_arm(arms, ALL, EVEN, "kl_top20_share", FRACTION)
-    curves = common.arm_curves(runs, SELECTION)
+    panels = (("reward_mean", "training reward"),
+              ("entropy", "policy entropy (training tokens)"))
     return common.Analysis(arms=arms, specs=SPECS, table=table(arms),
                            protocol={"notes": f"token measurement: the held-out problems, "
                                               f"{SAMPLES[runs.tier]} samples each from the "
                                               f"final policy, key {KEY}"},
-                           plots=lambda out: plot(curves, out))
+                           plots=tables.curve_plots(runs, SELECTION, panels))
 
 
 def table(arms: dict) -> str:
@@ -144,12 +145,6 @@ def table(arms: dict) -> str:
         "the policy gradient (training mean). The KL columns measure the final policy against "
         "its base on its own samples of the held-out problems; the base row is the runs' "
         "evaluation before RL.", first="arm")
-
-
-def plot(curves: dict, out: str) -> None:
-    """curves.png: training reward and entropy over the GRPO steps per arm (mean ± 1 std)."""
-    common.curve_panels(curves, (("reward_mean", "training reward"),
-                                 ("entropy", "policy entropy (training tokens)")), out)
 
 
 SOURCE = ("Wang et al. 2025, \"Beyond the 80/20 Rule: High-Entropy Minority Tokens Drive "

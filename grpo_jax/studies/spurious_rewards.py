@@ -144,9 +144,5 @@ STUDY = common.Study(
              "runs of the main job's GRPO stage on host rewards with two "
              "evaluations, 40 min; 12 runs of four passes per batch, "
              "about 8 min each as updates_per_batch's mu = 4, 1.6 hours)"),
-    arms=ARMS,
-    base_config=base_config,
-    arm_configs=arm_configs,
-    analyze=analyze,
-    claims=CLAIMS,
+    arms=ARMS, base_config=base_config, arm_configs=arm_configs, analyze=analyze, claims=CLAIMS,
 )

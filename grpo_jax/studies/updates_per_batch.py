@@ -133,9 +133,6 @@ STUDY = common.Study(
         mini="seconds on 2 cores: one toy base, one seed, "
              "a subset of the arms",
         mini_arms=("mu=1", "mu=4", "mu=4, lr=4e-3", "mu=4, lr=4e-3, no clip")),
-    arms=tuple(ARMS),
-    base_config=base_config,
-    arm_configs=arm_configs,
-    analyze=analyze,
+    arms=tuple(ARMS), base_config=base_config, arm_configs=arm_configs, analyze=analyze,
     claims=CLAIMS,
 )

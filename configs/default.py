@@ -12,6 +12,8 @@ accuracy and format rewards, evaluate again, and write report.md / report.json /
 
 Presets (after the colon): "smoke" (tiny sizes for tests), "cpu" (the default).
 configs/ppo.py and configs/trpo.py run the same job with the PPO or TRPO stage instead.
+Each job in configs/ also runs by name from any folder: `--config=main:smoke`,
+`--config=ppo` (grpo_jax.config_presets.JOBS; `api.config("ppo:smoke")` from Python).
 Every field, with its comment: grpo_jax/config_presets.py (`main_job`), which other configs and
 the studies (grpo_jax/studies) start from.
 """

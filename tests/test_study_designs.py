@@ -62,3 +62,64 @@ def test_trpo_vs_ppo_claims_quote_the_abstract():
     assert not any("stabil" in c.text.lower() for c in trpo_vs_ppo.CLAIMS)
     # the learning-rate question stays a contrast of the study, without a verdict
     assert ("PPO lr 2e-3", trpo_vs_ppo.PPO, "pass@1") in trpo_vs_ppo.SPECS
+
+
+# ---- one_shot ---------------------------------------------------------------------------------
+
+def test_historical_variance_score_by_hand():
+    from grpo_jax.studies import one_shot
+
+    def rows(prompt, step_acc):
+        return [{"step": step, "prompt": prompt, "accuracy": a} for step, a in step_acc]
+
+    # two steps an epoch, three epochs (steps 11-16: positions, not numbers, make epochs)
+    data = (rows("A", [(11, 0), (11, 0), (13, 1), (13, 0), (15, 1), (16, 1)])
+            + rows("B", [(12, 1), (14, 1), (16, 1)])
+            + rows("C", [(12, 1), (14, 0)]))
+    scores, curves = one_shot.historical_variance(data, ["A", "B", "C", "D"], 2)
+    assert curves == [[0.0, 0.5, 1.0], [1.0, 1.0, 1.0], [1.0, 0.0], []]
+    assert scores == pytest.approx([1 / 6, 0.0, 0.25, 0.0])
+    assert one_shot.top(scores) == 2
+    assert one_shot.top([0.1, 0.3, 0.3]) == 1  # the first on a tie
+
+
+def test_train_pick_narrows_the_training_problems_of_train_seed():
+    from grpo_jax.runner.inputs import build_task, train_examples
+    from grpo_jax.studies import one_shot
+
+    config = one_shot.arm_config(one_shot.ONE, "mini")
+    config.seed = 3
+    config.task.train_pick = (5,)
+    task = build_task(config)
+    pool = task.examples("train", config.task.train_size, seed=one_shot.POOL_SEED)
+    assert train_examples(config, task) == [pool[5]]
+    config.seed = 4  # the arm's seed does not move the pool
+    assert train_examples(config, task) == [pool[5]]
+    del config.task.train_pick, config.task.train_seed
+    assert train_examples(config, task) == task.examples("train", config.task.train_size,
+                                                         seed=4)
+
+
+@pytest.mark.parametrize("pick", [(8,), (1, 1), (), (-1,), "3"])
+def test_a_bad_train_pick_is_one_line_naming_the_field(pick):
+    from configs import default as default_config
+    from grpo_jax.runner import ConfigError, validate
+    from grpo_jax.stages import KINDS
+
+    config = default_config.get_config("smoke")
+    config.task.train_size = 8
+    config.task.train_pick = pick
+    with pytest.raises(ConfigError, match=r"^task\.train_pick: expected distinct indices in "
+                                          r"\[0, train_size = 8\)"):
+        validate(config, KINDS)
+
+
+def test_rl_samples_logged_zero_is_one_line_naming_the_field():
+    from configs import default as default_config
+    from grpo_jax.runner import ConfigError, validate
+    from grpo_jax.stages import KINDS
+
+    config = default_config.get_config("smoke")
+    config.rl_samples_logged = 0
+    with pytest.raises(ConfigError, match=r"^config\.rl_samples_logged: expected -1"):
+        validate(config, KINDS)

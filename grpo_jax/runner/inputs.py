@@ -65,6 +65,17 @@ def build_task(config):
             message, field = message[named.end():], f".{named.group(1)}"
         raise ConfigError(f"task.kwargs{field}: {message}") from None
 
+def train_examples(config, task) -> list:
+    """The training problems an RL stage draws its prompts from: the first task.train_size
+    of the training split in the order of task.train_seed (optional: fixed across a sweep's
+    seeds; default the run's seed), narrowed to the positions in task.train_pick (optional:
+    a tuple of indices into those problems) when it is given."""
+    seed = int(config.task.get("train_seed", config.seed))
+    examples = task.examples("train", config.task.train_size, seed=seed)
+    pick = tuple(config.task.get("train_pick", ()))
+    return [examples[i] for i in pick] if pick else examples
+
+
 def eval_seed(config) -> int:
     """The seed of the held-out problems: task.eval_seed (fixed across a sweep's seeds), or
     the run's seed for a config without the field."""
@@ -77,8 +88,8 @@ def prompt_bucket(config, task, tokenizer) -> int:
     examples = []
     for split, field in (("train", "train_size"), ("test", "eval_size")):
         try:
-            examples += task.examples(split, config.task[field], seed=eval_seed(config)
-                                      if split == "test" else config.seed)
+            examples += (task.examples(split, config.task[field], seed=eval_seed(config))
+                         if split == "test" else train_examples(config, task))
         except ValueError as err:  # too few problems, or a data file that does not read
             message = str(err)
             in_file = os.path.isfile(message.split(":", 1)[0])  # "<file>:<line>: ..."

@@ -24,7 +24,9 @@ import numpy as np
 
 from grpo_jax.rl.batch import RolloutBatch
 from grpo_jax.runner.guards import CollapseWatch, SkipCounter
-from grpo_jax.runner.toolkit import SAMPLE_EVERY, log_samples, log_step, progress, sampling_config
+from grpo_jax.runner.inputs import train_examples
+from grpo_jax.runner.toolkit import (SAMPLE_EVERY, SAMPLES_PER_LOG, log_samples, log_step,
+                                     progress, sampling_config)
 from grpo_jax.sampling import SamplingConfig
 from grpo_jax.tasks.data import prompt_iterator
 from grpo_jax.training import jit_update
@@ -195,11 +197,10 @@ def check_versions(version, step: int, max_staleness: int) -> np.ndarray:
 
 
 def stage_prompts(run, stage):
-    """The prompt batches of an RL stage from its start: the train problems of config.seed in
-    an order drawn from (seed, the stage's name), so two pipelines running a stage of one
+    """The prompt batches of an RL stage from its start: the training problems
+    (`inputs.train_examples`) in an order drawn from (seed, the stage's name), so two pipelines running a stage of one
     name at different positions see the same prompts, batch by batch."""
-    cfg = run.config
-    return prompt_iterator(run.task.examples("train", cfg.task.train_size, seed=cfg.seed),
+    return prompt_iterator(train_examples(run.config, run.task),
                            batch_size=stage.section.num_prompts,
                            seed=run.stage_seed(stage.name, "prompts"),
                            shard_index=0, shard_count=1)
@@ -251,8 +252,13 @@ def rl_loop(run, stage, learner: Learner, source) -> None:
                       **({"learning_rate": lr} if lr is not None else {})}
             record.update(skips.count(record))
             log_step(run, stage, record, bar, reward="reward_mean", acc="pass@1")
-            if samples is not None and (step == 0 or (step + 1) % SAMPLE_EVERY == 0):
-                log_samples(run, stage, *samples)
+            # config.rl_samples_logged (optional): -1 logs every completion of every step
+            # with its reward components (host rollouts), e.g. for a study that scores each
+            # training problem over the run; else the first that many every SAMPLE_EVERY
+            logged = run.config.get("rl_samples_logged", SAMPLES_PER_LOG)
+            every = logged == -1
+            if samples is not None and (every or step == 0 or (step + 1) % SAMPLE_EVERY == 0):
+                log_samples(run, stage, *samples, limit=len(samples[1]) if every else logged)
             skips.check(stage.name, step + 1)
             collapse.check(stage.name, step + 1, record)
             step += 1

@@ -33,6 +33,7 @@ from grpo_jax.rl.packing import pack_rows
 from grpo_jax.rl.fused import make_fused_iterations
 from grpo_jax.rl.rollout import Rollout, encode_prompts, tool_record
 from grpo_jax.runner.checks import ConfigError
+from grpo_jax.runner.inputs import train_examples
 from grpo_jax.runner.rewards import LENGTH_REWARDS, resolve_reward_fns
 from grpo_jax.runner.rl_loop import LoopSettings, StalenessError, check_versions
 from grpo_jax.runner.rollouts import sample_batch, tool_episodes
@@ -389,8 +390,7 @@ class DeviceSource(Source):
                 except ValueError as err:
                     check.fail("fused_steps", str(err))
         try:  # the training problems the program scores (too few is task.train_size's line)
-            examples = check.task.examples("train", check.config.task.train_size,
-                                           seed=check.config.seed)
+            examples = train_examples(check.config, check.task)
         except ValueError:
             return
         try:

@@ -99,6 +99,10 @@ def check_run_fields(config: ml_collections.ConfigDict, kinds) -> None:
         top.string("compilation_cache_dir")
     if "reuse_host_memory" in config:
         top.boolean("reuse_host_memory")
+    if "rl_samples_logged" in config:  # optional: RL completions written to samples.jsonl
+        if top.integer("rl_samples_logged", low=-1) == 0:
+            top.fail("rl_samples_logged", "expected -1 (every completion of every step) or a "
+                                          "positive count, got 0")
     if "loggers" in config:
         check_loggers(config.loggers)
     if "math_verify" in config:
@@ -117,6 +121,15 @@ def check_run_fields(config: ml_collections.ConfigDict, kinds) -> None:
                                 "or >= 2, got 1")
     task.integer("train_size")
     task.integer("eval_size")
+    if "train_seed" in config.task:  # optional: the training problems' seed
+        task.integer("train_seed", low=0)
+    if "train_pick" in config.task:  # optional: positions among the train_size problems
+        pick, size = config.task.train_pick, config.task.train_size
+        if (not isinstance(pick, (tuple, list)) or not pick or len(set(pick)) != len(pick)
+                or not all(isinstance(i, int) and not isinstance(i, bool) and 0 <= i < size
+                           for i in pick)):
+            task.fail("train_pick", f"expected distinct indices in [0, train_size = {size}), "
+                                    f"got {pick!r}")
     if "eval_seed" in config.task:
         task.integer("eval_seed", low=0)
     task.number("solution_error_rate", low=0.0, high=1.0)

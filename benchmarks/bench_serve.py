@@ -4,8 +4,8 @@ through the OpenAI-compatible endpoint (`grpo_jax.serve`) with the `openai` clie
 A random Qwen2-shaped policy (hidden 256, 4 layers, 4 heads, 2 KV heads, MLP 688, the
 character tokenizer's vocabulary) is served on 127.0.0.1 in this process (`ServerThread`:
 uvicorn in a thread, the engine's scheduler thread sampling). Each of the 16 requests has
-its own prompt and seed, temperature 1 and `max_tokens` 64 (a random policy rarely ends
-early). The engine decodes 16 slots at once and starts a batch as soon as it is free
+its own prompt and seed, temperature 1 and `max_tokens` 64, no EOS (the tokenizer has no
+end id, so every request writes its 64 tokens). The engine decodes 16 slots at once and starts a batch as soon as it is free
 (`batch_wait_s` 0: a request waits only for the batch in progress, so the one-at-a-time
 requests are not delayed); the concurrent requests that arrive while a batch runs form the
 next one. Every row count a batch can have is compiled first (`Engine.warm_up`) and each
@@ -38,6 +38,14 @@ from grpo_jax.text import CharTokenizer, prompt_ids  # noqa: E402
 CLIENTS = 16
 
 
+class EndlessTokenizer(CharTokenizer):
+    """The character tokenizer with no end id: every request writes its max_tokens."""
+
+    @property
+    def eos_ids(self) -> tuple[int, ...]:
+        return ()
+
+
 def prompt(i: int) -> str:
     return f"Q: {i} + {3 * i} = ?\nA: "
 
@@ -50,7 +58,7 @@ def main() -> None:
     parser.add_argument("--rounds", type=int, default=3)
     parser.add_argument("--max-tokens", type=int, default=64)
     args = parser.parse_args()
-    tokenizer = CharTokenizer()
+    tokenizer = EndlessTokenizer()
     config = models.ModelConfig(vocab_size=tokenizer.vocab_size, **SHAPE)
     model = models.Transformer(config, rngs=nnx.Rngs(0))
     engine = Engine(served_model(model, tokenizer, name="bench"), max_rows=CLIENTS,
@@ -82,13 +90,14 @@ def main() -> None:
         for _ in range(args.rounds):
             for name, run in modes.items():
                 start = time.perf_counter()
-                tokens = run()
+                tokens = run()  # the completion tokens the responses report
                 rates[name].append(tokens / (time.perf_counter() - start))
     batches = engine.batches[first:]  # the rows of each batch the timed rounds sampled
     median = {name: statistics.median(values) for name, values in rates.items()}
     print(f"machine: {platform.machine()} {os.cpu_count()} CPUs, jax {jax.__version__} "
           f"{jax.default_backend()}; policy {config.num_params() / 1e6:.2f}M parameters, "
-          f"{CLIENTS} requests x {args.max_tokens} tokens, {args.rounds} rounds")
+          f"{CLIENTS} requests x {args.max_tokens} tokens ({tokens} written a round), "
+          f"{args.rounds} rounds")
     print(f"concurrent batches of the rounds (rows): {[b for b in batches if b > 1]}")
     for name in modes:
         print(f"{name}: {median[name]:.1f} tokens/s (rounds: "

@@ -357,6 +357,31 @@ def code_job(preset: str | None = None) -> ml_collections.ConfigDict:
     return config
 
 
+def _episodes_as_rl(config: ml_collections.ConfigDict, evals, *, tools: str | None = None
+                    ) -> None:
+    """The eval sections `evals` play episodes as the rl stage does: its tools (or `tools`),
+    turns, observation and completion lengths."""
+    for name in evals:
+        config[name].update(tools=config.rl.tools if tools is None else tools,
+                            max_turns=config.rl.max_turns,
+                            max_observation_tokens=config.rl.max_observation_tokens,
+                            max_new_tokens=config.rl.max_new_tokens)
+
+
+def _episodes_smoke(config: ml_collections.ConfigDict, evals, *, pack_len: int) -> None:
+    """The "smoke" sizes of a job of multi-turn episodes (agents, tools): 60 pretraining
+    steps of 16 rows of `pack_len` tokens, 2 RL steps of 4 prompts x 4, and 2 samples of
+    each held-out problem in the eval sections `evals`."""
+    config.pretrain.steps = 60
+    config.pretrain.batch_size = 16
+    config.pretrain.pack_len = pack_len
+    config.rl.steps = 2
+    config.rl.num_prompts = 4
+    config.rl.group_size = 4
+    for name in evals:
+        config[name].update(num_samples=2, batch_size=16)
+
+
 def agents_job(preset: str | None = None, calls: str = "tags") -> ml_collections.ConfigDict:
     """The agents job (configs/agents.py): the main job on guess_number, played in
     multi-turn episodes against the stateful guessing environment; presets "smoke" and
@@ -392,21 +417,9 @@ def agents_job(preset: str | None = None, calls: str = "tags") -> ml_collections
     # reads the same success from the text.
     config.rl.rewards = ml_collections.ConfigDict({"environment": 1.0, "turns": 0.5,
                                                    "format": 0.1, "accuracy": 0.0})
-    for name in ("eval_base", "eval_final"):
-        config[name].tools = "guess"
-        config[name].max_turns = config.rl.max_turns
-        config[name].max_observation_tokens = config.rl.max_observation_tokens
-        config[name].max_new_tokens = config.rl.max_new_tokens
-
+    _episodes_as_rl(config, ("eval_base", "eval_final"))
     if preset == "smoke":
-        config.pretrain.steps = 60
-        config.pretrain.batch_size = 16
-        config.pretrain.pack_len = 80
-        config.rl.steps = 2
-        config.rl.num_prompts = 4
-        config.rl.group_size = 4
-        for name in ("eval_base", "eval_final"):
-            config[name].update(num_samples=2, batch_size=16)
+        _episodes_smoke(config, ("eval_base", "eval_final"), pack_len=80)
     return config
 
 
@@ -432,10 +445,7 @@ def agents_json(config: ml_collections.ConfigDict) -> ml_collections.ConfigDict:
     config.rl.max_turns = 8  # the guesses' answers and the python calls'
     config.rl.max_observation_tokens = 16  # python's output, cut inside its closing tag
     config.rl.tools = "json:guess,python"
-    for name in ("eval_base", "eval_final"):
-        config[name].update(tools=config.rl.tools, max_turns=config.rl.max_turns,
-                            max_observation_tokens=config.rl.max_observation_tokens,
-                            max_new_tokens=config.rl.max_new_tokens)
+    _episodes_as_rl(config, ("eval_base", "eval_final"))
     return config
 
 
@@ -469,25 +479,14 @@ def tool_job(preset: str | None = None) -> ml_collections.ConfigDict:
     config.rl.rewards = ml_collections.ConfigDict({"accuracy": 1.0, "format": 0.2,
                                                    "correct_call": 0.0})
     for name in EVALS:
-        section = ml_collections.ConfigDict(config.eval_base.to_dict())
-        section.tools = "" if name.endswith("no_tool") else "calc"
-        section.max_turns = config.rl.max_turns
-        section.max_observation_tokens = config.rl.max_observation_tokens
-        section.max_new_tokens = config.rl.max_new_tokens
-        config[name] = section
+        config[name] = ml_collections.ConfigDict(config.eval_base.to_dict())
+        _episodes_as_rl(config, (name,), tools="" if name.endswith("no_tool") else None)
 
     if preset == "smoke":
         # Enough pretraining on calls only (tool_rate 1) for the policy to close calls, so
         # the episodes have turns; the overlong ramp's rewards differ within groups.
         config.task.kwargs.tool_rate = 1.0
-        config.pretrain.steps = 60
-        config.pretrain.batch_size = 16
-        config.pretrain.pack_len = 64
-        config.rl.steps = 2
-        config.rl.num_prompts = 4
-        config.rl.group_size = 4
-        for name in EVALS:
-            config[name].update(num_samples=2, batch_size=16)
+        _episodes_smoke(config, EVALS, pack_len=64)
     return config
 
 

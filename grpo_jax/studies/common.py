@@ -8,7 +8,8 @@ A study module defines `STUDY = Study(...)`:
 
 - `base_config(tier)`: the config of one pretrained base (its seed is set per base), or None
   for a study without one; or {role: config, or a function of the {role: workdir} built
-  before it} for a study whose arms start from several runs (a student and a teacher). A
+  before it returning a config, or None when the role is not to be built} for a study
+  whose arms start from several runs (a student and a teacher; rounds of pretraining). A
   base is a run in `<workdir>/bases/<key>/`, keyed by the hash of its resolved config (seed
   included): every study asking for the same config reuses it, a different config never
   does.

@@ -247,6 +247,8 @@ def design_block(study: Study, tier: str = "full") -> str:
         for role, config in roles.items():
             if callable(config):
                 config = config(_Roles())
+                if config is None:
+                    continue
             built[role] = configs_lib.for_tier_base(copy.deepcopy(config), tier)
         seeds = ", ".join(map(str, spec.bases))
         lines.append(f"- **Bases**: seeds {seeds}; each pretrained once and shared by every "

@@ -113,8 +113,9 @@ def build_base(config, root: str, seed: int) -> tuple[str, dict]:
 
 def build_bases(configs, root: str, seed: int, tier: str = "full") -> tuple[str, dict]:
     """One base (a config) or one set of role runs ({role: config or function of the roles
-    built before it}) with `seed`; returns (key, {"seed", "config_hash", "workdir",
-    "roles": {role: workdir}}). A set's key hashes its roles' hashes."""
+    built before it, returning a config or None: the role is not built}) with `seed`;
+    returns (key, {"seed", "config_hash", "workdir", "roles": {role: workdir}}). A set's
+    key hashes its built roles' hashes."""
     if not isinstance(configs, dict):
         key, info = build_base(for_tier_base(configs, tier), root, seed)
         return key, {**info, "roles": {"base": info["workdir"]}}
@@ -122,6 +123,8 @@ def build_bases(configs, root: str, seed: int, tier: str = "full") -> tuple[str,
     for role, config in configs.items():
         if callable(config):
             config = config(dict(roles))
+            if config is None:
+                continue
         _, info = build_base(for_tier_base(config, tier), root, seed)
         roles[role] = info["workdir"]
         hashes.append(f"{role}={info['config_hash']}")

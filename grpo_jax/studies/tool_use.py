@@ -1,15 +1,22 @@
 """Does GRPO on multi-turn episodes teach a tiny model to use a calculator, and from which base?
 
-configs/tools.py's job (`config_presets.tool_job`) from two pretrained bases, each built
-with pretraining seeds 0 and 1:
+configs/tools.py's job (`config_presets.tool_job`) from two pretrained bases per base seed:
 
-* `base`: the tool job's pretraining (2500 steps; operands of 3-4 digits; 80% of the noisy
-  worked solutions call the calculator, 20% of them disturbed). Its policy already calls the
-  tool in most episodes, mostly on the right expression.
+* `base`: the tool job's pretraining (operands of 3-4 digits; most noisy worked solutions
+  call the calculator), chosen by a rule fixed before the runs: pretrain in rounds of the
+  job's pretraining steps, each followed by an evaluation with the tool on validation
+  problems (test-split problems drawn with `VALIDATION_SEED`, not the held-out problems'
+  seed), and stop at the first round whose validation pass@1 with the tool reaches
+  `VALIDATION_BAR`, at most `ROUNDS` rounds (the last one built when none does). Round 1 is
+  the job's pretraining; each later round continues the one before it (model.init_from) on
+  a fresh draw of the pretraining corpus (its stage, `pretrain_<k>`, draws by its name).
+  Why: at one setting the base's tool use depends on the pretraining draw
+  (experiments/tool_use/README.md, "Why the bases differ"), so a base fixed by its step
+  count alone may have no tool use to sharpen. Each round's validation figures and the
+  round chosen are in the summary's `extra["bases"]`.
 * `former`: the configuration the study was first run with and replaced (configs/tools.py
-  before ea5240e: 1000 steps; operands of 3-5 digits; 50% of the worked solutions call, 30%
-  disturbed). Its policy writes calls but almost never on the right expression (correct
-  calls 3%, pass@1 0.1% in the former runs): the failed setup, reported as an arm.
+  before ea5240e: 1000 steps; operands of 3-5 digits; 50% of the worked solutions call,
+  30% disturbed), one round, as it was run: the failed setup, reported as an arm.
 
 Arm `grpo` (from `base`): evaluate with and without the tool, 60 GRPO steps on episodes with
 the calculator, evaluate with and without the tool again. Arm `former` (from `former`, on
@@ -20,14 +27,14 @@ out conditions (each run's eval stages); the contrasts are within a run, before 
 after GRPO (and with against without the tool). The two families differ in the base and
 the task, so nothing is contrasted across them.
 """
-
 from __future__ import annotations
 
 import math
 
 import ml_collections
 
-from grpo_jax import sweep
+from grpo_jax import storage, sweep
+from grpo_jax.results import FinishedRun
 from grpo_jax.stats import interval, paired_interval
 from grpo_jax.studies import common, tiers
 from grpo_jax.studies import summary as summary_lib
@@ -36,6 +43,17 @@ RUN = "grpo"  # from the tool job's base
 FORMER = "former"  # from the former configuration's base
 ROLE = {RUN: "base", FORMER: "former"}  # run arm -> the base role it starts from
 _ROLE_MARK = "role:"  # model.init_from of an arm until `attach` sets the role's workdir
+
+# The rule that chooses the `base` role, fixed before the runs: rounds of pretraining, each
+# evaluated with the tool on validation problems, until validation pass@1 reaches the bar.
+VALIDATION_SEED = 1  # the validation problems' seed (the held-out problems': task.eval_seed)
+VALIDATION_STAGE = "eval_valid"
+# validation pass@1 with the tool a round must reach: at pass@1 p a group of 8 episodes
+# holds a correct one with probability 1 - (1 - p)^8, 57% at p = 0.1, so most of GRPO's
+# groups carry a signal of the accuracy reward from its first step
+VALIDATION_BAR = 0.10
+ROUNDS = 3  # at most this many rounds of the job's pretraining steps
+ROUND_ROLES = ("base", *(f"base round {k}" for k in range(2, ROUNDS + 1)))
 
 # eval stage -> summary arm, per run arm
 STAGES = {RUN: {"eval_base": "before, with the tool", "eval_base_no_tool": "before, without",
@@ -79,10 +97,61 @@ def _pretrain(tier: str):
     return config
 
 
+def _round(tier: str, k: int, previous: str | None = None):
+    """Round `k` of the base's pretraining: the job's pretraining steps (as stage `pretrain`
+    in round 1, `pretrain_<k>` after it: a fresh draw of the corpus and batch order, from
+    the round before in model.init_from), then the evaluation with the tool on the
+    validation problems."""
+    config = _pretrain(tier)
+    stage = "pretrain" if k == 1 else f"pretrain_{k}"
+    if k > 1:
+        config[stage] = ml_collections.ConfigDict(config.pretrain.to_dict())
+        del config.pretrain
+        config.model.init_from = previous
+    config[VALIDATION_STAGE] = ml_collections.ConfigDict(config.eval_base.to_dict())
+    config.stages = f"{stage},{VALIDATION_STAGE}"
+    config.task.eval_seed = VALIDATION_SEED
+    return config
+
+
+def validation(workdir: str) -> dict | None:
+    """A finished round's validation figures (its `eval_valid` row), or None."""
+    if not storage.isfile(storage.join(workdir, "report.json")):
+        return None
+    return FinishedRun(workdir).stage_rows().get(VALIDATION_STAGE)
+
+
+def passes(figures: dict | None) -> bool:
+    """The rule's bar: validation pass@1 with the tool at least `VALIDATION_BAR`."""
+    return figures is not None and figures.get("pass@1", 0.0) >= VALIDATION_BAR
+
+
+def _later_round(tier: str, k: int):
+    """Round k > 1 as a function of the rounds built before it: None (not built) once a
+    round before it passed the bar."""
+    def config(roles):
+        try:
+            previous = roles[ROUND_ROLES[k - 2]]
+        except KeyError:  # the round before was not built: an earlier one passed
+            return None
+        return None if passes(validation(previous)) else _round(tier, k, previous)
+    return config
+
+
 def base_config(tier: str) -> dict:
-    """The tool job's pretraining (2500 steps; the smoke preset's 60 at the mini tier) and the
-    former configuration's (1000 steps; 24)."""
-    return {"base": _pretrain(tier), "former": _former(_pretrain(tier), tier)}
+    """The rounds of the tool job's pretraining (2500 steps each; the smoke preset's 60 at
+    the mini tier), each built only while none before it passed the bar, and the former
+    configuration's pretraining (1000 steps; 24)."""
+    rounds = {ROUND_ROLES[0]: _round(tier, 1)}
+    rounds.update({ROUND_ROLES[k - 1]: _later_round(tier, k) for k in range(2, ROUNDS + 1)})
+    return {**rounds, "former": _former(_pretrain(tier), tier)}
+
+
+def chosen_round(roles: dict) -> str:
+    """The rule's base among the built rounds ({role: workdir}): the first that passes the
+    bar, else the last built."""
+    built = [role for role in ROUND_ROLES if role in roles]
+    return next((role for role in built if passes(validation(roles[role]))), built[-1])
 
 
 def arm_config(tier: str = "full"):
@@ -116,7 +185,10 @@ def attach(config, base: dict) -> None:
     role = config.model.init_from
     if not role.startswith(_ROLE_MARK):
         raise ValueError(f"tool_use: model.init_from {role!r} names no base role")
-    config.model.init_from = base["roles"][role[len(_ROLE_MARK):]]
+    role = role[len(_ROLE_MARK):]
+    if role == ROUND_ROLES[0]:
+        role = chosen_round(base["roles"])
+    config.model.init_from = base["roles"][role]
 
 
 def _rl_rows(record) -> list[dict]:
@@ -145,9 +217,46 @@ def analyze(runs: common.StudyRuns) -> common.Analysis:
             last = [sum(r.get(name, math.nan) for r in rows[-10:]) / len(rows[-10:])
                     for rows in rl_rows[run_arm] if rows]
             training[run_arm][name] = {"first_step": first, "last_10_steps": last}
-    return common.Analysis(arms=arms, specs=SPECS, table=table(arms, training),
-                           extra={"training": training},
+    selection = base_selection(runs.bases)
+    return common.Analysis(arms=arms, specs=SPECS,
+                           table=selection_table(selection) + "\n" + table(arms, training),
+                           extra={"training": training, "bases": selection},
                            plots=lambda out: plot(arms, rl_rows, out))
+
+
+def base_selection(bases: dict) -> dict:
+    """{base key: {"rounds": {role: its validation figures}, "chosen": role, "passed":
+    bool}}: what the rule saw of each base's rounds and which it chose."""
+    out = {}
+    for key, info in bases.items():
+        roles = info.get("roles", {})
+        rounds = {role: validation(roles[role]) for role in ROUND_ROLES if role in roles}
+        if not rounds:
+            continue
+        chosen = chosen_round(roles)
+        out[key] = {"rounds": {role: {name: figures.get(name) for name in FIGURES}
+                               if figures else None for role, figures in rounds.items()},
+                    "chosen": chosen, "passed": passes(rounds[chosen])}
+    return out
+
+
+def selection_table(selection: dict) -> str:
+    """Per base and round: the validation figures the rule read, and the round it chose."""
+    lines = [(f"The base's rounds (validation: {VALIDATION_STAGE}, problems drawn with seed "
+              f"{VALIDATION_SEED}; the rule takes the first round whose pass@1 with the tool "
+              f"reaches {100 * VALIDATION_BAR:.0f}%, else the last of {ROUNDS}):"), "",
+             ("| base | round | pass@1 | correct tool use | episodes with a call | "
+              "chosen |"), "|---|---|---|---|---|---|"]
+    for key, entry in selection.items():
+        for role, figures in entry["rounds"].items():
+            def pct(name, figures=figures):
+                value = (figures or {}).get(name)
+                return "-" if value is None else f"{100 * value:.1f}%"
+            mark = ("yes" if entry["passed"] else "yes (none passed)") \
+                if role == entry["chosen"] else ""
+            lines.append(f"| {key} | {role} | {pct('pass@1')} | {pct('correct_call_rate')} | "
+                         f"{pct('tool_call_rate')} | {mark} |")
+    return "\n".join(lines) + "\n"
 
 
 def table(arms: dict, training: dict) -> str:
@@ -246,8 +355,9 @@ CLAIMS = (
         "cold start on tool-integrated traces, as this base's pretraining is; tested as: "
         "GRPO raises the held-out rate of correct calls",
         (AFTER, BEFORE, "correct_call_rate"), ">", margin=MARGIN,
-        note="the base already calls the tool in about 85% of episodes and on the right "
-             "expression in about 74% (former runs): GRPO here sharpens a use the base has"),
+        headroom=(BEFORE, "correct_call_rate", 1.0),
+        note="the base is chosen for a tool use it already has (validation pass@1 with the "
+             "tool at the bar, extra.bases): GRPO here sharpens that use"),
     common.Claim(
         "ToRL enables models to discover optimal strategies for tool utilization via "
         "unrestricted exploration",
@@ -256,15 +366,15 @@ CLAIMS = (
         "the right expression: GRPO raises its held-out rate of correct calls",
         (FORMER_AFTER, FORMER_BEFORE, "correct_call_rate"), ">", margin=MARGIN,
         note="ToRL's Qwen2.5-Math bases can already write executable code; the former base "
-             "writes calls (about half its episodes) with miscopied operands"),
+             "writes calls with miscopied operands (its rates: the table)"),
     common.Claim(
         "GRPO sharpens tool use the base already has and does not create it: from a base "
         "whose calls are almost never correct, 60 GRPO steps leave the rate of correct calls "
         "within 5 points of where it was",
         "this study's reading of its former runs (experiments/tool_use/README.md at "
-        "b3fa147: the 1000-step base had correct calls 3%, 'GRPO has nothing to start from "
-        "there'), the claim the evidence supports, with the ReTool row above for its first "
-        "half; fixed before these runs",
+        "b3fa147, on the 1000-step base: 'GRPO has nothing to start from there'), the "
+        "claim the evidence supports, with the ReTool row above for its first half; fixed "
+        "before these runs",
         (FORMER_AFTER, FORMER_BEFORE, "correct_call_rate"), "=", margin=MARGIN),
     common.Claim(
         "Observations masked from the loss keep training on the policy's own tokens only",
@@ -288,13 +398,14 @@ CLAIMS = (
 STUDY = common.Study(
     name="tool_use",
     question="does GRPO on multi-turn episodes teach a tiny model to use a calculator (3-4 "
-             "digit + - *), from a base that already uses it and from the former base that "
-             "could not (3-5 digits, correct calls 3%), paired by seed?",
+             "digit + - *), from a base chosen by a validation bar on its tool use and from "
+             "the former base that could not (3-5 digits), paired by seed?",
     tiers=tiers.standard(
-        full="about 65 min on 2 cores (estimated from the recorded base "
-             "660 s and runs 131-240 s: the 4 bases 2 x (660 + 265) s = "
-             "31 min, the former base pro rata 1000/2500 steps; 12 runs of "
-             "60 GRPO steps with their evaluations, about 35 min)",
+        full="about 65-110 min on 2 cores (estimated from the recorded base "
+             "660 s and runs 131-240 s: the bases 2 x (1 to 3 rounds of "
+             "660 s + 265 s) = 31-75 min, the former base pro rata "
+             "1000/2500 steps; 12 runs of 60 GRPO steps with their "
+             "evaluations, about 35 min)",
         mini="about 40 s on 2 cores (measured, XLA cache warm: 2 toy "
              "bases of 60 and 24 steps, 4 toy runs; compiling them afresh "
              "takes about 3 min)",

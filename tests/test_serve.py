@@ -42,7 +42,7 @@ def setup():
     model = models.Transformer(config, rngs=nnx.Rngs(0))
     served = served_model(model, tokenizer, name=MODEL,
                           prompt_of_question=lambda q: prompt_of(CONFIG, task, tokenizer, q))
-    engine = Engine(served, max_rows=16, slots=4, batch_wait_s=0.1)
+    engine = Engine(served, max_rows=16, slots=4, batch_wait_s=0.05)
     with ServerThread(engine) as server:
         client = openai.OpenAI(base_url=server.base_url, api_key="unused", max_retries=0)
         yield task, tokenizer, model, server, client

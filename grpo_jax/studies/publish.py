@@ -111,6 +111,10 @@ def reapply_rule(study: Study, folder: str | None = None) -> tuple[list, list] |
     if old.get("tier") != "full":
         return None
     specs = [(c["a"], c["b"], c["metric"]) for c in old["contrasts"]]
+    # a claim added to the design since the runs: its contrast joins the specs and, its arms
+    # not run, is left out of the contrasts (its verdict: "its contrast was not run")
+    specs += [tuple(claim.test) for claim in study.claims
+              if claim.test is not None and tuple(claim.test) not in specs]
     code = code_provenance()
     provenance = {**old["provenance"], "verdicts_commit": code.get("commit")}
     result = summary_lib.build(study=study.name, tier=old["tier"], provenance=provenance,

@@ -1,0 +1,31 @@
+"""The verdicts command on a published summary whose study has since gained claims on arms
+that have not run (spurious_rewards' arms with four clipped passes per batch): the new
+claims are "not resolved" because their contrast was not run, and every other verdict,
+contrast and Holm p is the one the stored arms give without them."""
+
+import json
+import shutil
+
+from grpo_jax import studies
+from grpo_jax.studies import publish
+from grpo_jax.studies import spurious_rewards as study_module
+
+
+def test_claims_on_arms_not_run_are_unresolved_and_change_nothing_else(tmp_path):
+    folder = tmp_path / "spurious_rewards"
+    shutil.copytree(publish.experiments_dir() + "/spurious_rewards", folder)
+    with open(folder / "summary.json", encoding="utf-8") as f:
+        published = json.load(f)
+    _, after = publish.reapply_rule(studies.get("spurious_rewards"), folder=str(folder))
+    with open(folder / "summary.json", encoding="utf-8") as f:
+        rewritten = json.load(f)
+    assert rewritten["contrasts"] == published["contrasts"]  # the same family, the same Holm
+    new = {study_module.CLIPPED}
+    for claim, verdict in zip(study_module.CLAIMS, after):
+        assert verdict["claim"] == claim.text
+        if claim.test is not None and new & set(claim.test[:2]):
+            assert verdict["verdict"] == "not resolved"
+            assert verdict["why"].startswith("its contrast was not run")
+    old = [v for v in after if v["a"] is None or not new & {v["a"], v["b"]}]
+    assert [v["verdict"] for v in old] == [v["verdict"] for v in published["verdicts"]
+                                          if v["a"] is not None]

@@ -4,7 +4,8 @@ Pretrain a tiny character-level model on noisy worked solutions of the generator
 evaluate it on held-out problems, run GRPO with the dataset's own scorer as the accuracy
 reward, evaluate again. Needs the optional package: pip install -e ".[reasoning_gym]".
 
-    python -m grpo_jax.main --config=configs/reasoning_gym_tasks.py:chain_sum --workdir=runs/rg_chain_sum
+    python -m grpo_jax.main --config=configs/reasoning_gym_tasks.py:chain_sum \
+        --workdir=runs/rg_chain_sum
     python -m grpo_jax.main --config=configs/reasoning_gym_tasks.py \
         --config.task.kwargs.datasets=chain_sum:2,letter_counting:1
 

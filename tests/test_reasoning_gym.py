@@ -156,6 +156,15 @@ def test_the_vocabulary_is_learned_from_generated_text():
             ex.prompt + ex.solution
 
 
+def test_problems_outside_the_vocabulary_are_skipped():
+    task = get_task("reasoning_gym", datasets="chain_sum", dataset_kwargs=SMALL)
+    assert any("7" in e.prompt for e in task.examples("train", 50, seed=0))
+    task._alphabet.discard("7")  # as if no sampled problem had used it
+    examples = task.examples("train", 50, seed=0)
+    assert len(examples) == 50
+    assert not any("7" in e.prompt + e.solution for e in examples)
+
+
 @pytest.mark.parametrize("kwargs, line", [
     ({"datasets": "chain_sum,no_such_gen"},
      "datasets: unknown reasoning-gym dataset 'no_such_gen'; available: "),

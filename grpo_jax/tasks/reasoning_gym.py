@@ -35,7 +35,10 @@ number off by 1..3, else one character changed. Every solution is scored by the 
 scorer, so its correct flag is honest.
 
 Vocabulary: `characters` are the characters of a sample of generated problems and solutions
-that the character tokenizer's default alphabet lacks.
+(the first VOCABULARY_SAMPLE items of each dataset's generators for seed 0) that the
+character tokenizer's default alphabet lacks. A problem whose question or clean solution
+has a character outside the alphabet and `characters` (a rare letter, e.g. "ë" in
+letter_counting's text) is skipped by `examples`, so every problem a run draws encodes.
 """
 
 from __future__ import annotations
@@ -52,12 +55,13 @@ from grpo_jax.tasks.base import (SPLITS, Example, Task, check_rate, perturb, spl
                                  stable_hash)
 from grpo_jax.tasks.registry import register_task
 from grpo_jax.tasks.templates import format_completion
+from grpo_jax.text.char import DEFAULT_ALPHABET
 
 __all__ = ["ReasoningGymTask", "WORKED_STEPS", "parse_datasets"]
 
 INSTALL = 'pip install -e ".[reasoning_gym]"'
 # Problems per dataset whose characters make the vocabulary (`characters`).
-VOCABULARY_SAMPLE = 100
+VOCABULARY_SAMPLE = 200
 # Generator indices tried per problem asked for before a split is declared too small.
 ATTEMPTS_PER_PROBLEM = 50
 _VIRTUAL_SIZE = 2**31 - 1  # reasoning-gym datasets are indexed, not stored
@@ -231,6 +235,7 @@ class ReasoningGymTask(Task):
         for name in self.weights:  # a bad setting is one line now, before any work
             self._dataset(name, 0)
         self.characters = self._vocabulary()
+        self._alphabet = set(DEFAULT_ALPHABET + self.characters)
 
     # ---- generators ----------------------------------------------------------------------
 
@@ -318,6 +323,8 @@ class ReasoningGymTask(Task):
             example = self._example(name, generator_seed, index)
             if split_of(example.id, self.test_fraction) != split:
                 continue
+            if not self._in_vocabulary(example):
+                continue
             if unique:
                 if example.id in seen:
                     continue
@@ -325,11 +332,14 @@ class ReasoningGymTask(Task):
             produced += 1
             yield example
 
+    def _in_vocabulary(self, example: Example) -> bool:
+        """Whether the problem's question and clean solution use the vocabulary's
+        characters only (the default alphabet and `characters`)."""
+        return set(example.prompt + example.solution) <= self._alphabet
+
     def _vocabulary(self) -> str:
         """The characters of a sample of problems and clean solutions, in both splits, that
         the character tokenizer's default alphabet lacks."""
-        from grpo_jax.text.char import DEFAULT_ALPHABET  # pylint: disable=import-outside-toplevel
-
         seen: set[str] = set()
         for name in self.weights:
             for split in SPLITS:

@@ -1,9 +1,9 @@
 """OpenEnv environments (`tools.openenv`) against a guess-the-number server written with
 openenv-core's own classes (tests/openenv_guess_server.py) on 127.0.0.1: episodes by hand
 (the server's observations, per-step rewards, end and state), names and their one-line
-errors, servers that answer garbage, stay silent, fail or die (an error observation within
-the timeout, never a crash or a hang), and the agents' smoke job with real gradients played
-against the server, which the test kills mid-run."""
+errors, servers that answer garbage, stay silent, fail or drop the connection (an error
+observation within the timeout, never a crash or a hang), and the agents' smoke job with
+real gradients played against the server, which the test kills mid-run."""
 
 from __future__ import annotations
 
@@ -155,8 +155,8 @@ def test_a_name_parses_and_a_missing_package_names_the_extra(monkeypatch):
     assert environment_name_error("openenv:http://127.0.0.1:1") is None
     for module in ("websockets", "websockets.sync", "websockets.sync.client"):
         monkeypatch.setitem(sys.modules, module, None)
-    error = environment_name_error("openenv:http://127.0.0.1:1")
-    assert error == 'OpenEnv environments need the openenv-core package: pip install -e ".[openenv]"'
+    assert environment_name_error("openenv:http://127.0.0.1:1") == (
+        'OpenEnv environments need the openenv-core package: pip install -e ".[openenv]"')
     with pytest.raises(ImportError, match=r'pip install -e "\.\[openenv\]"'):
         make_environment("openenv:http://127.0.0.1:1")
 
@@ -180,7 +180,7 @@ def test_the_config_takes_an_openenv_server_and_names_a_bad_one():
 class _Misbehaving:
     """A WebSocket server on 127.0.0.1 that answers each reset properly and each step as the
     URL's first path segment says: garbage, a wrong shape, a bad reward, the environment's
-    error, or silence."""
+    error, silence, or the connection closed with no answer."""
 
     def __init__(self):
         from websockets.sync.server import serve
@@ -212,6 +212,8 @@ class _Misbehaving:
                     "observation": {"m": ""}, "reward": None, "done": False}}))
             elif mode in answers:
                 connection.send(answers[mode])
+            elif mode == "drop":
+                return
             # "silent": no answer at all
 
     def close(self):
@@ -224,6 +226,7 @@ class _Misbehaving:
     ("reward", "the answer's reward is not a number: 'high'"),
     ("failing", "the server's step failed: EXECUTION_ERROR: boom"),
     ("silent", "no answer within the timeout (step)"),
+    ("drop", "the connection failed (step): ConnectionClosed"),
 ])
 def test_a_server_that_misbehaves_is_an_error_observation_within_the_timeout(mode, reason):
     misbehaving = _Misbehaving()
@@ -257,49 +260,49 @@ def test_no_server_is_a_failed_reset_and_every_call_answers_its_error():
     assert answer.failed and start.state.reason in answer.observation
 
 
-def test_a_server_killed_mid_episode_is_an_error_observation(server):
-    environment = make_environment(f"openenv:{server.url()},tag=guess,timeout=5")
-    start = guarded_reset(environment, _example("5"))
-    assert guarded_step(environment, start.state, "<guess>2</guess>")[:4] == (
-        "<result>higher</result>", WRONG, False, start.state)
-    server.kill()
-    answer = guarded_step(environment, start.state, "<guess>4</guess>")
-    assert answer.failed and "the connection failed (step)" in answer.observation
-    assert guarded_reset(environment, _example("5")).failed
-
-
-def test_the_agents_smoke_job_plays_an_openenv_server_that_dies_mid_run(server, tmp_path,
-                                                                       monkeypatch):
-    """GRPO on the guessing task (configs/agents.py:tags_smoke), its episodes played against
-    the OpenEnv server: real gradients on the server's rewards; the test kills the server at
-    the first reset of the third rollout, and the run finishes with every later episode's
-    failed reset counted in tool_errors."""
+def test_the_agents_smoke_job_plays_an_openenv_server_killed_mid_run(server, tmp_path,
+                                                                     monkeypatch):
+    """GRPO on the guessing task (configs/agents.py:tags_smoke, one block, shorter
+    pretraining), its episodes played against the OpenEnv server: real gradients on the
+    server's rewards. The test kills the server at the first step of the second rollout:
+    that rollout's calls fail from there, every reset of the third fails, and the run
+    finishes with the failures counted in tool_errors."""
     from configs import agents
     from grpo_jax.metrics import read_metrics
     from grpo_jax.pipeline import train_and_evaluate
 
     config = agents.get_config("tags_smoke")
     config.mesh.num_devices = 1
+    config.model.num_layers = 1
+    config.pretrain.steps = 30
     config.stages = "pretrain,rl"
     config.rl.tools = f"openenv:{server.url()},tag=guess"
-    config.rl.steps = 4
+    config.rl.steps = 3
     rows = config.rl.num_prompts * config.rl.group_size
-    resets = []
-    reset = OpenEnvEnvironment.reset
+    resets, killed = [], threading.Event()
+    reset, step = OpenEnvEnvironment.reset, OpenEnvEnvironment.step
 
     def counted_reset(self, problem):
         resets.append(problem)
-        if len(resets) == 2 * rows + 1:
-            server.kill()
         return reset(self, problem)
 
+    def step_or_kill(self, session, text):
+        if len(resets) > rows and not killed.is_set():
+            killed.set()
+            server.kill()
+        return step(self, session, text)
+
     monkeypatch.setattr(OpenEnvEnvironment, "reset", counted_reset)
+    monkeypatch.setattr(OpenEnvEnvironment, "step", step_or_kill)
     train_and_evaluate(config, str(tmp_path))
     metrics = [r for r in read_metrics(tmp_path / "metrics.jsonl") if r["stage"] == "rl"]
-    assert len(metrics) == 4 and len(resets) == 4 * rows
-    alive, dead = metrics[:2], metrics[2:]
-    for row in alive:  # the server's rewards reached the episodes and the gradients
-        assert row["tool_calls"] > 0 and row["reward/environment"] != 0.0
-        assert row["zero_std_groups"] < 1 and row["grad_norm"] > 0
-    for row in dead:  # each episode's reset failed: one error each at least, no reward
-        assert row["tool_errors"] >= 1.0 and row["reward/environment"] == 0.0
+    assert len(metrics) == 3 and len(resets) == 3 * rows and killed.is_set()
+    alive, dying, dead = metrics
+    # the server's per-step rewards (1 and WRONG = -1/8) reached the episodes and the
+    # gradients: the mean over the rows of their sums is a nonzero multiple of 1 / (8 rows)
+    returns = alive["reward/environment"] * 8 * rows
+    assert alive["tool_calls"] > 0 and returns != 0 and returns == round(returns)
+    assert alive["zero_std_groups"] < 1 and alive["grad_norm"] > 0
+    assert dying["tool_errors"] > alive["tool_errors"]  # the calls after the kill
+    # every episode's reset failed: one error each at least, no reward from the server
+    assert dead["tool_errors"] >= 1.0 and dead["reward/environment"] == 0.0

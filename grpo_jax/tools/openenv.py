@@ -69,6 +69,7 @@ DEFAULT_PARALLEL = 8
 MAX_OBSERVATION_CHARS = 2000  # an observation's text is cut to this many characters
 MAX_MESSAGE_BYTES = 1 << 20  # the largest answer read from the server
 MAX_DETAIL_CHARS = 120  # of a server's error message in an observation or error line
+CLOSE_SECONDS = 2.0  # how long a session's end waits for the server to close its WebSocket
 NO_CALL = "error: no call"  # a turn without `<tag>...</tag>`
 REFUSED = "error: the server refused the action"  # the server's VALIDATION_ERROR
 LOOPBACK = ("127.0.0.1", "localhost", "::1")
@@ -160,16 +161,27 @@ def _one_line(text, limit: int = MAX_DETAIL_CHARS) -> str:
 
 
 def _close(connection) -> None:
-    """Ends a session: OpenEnv's close message, then the WebSocket (best effort: the server
-    may be gone)."""
+    """Ends a session: OpenEnv's close message, then the server's closing of the WebSocket,
+    waited for at most CLOSE_SECONDS before closing it from this side (best effort: the
+    server may be gone). A server closes first: an openenv-core server under uvicorn
+    stops accepting sessions once a client has closed the WebSocket under it."""
     try:
         connection.send(json.dumps({"type": "close"}))
-    except Exception:  # noqa: BLE001
+        deadline = time.monotonic() + CLOSE_SECONDS
+        while time.monotonic() < deadline:  # answers still in flight, then the close
+            connection.recv(timeout=max(deadline - time.monotonic(), 1e-3))
+    except Exception:  # noqa: BLE001  (closed: what was waited for)
         pass
     try:
         connection.close()
     except Exception:  # noqa: BLE001
         pass
+
+
+def _close_later(connection) -> None:
+    """`_close` in a daemon thread of its own: a dropped state never waits on the server."""
+    threading.Thread(target=_close, args=(connection,), name="grpo_openenv_close",
+                     daemon=True).start()
 
 
 class Session:
@@ -183,7 +195,7 @@ class Session:
         self.failure: str | None = None
         self._connection = connection
         self._lock = threading.Lock()  # one message and its answer at a time
-        self._finalizer = weakref.finalize(self, _close, connection)
+        self._finalizer = weakref.finalize(self, _close_later, connection)
 
     @property
     def closed(self) -> bool:
@@ -272,7 +284,7 @@ class OpenEnvEnvironment(Environment):
         self._field = settings.field
         self._field_lock = threading.Lock()
         self._call = re.compile(rf"<{re.escape(settings.tag)}>(.*?)</{re.escape(settings.tag)}>",
-                                re.S)
+                                re.DOTALL)
         marker = "\x00"
         rendered = render(marker)
         self._error_prefix = (rendered[:rendered.index(marker)] if marker in rendered

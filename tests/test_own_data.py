@@ -19,6 +19,7 @@ from grpo_jax import api
 from grpo_jax.runner.checks import ConfigError
 from grpo_jax.tasks import Example, Task, get_task
 from grpo_jax.tasks.base import perturb_text
+from test_user_code import _readme_example
 
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 WORDS = ["ab", "abc", "bca", "cab", "dab", "bad", "cad", "fed", "bee", "deaf", "face", "bead",
@@ -280,6 +281,7 @@ def test_fused_device_rewards_of_string_answers_fail_validation(tmp_path, monkey
     monkeypatch.chdir(tmp_path)
     _write_jsonl(tmp_path / "rows.jsonl", ROWS)
     config = api.config()  # the main job at full size: rl.fused_steps 10
+    config.stages = "rl"  # (without the check the RL stage fails on its first chunk)
     config.task.name, config.task.prompt_len, config.task.eval_size = "file", 0, 2
     config.task.kwargs = {"path": "rows.jsonl", "prompt_field": "question"}
     assert config.rl.fused_steps == 10
@@ -306,22 +308,9 @@ def _file_config(path: str):
     return config
 
 
-def _readme_recipe() -> dict[str, str]:
-    with open(os.path.join(REPO, "README.md"), encoding="utf-8") as f:
-        text = f.read()
-    block = text.split("<!-- example:own_data -->", 1)[1].split("<!-- example:end -->", 1)[0]
-    files = {}
-    for lang, code in re.findall(r"```(\w+)\n(.*?)```", block, re.S):
-        if lang == "bash":
-            files["command"] = code.strip()
-        else:
-            files[re.match(r"# (\S+\.py)", code).group(1)] = code
-    return files
-
-
 @pytest.mark.slow
 def test_readme_recipe_runs_from_a_folder_outside_the_checkout(tmp_path):
-    recipe = _readme_recipe()
+    recipe = _readme_example("own_data")
     for name, code in recipe.items():
         if name != "command":
             (tmp_path / name).write_text(code, encoding="utf-8")
@@ -329,16 +318,18 @@ def test_readme_recipe_runs_from_a_folder_outside_the_checkout(tmp_path):
     _write_jsonl(tmp_path / data, ROWS * 4)  # repeated rows stay on their side
     command = recipe["command"].split()
     assert command[:3] == ["python", "-m", "grpo_jax.main"]
-    held_out = sum(_held_out(r["question"]) for r in ROWS) * 4
+    assert sum(_held_out(r["question"]) for r in ROWS) * 4 >= 8
+    # The prompts fit the smoke preset's 16-token bucket and the eval its 8 problems, so the
+    # programs are the main smoke job's (shared through the session's compilation cache).
     tiny = ["--config.stages=pretrain,rl,eval_final", "--config.rl.steps=1",
-            "--config.pretrain.steps=1", f"--config.task.eval_size={held_out}"]
+            "--config.pretrain.steps=1", "--config.task.eval_size=8"]
     done = subprocess.run([sys.executable, *command[1:], *tiny], cwd=tmp_path,
                           capture_output=True, text=True, timeout=600, check=False)
     assert done.returncode == 0, done.stderr[-3000:]
     workdir = tmp_path / re.search(r"--workdir=(\S+)", recipe["command"]).group(1)
     rows = [json.loads(line) for line in (workdir / "metrics.jsonl").read_text().splitlines()]
     evals = [r for r in rows if r.get("stage") == "eval_final" and "num_problems" in r]
-    assert [r["num_problems"] for r in evals] == [held_out]
+    assert [r["num_problems"] for r in evals] == [8]
     samples = [json.loads(line) for line in (workdir / "samples.jsonl").read_text().splitlines()]
     scored = {s["prompt"] for s in samples if s["stage"] == "eval_final"}
     assert scored and all(_held_out(re.fullmatch(r"Q: (.*)\nA: ", p).group(1)) for p in scored)

@@ -158,7 +158,8 @@ def _add_tools(s) -> None:
     # A tool or environment name turns on multi-turn episodes (grpo_jax.tools: the tools
     # calc and python, "json:python,calc" for tools called as JSON in the checkpoint's
     # format ("json:guess,python": with the guessing game as a tool with state), the
-    # stateful environments guess and guess_blind): a turn ends when
+    # stateful environments guess and guess_blind, "openenv:URL,tag=..." an OpenEnv
+    # server's environment, grpo_jax.tools.openenv): a turn ends when
     # the policy closes its action (<calc>12*34</calc>), the answer (<result>408</result>)
     # is appended to the context, attended to but never trained on, and the policy goes on
     # from its KV cache. A stateful environment may end the episode and gives rewards (the

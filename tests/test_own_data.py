@@ -193,13 +193,21 @@ def test_relative_path_resolves_from_the_current_folder(tmp_path, monkeypatch):
         get_task("file", path="rows.jsonl", prompt_field="question")
 
 
-def test_rows_reach_python_rewards_and_the_char_tokenizer(tmp_path):
+def test_rows_reach_python_rewards_and_the_char_tokenizer(tmp_path, monkeypatch):
+    from grpo_jax.rewards import python as python_rewards
+
     rows = [{"prompt": "ünï", "answer": "ïnü", "id": "x1", "note": "keep", "completion": 3},
             {"prompt": "ab", "answer": 12, "solution": "b then a"}]
     task = get_task("file", path=_write_jsonl(tmp_path / "u.jsonl", rows),
                     solution_field="solution", test_fraction=0.0)
     first, second = sorted(task.examples("train", 2, seed=0, unique=True), key=lambda e: e.id)
     assert first.meta == {"row": 1, "note": "keep"}  # id, completion: the rewards' own names
+    (tmp_path / "row_rewards.py").write_text(
+        "def noted(prompt, completion, answer, **meta):\n"
+        "    return float(meta.get('note') == 'keep') + meta['row'] / 10\n", encoding="utf-8")
+    monkeypatch.syspath_prepend(str(tmp_path))
+    noted = python_rewards.load_python_reward("row_rewards:noted")
+    assert noted("x", first) == pytest.approx(1.1) and noted("x", second) == pytest.approx(0.2)
     assert (second.answer, second.solution) == ("12", "b then a")
     assert task.characters == "ïü"  # beyond the char tokenizer's default alphabet
     # a worked solution is the thinking of pretraining completions

@@ -28,8 +28,8 @@ def metric_row(*columns) -> Callable[[Mapping], list[str]]:
     """An `arm_table` row of one cell per column: a metric's name (the cell in %, one
     decimal) or (metric, scale, digits); "-" where the arm has no value of it."""
     formats = [(column,) if isinstance(column, str) else tuple(column) for column in columns]
-    return lambda metrics: [optional_cell(metrics.get(name, []), *digits)
-                            for name, *digits in formats]
+    return lambda metrics: [optional_cell(metrics.get(name, []), *scale_digits)
+                            for name, *scale_digits in formats]
 
 
 def arm_table(arms: Mapping, names: Sequence[str], columns: Sequence[str],

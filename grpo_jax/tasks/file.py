@@ -11,12 +11,12 @@ Row numbers are the file's line numbers for JSONL and CSV (the header is CSV's r
 a spreadsheet) and 1-based row indices for Parquet. A relative `path` is resolved from the
 current folder.
 
-The held-out split is a stable hash of the row's prompt (`base.split_of`): a row is held out
-iff the hash of its prompt falls in the first `test_fraction` of the range, so the split is
-the same on every machine, does not depend on the row order, and rows that share a prompt
-fall on the same side. The "test" split is the held-out rows in file order (the same
-problems for every seed); "train" is the other rows in a seeded order, repeated in new
-orders when more are asked for than the file holds.
+The held-out split is a stable hash of the row's prompt (`base.split_of`; surrounding spaces
+stripped): a row is held out iff the hash falls in the first `test_fraction` of the range, so
+the split is the same on every machine, does not depend on the row order, and rows that
+share a prompt fall on the same side. The "test" split is the held-out rows in file order
+(the same problems for every seed); "train" is the other rows in a seeded order, repeated in
+new orders when more are asked for than the file holds.
 
 Answers are compared by `compare` (COMPARISONS): "text" (default) as numbers when both parse
 as numbers, else as normalised text (case, runs of spaces, "$" and a final period ignored);
@@ -226,8 +226,6 @@ class FileTask(Task):
         path = os.path.expanduser(path)
         self.path = os.path.abspath(path)
         self.test_fraction = float(test_fraction)
-        self.fields = {"prompt": prompt_field, "answer": answer_field,
-                       "solution": solution_field}
         stem = os.path.splitext(os.path.basename(self.path))[0]
         self._rows = {"train": [], "test": []}
         characters: set[str] = set()
@@ -245,7 +243,7 @@ class FileTask(Task):
                 meta={"row": number, **{k: _meta_value(v) for k, v in row.items()
                                         if k not in used}})
             characters.update(prompt, answer, solution or "")
-            self._rows[split_of(prompt, self.test_fraction)].append(example)
+            self._rows[split_of(example.prompt, self.test_fraction)].append(example)
         self.characters = "".join(sorted(characters - _DEFAULT_ALPHABET))
 
     @property

@@ -22,7 +22,8 @@ openai = pytest.importorskip("openai")
 from grpo_jax import models, tasks  # noqa: E402
 from grpo_jax.runner.prompts import prompt_of  # noqa: E402
 from grpo_jax.sampling import SamplingConfig, generate, pad_prompts  # noqa: E402
-from grpo_jax.serve import Completion, Engine, ServedPolicy, ServerThread, served_model  # noqa: E402
+from grpo_jax.serve import (Completion, Engine, ServedPolicy, ServerThread,  # noqa: E402
+                            served_model)
 from grpo_jax.text import CharTokenizer, prompt_ids  # noqa: E402
 from grpo_jax.text.chat import MINIATURE, render_chat  # noqa: E402
 from grpo_jax.tools.calls import call_text  # noqa: E402

@@ -145,6 +145,7 @@ def test_sixteen_concurrent_requests_return_what_they_return_one_at_a_time(setup
     ("completions", {"model": MODEL, "prompt": "Q: 1\nA: ", "max_tokens": 60},
      "max_tokens: the prompt's"),
     ("completions", {"model": MODEL, "prompt": "Q", "temperature": -1}, "temperature"),
+    ("completions", {"model": MODEL, "prompt": "Q", "temperature": 1e-6}, "temperature"),
     ("completions", {"model": MODEL, "prompt": "Q", "logprobs": 3}, "logprobs"),
     ("completions", {"model": MODEL, "prompt": "Q", "echo": True}, "echo"),
     ("chat/completions", {"model": MODEL, "messages": [{"role": "user", "content": "x" * 70}]},

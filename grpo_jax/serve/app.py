@@ -23,6 +23,7 @@ import uuid
 from collections.abc import Sequence
 from typing import Any
 
+from grpo_jax.runner.checks import MIN_TEMPERATURE
 from grpo_jax.serve.engine import SEED_LIMIT, Completion, Engine, Request, Settings
 from grpo_jax.text import prompt_ids
 from grpo_jax.tools.calls import CLOSE, OPEN, call_objects, call_text
@@ -118,6 +119,9 @@ def _common(body, engine: Engine):
         field = "max_tokens" if "max_tokens" in body else "max_completion_tokens"
         max_tokens = _integer(body, field, None, 1)
     temperature = _number(body, "temperature", 1.0, 0.0, 2.0)
+    if 0 < temperature < MIN_TEMPERATURE:  # logits / temperature would overflow
+        _fail("temperature", f"expected 0 (greedy) or a number in [{MIN_TEMPERATURE}, 2], got "
+                             f"{temperature!r}")
     settings = Settings(temperature=temperature, top_p=_number(body, "top_p", 1.0, 0.0, 1.0,
                                                                   low_open=True),
                         top_k=_integer(body, "top_k", 0, 0))

@@ -170,6 +170,15 @@ def test_parquet_column_of_numbers_names_the_row(tmp_path, monkeypatch):
         ["3", "-4"], ["-4", "3"])  # integers read as their decimal text
 
 
+def test_a_byte_order_mark_is_read_past(tmp_path):
+    for name, text in (("b.jsonl", '{"prompt": "rev ab", "answer": "ba"}\n'),
+                       ("b.csv", "prompt,answer\nrev ab,ba\n")):
+        (tmp_path / name).write_bytes(b"\xef\xbb\xbf" + text.encode("utf-8"))
+        task = get_task("file", path=str(tmp_path / name), test_fraction=0.0)
+        assert [(ex.prompt, ex.answer) for ex in task.examples("train", 1, seed=0)] == [
+            ("rev ab", "ba")]
+
+
 def test_sizes_past_the_file_name_the_field(tmp_path, monkeypatch):
     monkeypatch.chdir(tmp_path)
     _write_jsonl(tmp_path / "rows.jsonl", ROWS)

@@ -73,7 +73,7 @@ def _jsonl_rows(path: str):
     with open(path, "rb") as f:
         for number, raw in enumerate(f, start=1):
             try:
-                line = raw.decode("utf-8")
+                line = raw.decode("utf-8-sig" if number == 1 else "utf-8")  # a BOM first
             except UnicodeDecodeError as e:
                 raise ValueError(f"{path}: row {number}: not UTF-8 (byte 0x{raw[e.start]:02x} "
                                  f"at column {e.start + 1})") from None

@@ -46,6 +46,7 @@ from __future__ import annotations
 
 import dataclasses
 import hashlib
+import inspect
 import json
 import math
 import re
@@ -244,9 +245,9 @@ def _result(answer: dict) -> tuple[dict, float, bool]:
     if not isinstance(observation, dict):
         raise OpenEnvError(_one_line(f"the answer's observation is not an object: "
                                      f"{observation!r}"))
-    if reward is None:
+    if reward is None:  # OpenEnv's reward is a bool, an int, a float or None
         reward = 0.0
-    if isinstance(reward, bool) or not isinstance(reward, (int, float)):
+    if not isinstance(reward, (bool, int, float)):
         raise OpenEnvError(_one_line(f"the answer's reward is not a number: {reward!r}"))
     if not isinstance(done, bool):
         raise OpenEnvError(_one_line(f"the answer's done is not true or false: {done!r}"))
@@ -376,8 +377,10 @@ class OpenEnvEnvironment(Environment):
         deadline = time.monotonic() + self.settings.timeout
         from websockets.sync.client import connect
 
+        # a connection returned directly (websockets 17 warns unless asked for by `legacy`)
+        legacy = {"legacy": True} if "legacy" in inspect.signature(connect).parameters else {}
         try:
-            connection = connect(self.websocket_url,
+            connection = connect(self.websocket_url, **legacy,
                                  open_timeout=max(deadline - time.monotonic(), 1e-3),
                                  close_timeout=1.0, ping_interval=None,
                                  max_size=MAX_MESSAGE_BYTES, proxy=self._proxy)

@@ -309,3 +309,34 @@ def test_a_sampler_failure_is_a_one_line_500_and_the_server_goes_on():
                 client.completions.create(model=MODEL, prompt="Q", max_tokens=4)
             assert caught.value.body["message"] == (
                 "the sampler failed: FloatingPointError: non-finite logits in 1 of 1 rows")
+
+
+def test_a_run_directory_is_served_with_its_final_policy_and_prompt(tmp_path):
+    """`load_policy` on a run directory (or its checkpoints/ folder): the final checkpoint's
+    parameters (`FinishedRun.policy`), the run's tokenizer and its own prompt for a question
+    (the smoke job's task.template plain), named after the folder."""
+    from grpo_jax import api
+    from grpo_jax.checkpoint import Checkpointer
+    from grpo_jax.runner.inputs import build_task
+    from grpo_jax.runner.model_init import build_model
+    from grpo_jax.runner.tokenizers import build_tokenizer
+    from grpo_jax.serve import load_policy
+
+    workdir = tmp_path / "my_run"
+    workdir.mkdir()
+    config = api.config("smoke")
+    config.model.num_layers, config.stages = 1, "pretrain"
+    tokenizer = build_tokenizer(config, build_task(config), str(workdir))
+    _, model = build_model(config, tokenizer)
+    # parameters no fresh initialisation has: the served ones are the checkpoint's
+    trained = jax.tree.map(lambda x: x + 0.5, nnx.to_pure_dict(nnx.state(model)))
+    (workdir / "config.json").write_text(json.dumps(config.to_dict()))
+    with Checkpointer(workdir / "checkpoints", async_=False) as checkpointer:
+        checkpointer.save(1, state={"params": trained, "rng": jax.random.key(0)},
+                          meta={"stage": "pretrain", "stage_done": True, "global_step": 1})
+    served = load_policy(str(workdir / "checkpoints"))
+    assert served.name == "my_run" and served.context == config.model.max_seq_len
+    assert served.prompt_of_question("3+4") == "Q: 3+4\nA: "
+    assert served.tokenizer.encode("Q: 3+4") == tokenizer.encode("Q: 3+4")
+    jax.tree.map(lambda a, b: np.testing.assert_array_equal(np.asarray(a), np.asarray(b)),
+                 nnx.to_pure_dict(served.state), trained)

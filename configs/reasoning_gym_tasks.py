@@ -11,7 +11,7 @@ reward, evaluate again. Needs the optional package: pip install -e ".[reasoning_
 
 Presets (after the colon), one per task family, each with small generator settings:
   chain_sum        (the default) arithmetic: sums of 2-3 one-digit terms with + and -
-  letter_counting  counting: a letter's occurrences in 2-3 words of text
+  letter_counting  counting: a letter's occurrences in 2 words of text
   spell_backward   string manipulation: a 3-5 letter word spelled backward
   smoke            seconds: chain_sum at tiny sizes, for tests
 Every other field, with its comment: grpo_jax/config_presets.py (`main_job`).
@@ -25,7 +25,7 @@ from grpo_jax.config_presets import main_job
 # dataclasses); a mix named on the command line uses these for the datasets it shares.
 DATASET_KWARGS = {
     "chain_sum": {"min_terms": 2, "max_terms": 3, "min_digits": 1, "max_digits": 1},
-    "letter_counting": {"min_words": 2, "max_words": 3},
+    "letter_counting": {"min_words": 2, "max_words": 2},
     "spell_backward": {"min_word_len": 3, "max_word_len": 5},
 }
 PRESETS = ("chain_sum", "letter_counting", "spell_backward", "smoke")
@@ -60,6 +60,11 @@ def get_config(preset: str | None = None) -> ml_collections.ConfigDict:
     config.rl.checkpoint_every = 20
     for section in (config.eval_base, config.eval_final):
         section.max_new_tokens = 32
+    if preset == "letter_counting":  # prompts up to 95 tokens, worked solutions up to 39
+        config.model.max_seq_len = config.pretrain.pack_len = 136
+        config.rl.max_new_tokens = 40
+        for section in (config.eval_base, config.eval_final):
+            section.max_new_tokens = 40
     if preset == "smoke":
         config.task.train_size = 64
         config.task.eval_size = 8

@@ -178,6 +178,8 @@ def test_problems_outside_the_vocabulary_are_skipped():
      "dataset_kwargs: chain_sum: min_terms must be positive"),
     ({"dataset_kwargs": {"chain_sum": {"max_term": 3}}}, "dataset_kwargs: chain_sum: "),
     ({"test_fraction": 1.0}, "test_fraction: expected a number in (0, 1)"),
+    ({"test_fraction": "0.1"}, "test_fraction: expected a number in (0, 1)"),
+    ({"score_budget_seconds": 0}, "score_budget_seconds: expected a number > 0"),
 ])
 def test_bad_arguments_are_one_line(kwargs, line):
     with pytest.raises(ValueError) as err:

@@ -173,6 +173,10 @@ WORKED_STEPS: dict[str, Callable[[dict, Any, float], tuple[str, str]]] = {
 }
 
 
+def _is_number(value) -> bool:
+    return isinstance(value, (int, float)) and not isinstance(value, bool)
+
+
 def _near_miss(answer: str, rng: np.random.Generator) -> str:
     """A wrong answer close to `answer`: a number off by 1..3, else one character changed."""
     value = parse_number(answer)
@@ -210,19 +214,19 @@ class ReasoningGymTask(Task):
         super().__init__(difficulty=1)
         self.weights = parse_datasets(datasets)
         dataset_kwargs = dict(dataset_kwargs or {})
-        if not 0.0 < float(test_fraction) < 1.0:
+        if not _is_number(test_fraction) or not 0.0 < test_fraction < 1.0:
             raise ValueError(f"test_fraction: expected a number in (0, 1), got {test_fraction!r}")
         self.test_fraction = float(test_fraction)
-        if isinstance(score_budget_seconds, bool) or not float(score_budget_seconds) > 0:
+        if not _is_number(score_budget_seconds) or not score_budget_seconds > 0:
             raise ValueError(f"score_budget_seconds: expected a number > 0, got "
                              f"{score_budget_seconds!r}")
         self.score_budget_seconds = float(score_budget_seconds)
-        rg, DATASETS = _reasoning_gym()
+        rg, registered = _reasoning_gym()
         for field, names in (("datasets", self.weights), ("dataset_kwargs", dataset_kwargs)):
             for name in names:
-                if name not in DATASETS:
+                if name not in registered:
                     raise ValueError(f"{field}: unknown reasoning-gym dataset {name!r}; "
-                                     f"available: {', '.join(sorted(DATASETS))}")
+                                     f"available: {', '.join(sorted(registered))}")
         for name, settings in dataset_kwargs.items():
             if not isinstance(settings, Mapping):
                 raise ValueError(f"dataset_kwargs: {name!r} must map setting names to values, "

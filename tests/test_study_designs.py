@@ -123,3 +123,74 @@ def test_rl_samples_logged_zero_is_one_line_naming_the_field():
     config.rl_samples_logged = 0
     with pytest.raises(ConfigError, match=r"^config\.rl_samples_logged: expected -1"):
         validate(config, KINDS)
+
+
+# ---- expert_iteration -------------------------------------------------------------------------
+
+def test_the_recipe_is_chosen_by_its_mean_validation_pass_at_1():
+    from grpo_jax.studies import expert_iteration as ei
+
+    names = list(ei.EI_SETTINGS)
+    validation = {names[0]: [0.40, 0.50], names[1]: [0.60, None, 0.50],
+                  names[2]: [0.55, 0.55], names[3]: []}
+    assert ei.validation_means(validation) == pytest.approx(
+        {names[0]: 0.45, names[1]: 0.55, names[2]: 0.55})
+    assert ei.choose(validation) == names[1]  # 0.55 twice: the first in the grid's order
+    assert ei.choose({names[3]: [None]}) is None
+
+
+def test_the_validation_split_is_outside_the_held_out_problems():
+    from grpo_jax.runner.inputs import build_task
+    from grpo_jax.studies import expert_iteration as ei
+
+    config = ei.arm_config(ei.GRPO, "full")
+    task = build_task(config)
+    held = task.examples("test", config.task.eval_size, seed=config.task.eval_seed)
+    chosen = ei.validation_problems(task, config, 128)
+    assert len({ex.id for ex in chosen}) == 128
+    assert not {ex.id for ex in chosen} & {ex.id for ex in held}
+    assert not {ex.id for ex in chosen} & {ex.id for ex in task.examples("train", 2000, seed=0)}
+    assert [ex.id for ex in ei.validation_problems(task, config, 8)] == [
+        ex.id for ex in chosen[:8]]  # the first of one fixed order
+
+
+def test_the_published_recipe_keeps_its_config_and_the_grid_differs_only_in_lr_and_steps():
+    from grpo_jax.stages import default_section
+    from grpo_jax.studies import expert_iteration as ei
+
+    configs = ei.arm_configs("full")
+    published = configs["EI lr 1e-3 x 15"]
+    former = default_section("rejection_sft")  # the former arm: the stage's default lr
+    former.update(num_problems=240, num_samples=8, steps=15, batch_size=32,
+                  max_new_tokens=published.eval_final.max_new_tokens)
+    assert published.ei1.to_dict() == former.to_dict()
+    for name, (lr, steps) in ei.EI_SETTINGS.items():
+        for stage in ("ei1", "ei2", "ei3", "ei4"):
+            section = configs[name][stage]
+            assert (section.lr, section.steps) == (lr, steps)
+            assert {k: v for k, v in section.items() if k not in ("lr", "steps")} == {
+                k: v for k, v in former.items() if k not in ("lr", "steps")}
+    assert configs[ei.SFT_GRPO].rl.to_dict() == configs[ei.GRPO].rl.to_dict()
+    assert configs[ei.SFT_GRPO].sft.to_dict() == configs[ei.SFT].sft.to_dict()
+
+
+def test_the_pass_at_n_claim_is_not_testable_when_sft_sits_at_the_ceiling():
+    from grpo_jax.studies import expert_iteration as ei
+    from grpo_jax.studies import summary as summary_lib
+
+    claim = next(c for c in ei.CLAIMS if c.test == (ei.SFT_GRPO, ei.SFT, "pass@8"))
+    keys = [(f"b{b}", s) for b in range(4) for s in (0, 1)]
+
+    def arm(values):
+        return {"seeds": [s for _, s in keys], "bases": [b for b, _ in keys],
+                "metrics": {"pass@8": list(values)}}
+
+    near = {ei.SFT: arm([0.99, 0.985] * 4), ei.SFT_GRPO: arm([0.995, 0.99] * 4)}
+    room = {ei.SFT: arm([0.80, 0.81] * 4), ei.SFT_GRPO: arm([0.801, 0.812] * 4)}
+    for arms, expected in ((near, "not testable here"), (room, "reproduced")):
+        result = summary_lib.build(
+            study="expert_iteration", tier="mini",
+            provenance={k: None for k in summary_lib.PROVENANCE},
+            protocol={k: None for k in summary_lib.PROTOCOL}, arms=arms,
+            specs=[claim.test], claims=(claim,))
+        assert result["verdicts"][0]["verdict"] == expected, result["verdicts"][0]

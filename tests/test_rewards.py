@@ -87,6 +87,9 @@ def test_parse_number_rejects(text):
     ("\\frac{1}{2}", "0.5", True), ("\\boxed{22}", "22", True), ("x+1", "1+x", True),
     ("\\sqrt{4}", "2", True), ("\\frac{1}{3}", "0.5", False), ("Paris", "paris.", True),
     ("10**10000", "1", False), ("99^99^99", "1", False), ("", "1", False), (None, "1", False),
+    # words are text, not products of symbols (math-verify equates "cba" and "abc")
+    ("cba", "abc", False), ("olleh", "hello", False), ("world hello", "hello world", False),
+    ("Hello", "hello", True), ("2x", "x*2", True),
 ])
 def test_answers_match(predicted, reference, expected):
     assert answers_match(predicted, reference) is expected

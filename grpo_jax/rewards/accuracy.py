@@ -89,8 +89,15 @@ def normalize_text(text: str) -> str:
     return text[:-1].rstrip() if text.endswith(".") else text
 
 
+# Two or more letters and nothing else (spaces aside): a word, not an expression. math-verify
+# reads "abc" as the product a*b*c, so "cba" would equal it.
+_WORDS = re.compile(r"\s*[^\W\d_]{2,}(\s+[^\W\d_]+)*\s*")
+
+
 def _safe_for_symbolic(text: str) -> bool:
-    """Pre-screen: short, no long digit runs, at most one power, no factorial."""
+    """Pre-screen: short, no long digit runs, at most one power, no factorial, not words."""
+    if _WORDS.fullmatch(text):
+        return False
     if len(text) > MAX_SYMBOLIC_CHARS or _LONG_DIGIT_RUN.search(text):
         return False
     if "!" in text:
@@ -179,8 +186,9 @@ def answers_match(predicted: str | None, reference: str | None, *, symbolic: boo
     """Whether a predicted answer equals the reference answer.
 
     Exact rational comparison when both parse as numbers; otherwise equal if the normalised
-    strings are equal or math-verify says so (when `symbolic`, on pre-screened short inputs,
-    within the deadline: `configure_verifier`).
+    strings are equal or math-verify says so (when `symbolic`, on pre-screened short inputs
+    that are not plain words, within the deadline: `configure_verifier`): "cba" does not
+    equal "abc", though math-verify reads both as a product of symbols.
 
     Args:
       predicted: the model's answer (e.g. from `extract_answer`), or None.

@@ -191,8 +191,9 @@ CLAIMS = (
 
 STUDY = common.Study(
     name="one_shot",
-    question="does GRPO on 1, 4 or 16 training problems raise held-out pass@1 as much as on "
-             "the full 20,000, paired by seed?",
+    question="does GRPO on 1 training problem (chosen by the 1-shot paper's historical "
+             "variance score), 4 or 16 raise held-out pass@1 as much as on the full 20,000, "
+             "paired by seed?",
     tiers=tiers.standard(
         full="about 70 min on 2 cores (61 min measured beside another "
              "study process and the test suite for the 24 runs of the "

@@ -188,10 +188,17 @@ def test_bad_arguments_are_one_line(kwargs, line):
 
 
 def test_a_missing_package_names_the_install_command(monkeypatch):
+    from configs import reasoning_gym_tasks
+    from grpo_jax.runner.checks import ConfigError
+    from grpo_jax.runner.inputs import build_task
+
     monkeypatch.setitem(sys.modules, "reasoning_gym", None)  # import raises ImportError
     with pytest.raises(ValueError, match=r'^the reasoning-gym package is not installed; '
                                          r'pip install -e "\.\[reasoning_gym\]"$'):
         ReasoningGymTask(datasets="chain_sum")
+    with pytest.raises(ConfigError, match=r'^task\.kwargs: the reasoning-gym package is not '
+                                          r'installed; pip install -e "\.\[reasoning_gym\]"$'):
+        build_task(reasoning_gym_tasks.get_config("smoke"))
 
 
 def test_config_errors_name_the_field_before_any_work(tmp_path):

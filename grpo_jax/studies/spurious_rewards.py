@@ -70,7 +70,7 @@ def arm_configs(tier: str) -> dict:
 
 def _values(record) -> dict:
     return {**common.eval_values(record, METRICS),
-            **training_means(record, ("clip_frac",))}
+            **training_means(record, ("clip_frac", "kl_ref"))}
 
 
 def analyze(runs: common.StudyRuns) -> common.Analysis:
@@ -84,9 +84,12 @@ def analyze(runs: common.StudyRuns) -> common.Analysis:
 def table(arms: dict, config) -> str:
     return tables.arm_table(
         arms, ("base", *ARMS),
-        ("pass@1", "format rate", "mean length", "clip fraction (training mean)"),
-        tables.metric_row("pass@1", "format_rate", ("mean_length", 1.0, 1), "clip_frac"),
-        "pass@1, format rate and clip fraction in %, mean length in tokens; mean ± 95% "
+        ("pass@1", "format rate", "mean length", "clip fraction (training mean)",
+         "KL to the reference (training mean)"),
+        tables.metric_row("pass@1", "format_rate", ("mean_length", 1.0, 1), "clip_frac",
+                          ("kl_ref", 1.0, 4)),
+        "pass@1, format rate and clip fraction in %, mean length in tokens, the KL in nats "
+        "per token; mean ± 95% "
         f"half-width over (base, seed) runs, {tables.rl_caption(config)} on each reward (the "
         "base: before; the mu=4 arms: four passes per batch at lr 1e-3). The clip fraction "
         "is the share of the tokens of a step's updates where the clip binds, averaged over "

@@ -406,9 +406,9 @@ STUDY = common.Study(
              "660 s + 265 s) = 31-75 min, the former base pro rata "
              "1000/2500 steps; 12 runs of 60 GRPO steps with their "
              "evaluations, about 35 min)",
-        mini="about 40 s on 2 cores (measured, XLA cache warm: 2 toy "
-             "bases of 60 and 24 steps, 4 toy runs; compiling them afresh "
-             "takes about 3 min)",
+        mini="about 2 min on 2 cores (measured: 111 s under a load of "
+             "about 14: three toy rounds of 60 steps, none at the bar, "
+             "the former toy base of 24, 4 toy runs)",
         mini_seeds=(0, 1)),
     arms=(RUN, FORMER), base_config=base_config, arm_configs=arm_configs, analyze=analyze,
     attach=attach, claims=CLAIMS,

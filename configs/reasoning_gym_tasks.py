@@ -7,7 +7,7 @@ reward, evaluate again. Needs the optional package: pip install -e ".[reasoning_
     python -m grpo_jax.main --config=configs/reasoning_gym_tasks.py:chain_sum \
         --workdir=runs/rg_chain_sum
     python -m grpo_jax.main --config=configs/reasoning_gym_tasks.py \
-        --config.task.kwargs.datasets=chain_sum:2,letter_counting:1
+        --config.task.kwargs.datasets=chain_sum:2,spell_backward:1
 
 Presets (after the colon), one per task family, each with small generator settings:
   chain_sum        (the default) arithmetic: sums of 2-3 one-digit terms with + and -

@@ -1,6 +1,7 @@
 """reasoning-gym's procedural generators as a task (https://github.com/open-thought/reasoning-gym).
 
-    --config=configs/reasoning_gym_tasks.py --config.task.kwargs.datasets=chain_sum:2,spell_backward:1
+    python -m grpo_jax.main --config=configs/reasoning_gym_tasks.py \
+        --config.task.kwargs.datasets=chain_sum:2,spell_backward:1
 
 `datasets` names reasoning-gym generators, each with an optional weight ("name:weight"); the
 problems of a split are drawn from them in proportion to the weights by a smooth weighted

@@ -19,6 +19,7 @@ process of a multi-process run that lost another exits 5, each with one line.
 
 from __future__ import annotations
 
+import ast
 import difflib
 import importlib.util
 import os
@@ -144,20 +145,64 @@ def _import_problem(err: BaseException, argv: list[str]) -> str | None:
     return None
 
 
-def _override_problem(argv: list[str]) -> str | None:
-    """The one line for the first `--config.*` override in `argv` that names no field of the
-    config it applies to (`--config` in argv, else the default), found by walking its
-    dotted name through that config before ml-collections applies the overrides; None when
-    each names a field (or the config file does not load: `_config` reports that)."""
+def _loaded_config(argv: list[str]):
+    """The config `argv` names (`--config`, else the default), loaded as ml-collections loads
+    it (the file's get_config(preset)); None when it does not load (`_config` reports that)."""
     path, *preset = (_config_given(argv) or _DEFAULT_CONFIG).split(":", 1)
-    try:  # as ml-collections loads it: the file's get_config(preset)
+    try:
         spec = importlib.util.spec_from_file_location("grpo_jax_config_check", path)
         module = importlib.util.module_from_spec(spec)
         spec.loader.exec_module(module)
         config = module.get_config(*preset)
     except Exception:  # noqa: BLE001  reported when ml-collections loads it
         return None
-    if not isinstance(config, ml_collections.ConfigDict):
+    return config if isinstance(config, ml_collections.ConfigDict) else None
+
+
+# --config.task.kwargs.NAME=VALUE naming a keyword the config's task.kwargs lacks (another
+# task's, e.g. reasoning_gym's datasets): taken out of argv before ml-collections, which
+# refuses new keys, and set on the loaded config (`_config`).
+_NEW_TASK_KWARGS: dict = {}
+_TASK_KWARG = re.compile(r"^--config\.task\.kwargs\.([A-Za-z_]\w*)=(.*)$", re.S)
+
+
+def _kwarg_value(text: str):
+    """A command-line value: a Python literal (3, 0.5, [1, 2], None), true / false, else the
+    text itself ("countdown,chain_sum")."""
+    if text.lower() in ("true", "false"):
+        return text.lower() == "true"
+    try:
+        return ast.literal_eval(text)
+    except (ValueError, SyntaxError, MemoryError, RecursionError):
+        return text
+
+
+def _take_new_task_kwargs(argv: list[str]) -> list[str]:
+    """`argv` without its --config.task.kwargs.NAME=VALUE overrides whose NAME the config's
+    task.kwargs does not have; those go into `_NEW_TASK_KWARGS` (and out of sys.argv, where
+    ml-collections reads overrides)."""
+    config = _loaded_config(argv)
+    kwargs = config.get("task", {}).get("kwargs") if config is not None else None
+    if not isinstance(kwargs, ml_collections.ConfigDict):
+        return argv
+    taken = []
+    for arg in argv[1:]:
+        match = _TASK_KWARG.match(arg)
+        if match and match.group(1) not in kwargs:
+            _NEW_TASK_KWARGS[match.group(1)] = _kwarg_value(match.group(2))
+            taken.append(arg)
+    if taken:
+        sys.argv[:] = [a for a in sys.argv if a not in taken]
+    return [a for a in argv if a not in taken]
+
+
+def _override_problem(argv: list[str]) -> str | None:
+    """The one line for the first `--config.*` override in `argv` that names no field of the
+    config it applies to (`--config` in argv, else the default), found by walking its
+    dotted name through that config before ml-collections applies the overrides; None when
+    each names a field (or the config file does not load: `_config` reports that)."""
+    config = _loaded_config(argv)
+    if config is None:
         return None
     for arg in argv[1:]:
         match = re.match(r"^--?(?:no)?config\.([^=]+)", arg)
@@ -182,6 +227,7 @@ try:
     # Without --config, the default config is loaded and the --config.* overrides applied
     # here, at import (their names checked first): a bad override is one line too.
     if _config_given(sys.argv) is None:
+        _take_new_task_kwargs(sys.argv)
         _problem = _override_problem(sys.argv)
         if _problem:
             _fail(_problem)
@@ -199,12 +245,18 @@ def _config():
     config = _CONFIG.value
     try:
         config.get("seed")  # ml-collections reports a failed load when the value is used
-        return config
     except OSError as err:
         text = " ".join(str(err).split())
         reason = re.search(r"\[Errno \d+\] (.*)", text)
         _fail(f"--config: {reason.group(1) if reason else text}; expected a config file "
               "such as configs/default.py[:preset] or a job by name, e.g. --config=ppo:smoke")
+    if _NEW_TASK_KWARGS:
+        with config.unlocked():
+            for name, value in _NEW_TASK_KWARGS.items():
+                config.task.kwargs[name] = value
+    return config
+
+
 
 _WORKDIR = flags.DEFINE_string(
     "workdir", None, "Run directory (checkpoints, metrics.jsonl, report): a path, or a "
@@ -243,6 +295,7 @@ def parse_flags(argv: list[str]) -> list[str]:
     argv = _resolve_job([argv[0], *("--help" if a == "-h" else a for a in argv[1:])])
     _config_folder_on_path(argv)
     try:
+        argv = _take_new_task_kwargs(argv)
         problem = _override_problem(argv)  # before ml-collections applies the overrides
         if problem:
             _fail(problem)
@@ -374,6 +427,7 @@ def jax_process_index() -> int:
 def cli(argv: list[str]) -> int:
     """The command line in-process (for tests): parse `argv`, run, return the exit code."""
     saved, sys.argv = sys.argv, list(argv)  # ml-collections reads overrides from sys.argv
+    _NEW_TASK_KWARGS.clear()
     app.define_help_flags()  # --help / -h as app.run defines them
     try:
         main(parse_flags(argv))

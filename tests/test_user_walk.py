@@ -340,3 +340,26 @@ def test_the_config_reference_reads_types_defaults_ranges_and_comments():
     comments = config_reference.field_comments(config_presets.main_job, "config")
     assert comments["model.hidden_size"].startswith("Shape overrides on top of the named size")
     assert comments["task.train_size"] == "distinct training problems for RL prompts"
+
+
+# ---- another task's keywords on the command line -------------------------------------------
+
+def test_a_task_keyword_the_config_lacks_reaches_the_task(tmp_path, capsys):
+    """--config.task.kwargs.NAME=VALUE for a keyword the job's task.kwargs does not declare
+    (ml-collections refuses new keys) is set on the config, typed as a literal or kept as
+    text, so a task named on the command line gets its settings; one no task takes is the
+    constructor's one-line error."""
+    data = tmp_path / "rows.jsonl"
+    data.write_text("".join(f'{{"prompt": "echo {i}", "answer": "{i}"}}\n' for i in range(100)))
+    code = main_lib.cli(["main", "--config=main:smoke", "--config.task.name=file",
+                         f"--config.task.kwargs.path={data}", "--config.task.kwargs.test_fraction=0.25",
+                         "--config.task.prompt_len=0", "--print_config"])
+    out = capsys.readouterr().out
+    assert code == 0, out
+    assert f"path: {data}" in out and "test_fraction: 0.25" in out
+    assert main_lib.cli(["main", "--config=main:smoke", "--config.task.kwargs.bogus=1",
+                         "--print_config"]) == 2
+    (line,) = capsys.readouterr().err.strip().splitlines()
+    assert "unexpected keyword argument 'bogus'" in line
+    assert main_lib._kwarg_value("countdown,chain_sum:2") == "countdown,chain_sum:2"
+    assert main_lib._kwarg_value("3") == 3 and main_lib._kwarg_value("True") is True

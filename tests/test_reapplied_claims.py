@@ -1,6 +1,6 @@
 """The verdicts command on a published summary whose study has since gained claims on arms
 that have not run (spurious_rewards' arms with four clipped passes per batch): the new
-claims are "not resolved" because their contrast was not run, and every other verdict,
+claims are "not run" (not counted in the tally), and every other verdict,
 contrast and Holm p is the one the stored arms give without them."""
 
 import json
@@ -24,7 +24,7 @@ def test_claims_on_arms_not_run_are_unresolved_and_change_nothing_else(tmp_path)
     for claim, verdict in zip(study_module.CLAIMS, after):
         assert verdict["claim"] == claim.text
         if claim.test is not None and new & set(claim.test[:2]):
-            assert verdict["verdict"] == "not resolved"
+            assert verdict["verdict"] == "not run"
             assert verdict["why"].startswith("its contrast was not run")
     old = [v for v in after if v["a"] is None or not new & {v["a"], v["b"]}]
     assert [v["verdict"] for v in old] == [v["verdict"] for v in published["verdicts"]

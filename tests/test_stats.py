@@ -336,6 +336,10 @@ def test_summary_verdicts_from_the_arms():
     # the tally counts the claim that could have failed, the check apart, the untestable not
     tally = summary_lib.tally(built)
     assert tally["reproduced"] == 1 and tally["checks"] == 1 and sum(tally.values()) == 2
+    # a claim whose arms have not run is "not run", and not counted either
+    assert summary_lib.verdict_of(claim, None)[0] == "not run"
+    assert sum(summary_lib.tally({"verdicts": [{"kind": "claim", "verdict": "not run"}]})
+               .values()) == 0
     broken = {**built, "verdicts": [dict(built["verdicts"][0], kind="maybe")]}
     with pytest.raises(ValueError, match="kind"):
         summary_lib.check(broken)

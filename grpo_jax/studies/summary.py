@@ -40,7 +40,7 @@ Top-level keys (`check` enforces them; `SCHEMA_VERSION` is written as `schema`):
                     "can_fail": "...",                     # how the test could fail here
                     "headroom": float | null,              # largest effect the base allows
                     "verdict": "reproduced" | "below the margin" | "not reproduced"
-                               | "not resolved" | "not testable here",
+                               | "not resolved" | "not testable here" | "not run",
                     "result": "...", "why": "..."}],       # result: both readings
       "extra": {...},                                       # the study's own figures
       "scales": {"<metric>": [factor, digits]}              # optional: tables' display
@@ -77,7 +77,7 @@ PROVENANCE = ("commit", "dirty", "python", "jax", "flax", "argv", "wall_time_s")
 PROTOCOL = ("eval_seed", "problems", "samples_per_problem", "problems_fixed_across_seeds")
 CONTRAST = ("a", "b", "metric", "n", "diff", "ci95", "p", "p_holm")
 VERDICTS = ("reproduced", "below the margin", "not reproduced", "not resolved",
-            "not testable here")
+            "not testable here", "not run")
 ALPHA = 0.05
 
 
@@ -260,7 +260,8 @@ def verdict_of(claim: Claim, contrast: dict | None,
                headroom: float | None = None) -> tuple[str, str]:
     """(verdict, why) of `claim` from its contrast (a summary.json contrast entry).
 
-    The rule, in order. "not testable here" when the claim says so, or when `headroom` (the
+    The rule, in order. "not run" without a contrast (its arms have not run; not counted).
+    "not testable here" when the claim says so, or when `headroom` (the
     largest effect the base allows) is below the margin. "not resolved" when two or three
     bases disagree: their own mean differences spread by more than the margin and lie on
     both sides of it (one base alone would reproduce, another not; such a verdict needs
@@ -277,7 +278,7 @@ def verdict_of(claim: Claim, contrast: dict | None,
     if claim.untestable:
         return "not testable here", claim.untestable
     if contrast is None:
-        return "not resolved", "its contrast was not run"
+        return "not run", "its contrast was not run"
     scale, digits = _scale(contrast["metric"])
 
     def show(value, signed=True):
@@ -402,9 +403,9 @@ def verdicts(summary: dict, claims: Sequence[Claim]) -> list[dict]:
 
 
 def tally(summary: dict) -> dict:
-    """{verdict: count} over the claims whose test could have failed (kind "claim", not "not
-    testable here"); checks apart under "checks"."""
-    counts = {v: 0 for v in VERDICTS if v != "not testable here"}
+    """{verdict: count} over the claims whose test could have failed (kind "claim", neither
+    "not testable here" nor "not run"); checks apart under "checks"."""
+    counts = {v: 0 for v in VERDICTS if v not in ("not testable here", "not run")}
     checks = 0
     for v in summary.get("verdicts", []):
         if v.get("kind", "claim") == "check":

@@ -237,7 +237,7 @@ def test_answers_compare_as_text_exact_or_math(tmp_path):
                              [("cba", reverse), ("CBA", reverse), ("abc", reverse),
                               ("1/2", half), ("0.50", half), ("0.5", frac)]]
     assert verdicts == {"text": [1, 1, 0, 1, 1, 0], "exact": [1, 0, 0, 0, 0, 0],
-                        "math": [1, 1, 1, 1, 1, 1]}  # math-verify: abc = c*b*a
+                        "math": [1, 1, 0, 1, 1, 1]}  # words never reach math-verify
     with pytest.raises(ValueError, match=r"^compare: expected one of \('text', 'exact', "
                                          r"'math'\), got 'fuzzy'"):
         get_task("file", path=path, compare="fuzzy")

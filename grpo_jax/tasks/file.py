@@ -21,7 +21,8 @@ new orders when more are asked for than the file holds.
 Answers are compared by `compare` (COMPARISONS): "text" (default) as numbers when both parse
 as numbers, else as normalised text (case, runs of spaces, "$" and a final period ignored);
 "exact" as the stripped strings; "math" as "text" or else equal under math-verify (LaTeX and
-expressions; it also reads "abc" and "cba" as the same product of symbols, hence not the
+expressions; plain words are never given to it, `rewards.accuracy.answers_match`, but an
+answer that is text with a symbol in it can still compare as an expression, hence not the
 default). An integer answer in JSONL or Parquet is read as its decimal text. Without a worked solution, pretraining reads question -> answer pairs
 (`<think></think><answer>A</answer>`) whose answer is wrong with
 `task.solution_error_rate` (`Task.solution`).

@@ -5,28 +5,26 @@ compared row by row (experiments/tool_use/README.md, "Why the bases differ").
 
     git archive ea5240e | tar -x -C /tmp/ea5240e
     git archive ab14e1d | tar -x -C /tmp/ab14e1d
-    (cd /tmp/ea5240e && python $OLDPWD/experiments/tool_use/same_draws.py /tmp/same_ea)
-    (cd /tmp/ab14e1d && python $OLDPWD/experiments/tool_use/same_draws.py /tmp/same_ab \\
-        --by-position)
+    (cd /tmp/ea5240e && PYTHONPATH=$PWD python $OLDPWD/experiments/tool_use/same_draws.py \\
+        /tmp/same_ea)
+    (cd /tmp/ab14e1d && PYTHONPATH=$PWD python $OLDPWD/experiments/tool_use/same_draws.py \\
+        /tmp/same_ab --by-position)
     # then compare /tmp/same_ea/metrics.jsonl with /tmp/same_ab/metrics.jsonl
 
-Run from the root of the tree to test (its grpo_jax and configs are imported);
+Run from the root of the tree to test, with that root on PYTHONPATH (its grpo_jax and
+configs are imported);
 `--by-position` replaces `Run.stage_seed` / `Run.stage_key` of a tree whose stages draw by
 their name (6d52c19 and later) with the former rule.
 """
 
-import os
 import sys
 import zlib
 
+import jax
 import numpy as np
-
-sys.path.insert(0, os.getcwd())
-
-import jax  # noqa: E402
-from configs import tools  # noqa: E402
-from grpo_jax import pipeline  # noqa: E402
-from grpo_jax.runner import run as run_module  # noqa: E402
+from configs import tools
+from grpo_jax import pipeline
+from grpo_jax.runner import run as run_module
 
 STEPS = 150  # the smoke preset's pretraining, longer: the policy calls the tool
 

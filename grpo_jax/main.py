@@ -177,11 +177,10 @@ def _kwarg_value(text: str):
         return text
 
 
-def _take_new_task_kwargs(argv: list[str]) -> list[str]:
-    """`argv` without its --config.task.kwargs.NAME=VALUE overrides whose NAME the config's
-    task.kwargs does not have; those go into `_NEW_TASK_KWARGS` (and out of sys.argv, where
-    ml-collections reads overrides)."""
-    config = _loaded_config(argv)
+def _take_new_task_kwargs(argv: list[str], config) -> list[str]:
+    """`argv` without its --config.task.kwargs.NAME=VALUE overrides whose NAME `config`'s
+    (`_loaded_config`) task.kwargs does not have; those go into `_NEW_TASK_KWARGS` (and out
+    of sys.argv, where ml-collections reads overrides)."""
     kwargs = config.get("task", {}).get("kwargs") if config is not None else None
     if not isinstance(kwargs, ml_collections.ConfigDict):
         return argv
@@ -196,12 +195,11 @@ def _take_new_task_kwargs(argv: list[str]) -> list[str]:
     return [a for a in argv if a not in taken]
 
 
-def _override_problem(argv: list[str]) -> str | None:
-    """The one line for the first `--config.*` override in `argv` that names no field of the
-    config it applies to (`--config` in argv, else the default), found by walking its
-    dotted name through that config before ml-collections applies the overrides; None when
-    each names a field (or the config file does not load: `_config` reports that)."""
-    config = _loaded_config(argv)
+def _override_problem(argv: list[str], config) -> str | None:
+    """The one line for the first `--config.*` override in `argv` that names no field of
+    `config` (`_loaded_config(argv)`), found by walking its dotted name through that config
+    before ml-collections applies the overrides; None when each names a field (or the config
+    file does not load: `_config` reports that)."""
     if config is None:
         return None
     for arg in argv[1:]:
@@ -227,8 +225,8 @@ try:
     # Without --config, the default config is loaded and the --config.* overrides applied
     # here, at import (their names checked first): a bad override is one line too.
     if _config_given(sys.argv) is None:
-        _take_new_task_kwargs(sys.argv)
-        _problem = _override_problem(sys.argv)
+        _loaded = _loaded_config(sys.argv)
+        _problem = _override_problem(_take_new_task_kwargs(sys.argv, _loaded), _loaded)
         if _problem:
             _fail(_problem)
     _CONFIG = config_flags.DEFINE_config_file(
@@ -295,8 +293,9 @@ def parse_flags(argv: list[str]) -> list[str]:
     argv = _resolve_job([argv[0], *("--help" if a == "-h" else a for a in argv[1:])])
     _config_folder_on_path(argv)
     try:
-        argv = _take_new_task_kwargs(argv)
-        problem = _override_problem(argv)  # before ml-collections applies the overrides
+        config = _loaded_config(argv)
+        argv = _take_new_task_kwargs(argv, config)
+        problem = _override_problem(argv, config)  # before ml-collections applies them
         if problem:
             _fail(problem)
         rest = flags.FLAGS(argv)

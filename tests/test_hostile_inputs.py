@@ -393,7 +393,9 @@ def test_start_up_flags_help_space_form_and_an_empty_workdir(tmp_path, monkeypat
     for form in ([f"--config={ppo}"], ["--config", ppo], [f"-config={ppo}"], ["-config", ppo]):
         argv = ["grpo_jax", *form, "--config.ppo.steps=3"]
         assert main_lib._config_given(argv) == ppo  # pylint: disable=protected-access
-        assert main_lib._override_problem(argv) is None  # pylint: disable=protected-access
+        config = main_lib._loaded_config(argv)  # pylint: disable=protected-access
+        assert config is not None and "ppo" in config
+        assert main_lib._override_problem(argv, config) is None  # pylint: disable=protected-access
     monkeypatch.chdir(tmp_path)
     _one_line(*_cli(f"--config={DEFAULT}", "--workdir="),
               "error: --workdir: '' is empty (it would be the current folder); expected a "

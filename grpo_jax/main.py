@@ -195,11 +195,16 @@ def _take_new_task_kwargs(argv: list[str], config) -> list[str]:
     return [a for a in argv if a not in taken]
 
 
-def _override_problem(argv: list[str], config) -> str | None:
+_LOAD = object()  # `_override_problem`'s default: load the config `argv` names
+
+
+def _override_problem(argv: list[str], config=_LOAD) -> str | None:
     """The one line for the first `--config.*` override in `argv` that names no field of
-    `config` (`_loaded_config(argv)`), found by walking its dotted name through that config
-    before ml-collections applies the overrides; None when each names a field (or the config
-    file does not load: `_config` reports that)."""
+    `config` (default: `_loaded_config(argv)`), found by walking its dotted name through
+    that config before ml-collections applies the overrides; None when each names a field
+    (or the config file does not load: `_config` reports that)."""
+    if config is _LOAD:
+        config = _loaded_config(argv)
     if config is None:
         return None
     for arg in argv[1:]:

@@ -20,11 +20,12 @@ stderr and exit status 2, before anything is written.
 
 from __future__ import annotations
 
-import argparse
 import json
 import os
 import shutil
 import sys
+
+from grpo_jax.command_line import OneLineParser
 
 __all__ = ["ExportError", "char_tokenizer_json", "export", "main"]
 
@@ -208,15 +209,9 @@ def exported_policy(config, meta: dict) -> str:
     return f"{after}, checkpoint {number} (written by stage {stage!r}, which does not change it)"
 
 
-class _Parser(argparse.ArgumentParser):
-    def error(self, message):  # one line, exit 2
-        print(f"error: {message}", file=sys.stderr)
-        sys.exit(2)
-
-
 def main(argv: list[str] | None = None) -> int:
     """The command line; returns the exit status (0, or 2 with one line on stderr)."""
-    parser = _Parser(prog="python -m grpo_jax.export", description=__doc__.splitlines()[0])
+    parser = OneLineParser(prog="python -m grpo_jax.export", description=__doc__.splitlines()[0])
     parser.add_argument("--workdir", required=True, help="the run directory")
     parser.add_argument("--out", required=True, help="the export directory")
     parser.add_argument("--stage", default=None, help="export this stage's last checkpoint")

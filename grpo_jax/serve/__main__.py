@@ -7,20 +7,14 @@ one line on stderr and exit status 2.
 
 from __future__ import annotations
 
-import argparse
 import sys
 
+from grpo_jax.command_line import OneLineParser
 from grpo_jax.serve import HOST
 
 
-class _Parser(argparse.ArgumentParser):
-    def error(self, message):  # one line, exit 2
-        print(f"error: {message}", file=sys.stderr)
-        sys.exit(2)
-
-
 def main(argv: list[str] | None = None) -> int:
-    parser = _Parser(prog="python -m grpo_jax.serve", description=__doc__.splitlines()[0])
+    parser = OneLineParser(prog="python -m grpo_jax.serve", description=__doc__.splitlines()[0])
     parser.add_argument("--workdir", required=True,
                         help="a run directory, its checkpoints/ folder, or an exported "
                              "(Hugging Face) checkpoint directory")

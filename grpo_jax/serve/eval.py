@@ -13,12 +13,13 @@ the accuracy reward's mean. It speaks HTTP with the standard library only.
 
 from __future__ import annotations
 
-import argparse
 import concurrent.futures
 import json
 import sys
 import urllib.error
 import urllib.request
+
+from grpo_jax.command_line import OneLineParser
 
 __all__ = ["EndpointError", "score_endpoint", "main"]
 
@@ -95,15 +96,9 @@ def score_endpoint(base_url: str, task, examples, *, model: str | None = None,
             "texts": texts}
 
 
-class _Parser(argparse.ArgumentParser):
-    def error(self, message):  # one line, exit 2
-        print(f"error: {message}", file=sys.stderr)
-        sys.exit(2)
-
-
 def main(argv: list[str] | None = None) -> int:
     """The command line; returns the exit status (0, or 2 with one line on stderr)."""
-    parser = _Parser(prog="python -m grpo_jax.serve.eval", description=__doc__.splitlines()[0])
+    parser = OneLineParser(prog="python -m grpo_jax.serve.eval", description=__doc__.splitlines()[0])
     parser.add_argument("--base-url", required=True, help="e.g. http://127.0.0.1:8000/v1")
     parser.add_argument("--task", required=True, help="a registered task, e.g. arithmetic")
     parser.add_argument("--task-kwargs", default="{}", help="the task's arguments, JSON")

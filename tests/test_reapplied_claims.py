@@ -26,6 +26,10 @@ def test_claims_on_arms_not_run_are_unresolved_and_change_nothing_else(tmp_path)
         if claim.test is not None and new & set(claim.test[:2]):
             assert verdict["verdict"] == "not run"
             assert verdict["why"].startswith("its contrast was not run")
+    # again: the same README (the study's own table is carried over as it stands)
+    once = (folder / "README.md").read_text(encoding="utf-8")
+    publish.reapply_rule(studies.get("spurious_rewards"), folder=str(folder))
+    assert (folder / "README.md").read_text(encoding="utf-8") == once
     old = [v for v in after if v["a"] is None or not new & {v["a"], v["b"]}]
     assert [v["verdict"] for v in old] == [v["verdict"] for v in published["verdicts"]
                                           if v["a"] is not None]

@@ -72,22 +72,12 @@ def generated_block(result: dict, analysis: Analysis) -> str:
 TABLE_BEGIN, TABLE_END = "<!-- study-table:begin -->", "<!-- study-table:end -->"
 
 
-def _study_table(block: str) -> str:
-    """The study's own table inside a published results block: between the table markers,
-    or (a block written before them) between the verdict table and the contrasts."""
-    if TABLE_BEGIN in block and TABLE_END in block:
-        return block[block.index(TABLE_BEGIN) + len(TABLE_BEGIN):block.index(TABLE_END)]
-    lines = block.splitlines()
-    start = next((i for i, line in enumerate(lines) if line.startswith("| claim (source)")),
-                 None)
-    end = next((i for i, line in enumerate(lines) if line.startswith("Contrasts (")),
-               len(lines))
-    if start is None:
-        start = 0
-    else:
-        while start < end and lines[start].strip():
-            start += 1
-    return "\n".join(lines[start:end]).strip("\n")
+def _study_table(block: str, readme: str) -> str:
+    """The study's own table inside a published results block (between the table markers)."""
+    if TABLE_BEGIN not in block or TABLE_END not in block:
+        raise ValueError(f"{readme}: its results block has no {TABLE_BEGIN} ... {TABLE_END}; "
+                         "write it with `python -m grpo_jax.studies run NAME --publish`")
+    return block[block.index(TABLE_BEGIN) + len(TABLE_BEGIN):block.index(TABLE_END)].strip("\n")
 
 
 # The display scales of summaries written before summary.json kept them (the studies' own).
@@ -126,7 +116,7 @@ def reapply_rule(study: Study, folder: str | None = None) -> tuple[list, list] |
         text = f.read()
     begin, end = text.find(summary_lib.MARK_BEGIN), text.find(summary_lib.MARK_END)
     block = text[begin + len(summary_lib.MARK_BEGIN):end] if 0 <= begin < end else ""
-    analysis = Analysis(arms=result["arms"], specs=specs, table=_study_table(block),
+    analysis = Analysis(arms=result["arms"], specs=specs, table=_study_table(block, readme),
                         scales={k: tuple(v) for k, v in result.get("scales", {}).items()})
     with open(path, "w", encoding="utf-8") as f:
         f.write(summary_lib.to_json(result))

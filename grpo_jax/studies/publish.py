@@ -80,11 +80,6 @@ def _study_table(block: str, readme: str) -> str:
     return block[block.index(TABLE_BEGIN) + len(TABLE_BEGIN):block.index(TABLE_END)].strip("\n")
 
 
-# The display scales of summaries written before summary.json kept them (the studies' own).
-_SCALES = {"length_bias": {"length_correct_2op": (1.0, 2), "length_incorrect_2op": (1.0, 2)},
-           "length_growth": {"length": (1.0, 2), "length_change": (1.0, 2)}}
-
-
 def reapply_rule(study: Study, folder: str | None = None) -> tuple[list, list] | None:
     """Applies the current claims and verdict rule to experiments/<study>/summary.json's
     stored arms (contrasts and verdicts recomputed; the runs and their measurements as
@@ -110,7 +105,7 @@ def reapply_rule(study: Study, folder: str | None = None) -> tuple[list, list] |
     result = summary_lib.build(study=study.name, tier=old["tier"], provenance=provenance,
                                protocol=old["protocol"], arms=old["arms"], specs=specs,
                                extra=old.get("extra"), claims=study.claims,
-                               scales=old.get("scales") or _SCALES.get(study.name))
+                               scales=old.get("scales"))
     readme = os.path.join(folder, "README.md")
     with open(readme, encoding="utf-8") as f:
         text = f.read()

@@ -38,3 +38,26 @@ def test_design_command_check(capsys):
     assert main(["design", "--check", "all"]) == 0
     assert main(["design", "--check", "no_such_study"]) == 2
     assert os.path.exists(publish.readme_path(studies.get(studies.NAMES[0])))
+
+
+def test_written_numbers_flags_the_studys_own_figures_only():
+    text = "\n".join([
+        "# t",
+        "",
+        "**Question** (Someone et al. 2025). The paper trains on 1.2k problems.",
+        "",
+        "## Design",
+        "",
+        publish.DESIGN_BEGIN, "- **Seeds** 0, 1 per base", publish.DESIGN_END,
+        "",
+        "- Arms from the main base, 80 steps each.",                       # line 11: flagged
+        "- `rl.steps` and `configs/r1.py`, pass@1 and tiny-1m, as \"a 3x gain\" says.",
+        "- the paper's pool (1.2k problems; Wang et al.",                  # citation across lines
+        "  2025, arXiv:2504.20571) is larger.",
+        "1. **first** item",
+        "- with two bases and three seeds the test is weak.",              # line 16: flagged
+        "- two task families; `--config.rl.steps=80`.",                 # line 17: flagged
+        "",
+        "<!-- results:begin -->", "| a | +3.1 |", "<!-- results:end -->",
+    ])
+    assert [n for n, _ in publish.written_numbers(text)] == [11, 16, 17]

@@ -434,3 +434,71 @@ def write_design(study: Study) -> bool:
     with open(path, "w", encoding="utf-8") as f:
         f.write(new)
     return True
+
+
+# A README's hand-written words hold no figure of this project's: the study's own numbers
+# (steps, sizes, seeds, margins, results) live in the generated blocks, which its code writes.
+# What may carry digits there: the **Question** paragraph (the source's own claim and
+# figures), quotations, links, citations in parentheses (with a year or an arXiv id), names
+# with digits in them (pass@1, tiny-1m, R1, k3, also inside code spans) and list numbering.
+_COUNT_WORDS = ("two|three|four|five|six|seven|eight|nine|ten|eleven|twelve|sixteen|twenty|"
+                "thirty|forty|fifty|sixty|eighty|hundred|thousand|dozen")
+_COUNTED = ("bases?|seeds?|runs?|steps?|arms?|problems?|samples?|completions?|epochs?|"
+            "tokens?|points?|rounds?|updates?|passes|prompts?|layers?|betas?|budgets?")
+
+
+def written_numbers(text: str) -> list[tuple[int, str]]:
+    """(line number, the line) for each line of a study README's hand-written text that holds
+    a figure of the study's own: a digit outside the allowed places (above), or a count
+    spelled out ("two bases", "three seeds")."""
+    import re
+
+    lines = text.split("\n")
+    skip = set()
+    for begin, end in ((DESIGN_BEGIN, DESIGN_END), (summary_lib.MARK_BEGIN, summary_lib.MARK_END)):
+        inside = False
+        for i, line in enumerate(lines):
+            if line.strip() == begin:
+                inside = True
+            if inside:
+                skip.add(i)
+            if line.strip() == end:
+                inside = False
+    in_question = False
+    for i, line in enumerate(lines):
+        if line.startswith("**Question**"):
+            in_question = True
+        if in_question:
+            skip.add(i)
+            if not line.strip():
+                in_question = False
+        if line.startswith("#"):
+            skip.add(i)
+    # Quotations and parentheses can span lines: match over the paragraph's joined text.
+    found = []
+    allowed = re.compile(
+        r"\"[^\"]*\"|“[^”]*”|\]\([^)]*\)|https?://\S+|"
+        r"\((?=[^()]*(?:\b(?:19|20)\d\d\b|arXiv))[^()]*\)|"
+        r"\b[A-Za-z][\w@.\-]*\d[\w.\-]*|^\s*\d+\.\s")
+    spelled = re.compile(rf"\b(?:{_COUNT_WORDS})\b(?:[\s-]+[\w-]+)?[\s-]+(?:{_COUNTED})\b",
+                         re.I)
+    paragraph: list[int] = []
+
+    def flush():
+        if not paragraph:
+            return
+        joined = "\n".join(lines[j] for j in paragraph)
+        cleaned = allowed.sub(lambda m: re.sub(r"[^\n]", " ", m.group()), joined)
+        cleaned = re.sub(r"(?m)^\s*\d+\.\s", "", cleaned)
+        for j, kept in zip(paragraph, cleaned.split("\n")):
+            if re.search(r"\d", kept) or spelled.search(kept):
+                found.append((j + 1, lines[j]))
+        paragraph.clear()
+
+    for i, line in enumerate(lines):
+        if i in skip or not line.strip():
+            flush()
+            continue
+        paragraph.append(i)
+    flush()
+    return found

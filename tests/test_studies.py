@@ -98,6 +98,28 @@ def test_a_run_another_process_holds_is_skipped_and_said(tmp_path, capsys, monke
                                     "created" in err, err
 
 
+def test_a_field_at_its_listed_neutral_value_leaves_the_hash_as_it_was(monkeypatch):
+    from grpo_jax.studies import configs
+
+    config = common.main_job("smoke")
+    before = common.config_hash(config)
+    monkeypatch.setattr(configs, "NEUTRAL_DEFAULTS", {"rl.new_option": "off",
+                                                      "task.new_knob": 0})
+    added = common.main_job("smoke")
+    added.rl.new_option, added.task.new_knob = "off", 0
+    assert common.config_hash(added) == before  # a new field at its neutral value: same runs
+    added.rl.new_option = "on"
+    assert common.config_hash(added) != before
+    added.rl.new_option, added.task.new_knob = "off", 1
+    assert common.config_hash(added) != before
+    # a stage-kind key applies to every section of that kind, whatever its name
+    other = common.main_job("smoke")
+    other.rl2 = other.rl.copy_and_resolve_references()
+    plain = common.config_hash(other)
+    other.rl2.new_option = "off"
+    assert common.config_hash(other) == plain
+
+
 def test_bases_are_keyed_by_their_resolved_config(tmp_path):
     config = common.main_job("smoke")
     config.stages = "pretrain"

@@ -9,6 +9,13 @@ import json
 # Fields that do not change what a run computes (left out of its hash).
 VOLATILE_FIELDS = ("compilation_cache_dir", "loggers", "sandbox")
 
+# Fields added to the configs after the full tier's runs were made, each with the value that
+# keeps a run what it was: `config_hash` leaves a field out while it holds that value, so a
+# new option does not orphan every finished run (each study's design block lists its configs'
+# keys, and its test fails when one changes). "KIND.FIELD" names a field of every stage
+# section of that kind (e.g. "rl.some_option"); any other key is a dotted path from the top.
+NEUTRAL_DEFAULTS: dict[str, object] = {}
+
 
 def main_job(preset: str | None = None):
     """`config_presets.main_job`, imported when a config is built (so `list` stays light)."""
@@ -60,7 +67,32 @@ def config_hash(config) -> str:
     data = json.loads(config.to_json_best_effort(sort_keys=True))
     for field in VOLATILE_FIELDS:
         data.pop(field, None)
+    _drop_neutral(data, NEUTRAL_DEFAULTS)
     return hashlib.sha256(json.dumps(data, sort_keys=True).encode()).hexdigest()
+
+
+def _drop_neutral(data: dict, neutral: dict) -> None:
+    """Removes from `data` (a config as JSON) each field of `neutral` that holds its listed
+    value: "KIND.FIELD" in every stage section of that kind, a dotted path otherwise."""
+    for key, value in neutral.items():
+        head, _, field = key.partition(".")
+        sections = [s for s in data.values() if isinstance(s, dict) and s.get("kind") == head]
+        if field and "." not in field and sections:
+            for section in sections:
+                if field in section and section[field] == value:
+                    del section[field]
+            continue
+        *parents, leaf = key.split(".")
+        node = data
+        for part in parents:
+            node = node.get(part) if isinstance(node, dict) else None
+        if isinstance(node, dict) and leaf in node and node[leaf] == value:
+            del node[leaf]
+
+
+def config_key(config) -> str:
+    """The first 10 hex digits of `config_hash`: what the design blocks list."""
+    return config_hash(config)[:10]
 
 
 def for_tier(config, tier: str):

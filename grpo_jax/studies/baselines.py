@@ -460,7 +460,7 @@ STUDY = common.Study(
     name="baselines",
     question="the variance of the policy-gradient estimator on the pretrained LM under no "
              "baseline, GRPO's group mean, leave-one-out (RLOO) and the optimal constant "
-             "b* = E[r‖g‖²]/E[‖g‖²] (a measurement on two bases, no training)",
+             "b* = E[r‖g‖²]/E[‖g‖²] (a measurement on the tier's bases, no training)",
     tiers=tiers.standard(
         full="about 30 min on 2 cores (estimated from the former "
              "script's 265-275 s per seed for 4,096 score functions, x 6 "

@@ -239,7 +239,7 @@ CLAIMS = (
 STUDY = common.Study(
     name="cold_start",
     question="R1-Zero (GRPO from the base) vs R1's cold-start SFT -> GRPO -> rejection-sampling "
-             "SFT -> GRPO, equal RL steps, from two bases",
+             "SFT -> GRPO, equal RL steps, from the tier's bases",
     tiers=tiers.standard(
         full="about 60 min on 2 cores (estimated from the recorded "
              "R1-Zero 171-253 s and R1 353-420 s per seed, for 2 bases x "

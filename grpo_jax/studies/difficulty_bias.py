@@ -371,7 +371,7 @@ STUDY = common.Study(
     name="difficulty_bias",
     question="the share of the update on prompts with pass rate p in (0, 1/4], (1/4, 3/4), "
              "[3/4, 1) under GRPO's std-scaled advantages and Dr. GRPO's (Σ abs(A) and the "
-             "gradient norm; a measurement on two bases, no training)",
+             "gradient norm; a measurement on the tier's bases, no training)",
     tiers=tiers.standard(
         full="about 9 min on 2 cores (estimated from the former script's "
              "63-85 s per seed for 2,048 score functions, x 6 (base, seed) "

@@ -1,9 +1,10 @@
 """Does GRPO teach a policy to use an environment's feedback, against the same budget without it?
 
-configs/agents.py's job (`config_presets.agents_job`): guess a hidden number in a range of 8
-or 16 in at most 5 answered guesses. The base is the job's pretraining (1500 steps; half the
-noisy worked solutions bisect on the feedback, half guess at random), built with
-pretraining seeds 0 and 1. From each base and seed, two arms run the same 60 GRPO steps:
+configs/agents.py's job (`config_presets.agents_job`): guess a hidden number in a range of 8 or
+16 in at most 5 answered guesses. The base is the job's pretraining (1500 steps; half the noisy
+worked solutions bisect on the feedback, half guess at random), built with the full tier's
+pretraining seeds (`tiers.FULL_BASES`). From each base and seed, two arms run the same 60 GRPO
+steps:
 
 * `feedback`: the environment answers each wrong guess "higher" or "lower"
   (`rl.tools=guess`);

@@ -2,9 +2,10 @@
 them alone enough?
 
 The main job (configs/default.py: arithmetic, the tiny-1m model) from the main base (1500
-pretraining steps; seeds 0 and 1), three arms of the same GRPO stage that differ only in the
-tokens whose policy-gradient term counts (`rl.entropy_tokens`, `rl.entropy_side`; chosen in
-each update by the current policy's entropy over the batch's tokens):
+pretraining steps; the full tier's base seeds, `tiers.FULL_BASES`), three arms of the same GRPO
+stage that differ only in the tokens whose policy-gradient term counts (`rl.entropy_tokens`,
+`rl.entropy_side`; chosen in each update by the current policy's entropy over the batch's
+tokens):
 
 * `all`: every token (the main job);
 * `top20`: the 20% highest-entropy tokens;

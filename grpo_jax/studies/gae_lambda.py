@@ -1,10 +1,10 @@
 """GAE's lambda in PPO with a critic: the bias and variance of the advantage, and pass@1.
 
-From the main base (configs/default.py's pretraining; seeds 0 and 1), arms of the PPO stage
-as ppo_vs_grpo runs it (`config_presets.with_ppo`: a critic initialised from the policy, a
-per-token KL reward, gamma 1) that differ only in the GAE lambda (`ppo.lam`): 0, 0.5, 0.95
-(the stage's default: the run is ppo_vs_grpo's PPO arm) and 1 (the Monte-Carlo return minus
-the critic's value).
+From the main base (configs/default.py's pretraining; the full tier's base seeds,
+`tiers.FULL_BASES`), arms of the PPO stage as ppo_vs_grpo runs it (`config_presets.with_ppo`: a
+critic initialised from the policy, a per-token KL reward, gamma 1) that differ only in the GAE
+lambda (`ppo.lam`): 0, 0.5, 0.95 (the stage's default: the run is ppo_vs_grpo's PPO arm) and 1
+(the Monte-Carlo return minus the critic's value).
 
 Measured per run after training (`measure`): the final policy samples `SAMPLES` completions
 of each of `PROBLEMS` held-out problems (the eval seed's; one key per seed, shared by arms);

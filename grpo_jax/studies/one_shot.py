@@ -1,9 +1,10 @@
 """How few training problems does GRPO need: RL on 1, 4 and 16 problems against the full set?
 
 The main job (configs/default.py: arithmetic, the tiny-1m model) from the main base (1500
-pretraining steps; seeds 0 and 1), four arms of the same GRPO stage (80 steps, 32 prompts x
-8 completions) that differ only in the training problems the prompts are drawn from
-(`task.train_size`; the held-out problems are the same 128 for every arm):
+pretraining steps; the full tier's base seeds, `tiers.FULL_BASES`), four arms of the same GRPO
+stage (80 steps, 32 prompts x 8 completions) that differ only in the training problems the
+prompts are drawn from (`task.train_size`; the held-out problems are the same 128 for every
+arm):
 
 * `1 problem`: the problem the paper's selection rule picks (below), the same for every seed
   of a base;

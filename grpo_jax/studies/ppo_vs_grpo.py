@@ -1,7 +1,7 @@
 """PPO with a critic against GRPO at equal samples, and GRPO's group size.
 
-From the main base (configs/default.py's pretraining, 1500 steps; seeds 0 and 1), arms that
-each sample 80 batches of 256 completions (20,480):
+From the main base (configs/default.py's pretraining, 1500 steps; the full tier's base seeds,
+`tiers.FULL_BASES`), arms that each sample 80 batches of 256 completions (20,480):
 
 * `PPO`: configs/ppo.py's stage (a critic initialised from the policy, GAE, a per-token KL
   reward, 2 epochs x 2 minibatches per batch), on 256 prompts x 1 completion;

@@ -1,9 +1,9 @@
 """Does RL against a learned reward model raise the model's score while true accuracy falls?
 
-From the main base (configs/default.py's pretraining, 1500 steps; seeds 0 and 1), every run
-first trains a Bradley-Terry reward model from the base (`reward_model` stage: 512 pairs of
-a correct and an incorrect worked solution, 100 steps), then runs the main job's GRPO stage
-with one of two rewards:
+From the main base (configs/default.py's pretraining, 1500 steps; the full tier's base seeds,
+`tiers.FULL_BASES`), every run first trains a Bradley-Terry reward model from the base
+(`reward_model` stage: 512 pairs of a correct and an incorrect worked solution, 100 steps),
+then runs the main job's GRPO stage with one of two rewards:
 
 * `rule`: accuracy + 0.2 x format (the main job's rule reward; the reward model's score
   logged with weight 0);

@@ -1,8 +1,8 @@
 """Does a reward with no information about correctness still raise pass@1?
 
 The main job (configs/default.py: arithmetic, the tiny-1m model) from the main base (1500
-pretraining steps; seeds 0 and 1), four arms of the same GRPO stage that differ only in the
-reward (`rl.rewards`):
+pretraining steps; the full tier's base seeds, `tiers.FULL_BASES`), four arms of the same GRPO
+stage that differ only in the reward (`rl.rewards`):
 
 * `ground truth`: accuracy + 0.2 x format (the main job's);
 * `format`: the strict format reward alone (the tags in order), whatever the answer;

@@ -1,8 +1,9 @@
 """TRPO against PPO at the same samples: held-out accuracy, the update's wall time, and PPO's
 learning rate at 1x, 10x and 100x.
 
-From the main base (configs/default.py's pretraining, 1500 steps; seeds 0 and 1), arms that
-each sample 80 batches of 256 completions (20,480) on the host loop:
+From the main base (configs/default.py's pretraining, 1500 steps; the full tier's base seeds,
+`tiers.FULL_BASES`), arms that each sample 80 batches of 256 completions (20,480) on the host
+loop:
 
 * `TRPO`: one natural-gradient step per batch (conjugate gradient on Fisher-vector
   products, a line search under a mean KL of 0.01), on 32 prompts x 8 completions with

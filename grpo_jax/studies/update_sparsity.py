@@ -1,8 +1,8 @@
 """How much of the network does RL change, against supervised fine-tuning of the same budget?
 
-From the main base (configs/default.py's pretraining, 1500 steps; seeds 0 and 1), two arms
-of the same budget: 80 optimizer steps of 256 sequences at the same learning rate, Adam,
-float32 parameters:
+From the main base (configs/default.py's pretraining, 1500 steps; the full tier's base seeds,
+`tiers.FULL_BASES`), two arms of the same budget: 80 optimizer steps of 256 sequences at the
+same learning rate, Adam, float32 parameters:
 
 * `rl`: the main job's GRPO stage (32 prompts x 8 completions per step);
 * `sft`: supervised fine-tuning on the task's clean worked solutions (256 per step).

@@ -28,6 +28,8 @@ def test_claims_on_arms_not_run_are_unresolved_and_change_nothing_else(tmp_path)
             assert verdict["why"].startswith("its contrast was not run")
     # again: the same README (the study's own table is carried over as it stands)
     once = (folder / "README.md").read_text(encoding="utf-8")
+    table = (folder / "table.md").read_text(encoding="utf-8")
+    assert table.strip() and table.strip() in once  # table.md is the README's results block
     publish.reapply_rule(studies.get("spurious_rewards"), folder=str(folder))
     assert (folder / "README.md").read_text(encoding="utf-8") == once
     old = [v for v in after if v["a"] is None or not new & {v["a"], v["b"]}]

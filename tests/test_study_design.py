@@ -19,7 +19,9 @@ def test_readme_design_block_is_generated_from_the_configs(name):
     assert committed is not None, f"experiments/{name}/README.md has no design block"
     assert committed == publish.design_block(study), (
         f"experiments/{name}/README.md's design block differs from its code: run "
-        f"`python -m grpo_jax.studies design {name}`")
+        f"`python -m grpo_jax.studies design {name}` (if its config keys changed, the "
+        "finished full-tier runs of those configs are not reused: a new field whose default "
+        "keeps runs as they were belongs in grpo_jax/studies/configs.NEUTRAL_DEFAULTS)")
 
 
 def test_replace_design_is_idempotent_and_keeps_the_prose():

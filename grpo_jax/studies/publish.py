@@ -83,7 +83,7 @@ def _study_table(block: str, readme: str) -> str:
 def reapply_rule(study: Study, folder: str | None = None) -> tuple[list, list] | None:
     """Applies the current claims and verdict rule to experiments/<study>/summary.json's
     stored arms (contrasts and verdicts recomputed; the runs and their measurements as
-    published), rewrites summary.json and the README's verdicts and contrasts, and returns
+    published), rewrites summary.json, table.md and the README's results block, and returns
     (verdicts before, verdicts after); None when the study has no full-tier summary."""
     from grpo_jax.runner.report import code_provenance
 
@@ -115,8 +115,11 @@ def reapply_rule(study: Study, folder: str | None = None) -> tuple[list, list] |
                         scales={k: tuple(v) for k, v in result.get("scales", {}).items()})
     with open(path, "w", encoding="utf-8") as f:
         f.write(summary_lib.to_json(result))
+    block = generated_block(result, analysis)
     with open(readme, "w", encoding="utf-8") as f:
-        f.write(summary_lib.replace_marked(text, generated_block(result, analysis)))
+        f.write(summary_lib.replace_marked(text, block))
+    with open(os.path.join(folder, "table.md"), "w", encoding="utf-8") as f:
+        f.write(block)  # what write_outputs puts there: the same block as the README's
     return old.get("verdicts", []), result["verdicts"]
 
 
@@ -229,10 +232,10 @@ def design_block(study: Study, tier: str = "full") -> str:
     runs = len(arms) * (len(spec.bases) if study.base_config else 1) * len(spec.seeds)
     lines = [f"Generated from the {tier} tier's configs by `python -m grpo_jax.studies design "
              f"{study.name}` (and by `run --publish`); edit the code, not this block.", ""]
+    built = {}
     if study.base_config is not None:
         base = study.base_config(tier)
         roles = base if isinstance(base, dict) else {"base": base}
-        built = {}
         for role, config in roles.items():
             if callable(config):
                 config = config(_Roles())
@@ -278,6 +281,10 @@ def design_block(study: Study, tier: str = "full") -> str:
         cell = ", ".join(fields) or ("-" if len(arms) == 1 else "its stages")
         row = (arm, stages, cell)
         lines.append("| " + " | ".join(c.replace("|", "\\|") for c in row) + " |")
+    keys = [f"{role} `{configs_lib.config_key(c)}`" for role, c in built.items()]
+    keys += [f"{arm} `{configs_lib.config_key(c)}`" for arm, c in arms.items()]
+    lines += ["", "Config keys (each config's hash before a base and seed are set: a change means "
+              "the finished runs of that config are not reused): " + "; ".join(keys) + "."]
     return "\n".join(lines).rstrip() + "\n"
 
 

@@ -322,7 +322,7 @@ CLAIMS = (
                            "model, at least 16 thinking tokens",
         test=(arm_label(REDO, "base", "min=16"), arm_label(REDO, "base", "none"), "pass@1"),
         expect=">", margin=MARGIN,
-        note="one budget point, fixed before this run from the former exploratory one; an "
+        note="one budget point, chosen from an exploratory run before the study's runs; an "
              "engineered base (its traces redo steps and a redone step is always right), "
              "the closest this miniature comes to s1's fine-tuned model"),
     common.Claim(

@@ -25,8 +25,8 @@ PPO's clip to [1 - ε, 1 + ε] (ε = 0.2):
   "When speed kills stability"); off-label here as TIS is.
 
 Arms: K = 0 (on-policy: the reference), K = 2 with ppo-clip and decoupled (slight
-staleness, inside the η ≤ 4 AReaL calls moderate), K = 8 with all four objectives (where
-the former runs saw the one effect of staleness). Contrasts, paired by (base, seed): each
+staleness, inside the η ≤ 4 AReaL calls moderate), K = 8 with all four objectives (the
+largest staleness here). Contrasts, paired by (base, seed): each
 arm's pass@1 against K = 0, and K = 8 decoupled against K = 8 ppo-clip.
 """
 

@@ -131,9 +131,9 @@ CLAIMS = (
                  note="their models train in bfloat16, where updates below its resolution "
                       "are lost; here float32 parameters are rounded only for the count"),
     common.Claim("RL updates a small subnetwork: 5% to 30% of the parameters", SOURCE +
-                 "; ADDED AFTER THE RUNS: the pre-registered test above compares RL with "
-                 "SFT only, and its verdict follows from the direction of a 1-point "
-                 "difference; this one tests the size the paper reports, against 30%",
+                 "; ADDED AFTER THE FIRST RUNS: the pre-registered test above compares RL "
+                 "with SFT only, not the size the paper reports; this one tests that size, "
+                 "against 30%",
                  (RL, SMALL, "changed_bf16"), "<", margin=0.05),
     common.Claim("despite its sparsity, the RL update is nearly full-rank", SOURCE +
                  "; tested as the mean effective rank of the matrices' updates above 80% "

@@ -15,8 +15,12 @@ from grpo_jax.studies import publish
 def test_readme_design_block_is_generated_from_the_configs(name):
     study = studies.get(name)
     with open(publish.readme_path(study), encoding="utf-8") as f:
-        committed = publish.committed_design(f.read())
+        text = f.read()
+    committed = publish.committed_design(text)
     assert committed is not None, f"experiments/{name}/README.md has no design block"
+    assert publish.written_numbers(text) == [], (
+        f"experiments/{name}/README.md: hand-written lines with the study's own figures (say "
+        "them in the generated blocks, or point to them)")
     assert committed == publish.design_block(study), (
         f"experiments/{name}/README.md's design block differs from its code: run "
         f"`python -m grpo_jax.studies design {name}` (if its config keys changed, the "

@@ -34,9 +34,14 @@ def _design(names: list[str], check: bool) -> int:
         study = studies.get(name)
         if check:
             with open(publish.readme_path(study), encoding="utf-8") as f:
-                if publish.committed_design(f.read()) != publish.design_block(study):
-                    stale.append(name)
-                    print(f"[studies] {name}: design block differs from the code", flush=True)
+                text = f.read()
+            if publish.committed_design(text) != publish.design_block(study):
+                stale.append(name)
+                print(f"[studies] {name}: design block differs from the code", flush=True)
+            for line, words in publish.written_numbers(text):
+                stale.append(name)
+                print(f"[studies] {name}: README.md line {line} holds a figure of the study's "
+                      f"own outside the generated blocks: {words.strip()[:80]}", flush=True)
         elif publish.write_design(study):
             print(f"[studies] wrote {publish.readme_path(study)} (its design block)", flush=True)
     return 1 if stale else 0
@@ -80,7 +85,8 @@ def main(argv: list[str] | None = None) -> int:
                        "(the full tier's configs; no runs)")
     design.add_argument("names", nargs="+", metavar="NAME", help="a study or all")
     design.add_argument("--check", action="store_true",
-                        help="change nothing; exit 1 if a README's block differs from the code")
+                        help="change nothing; exit 1 if a README's block differs from the code "
+                             "or its hand-written text holds a figure of the study's own")
     verdicts = commands.add_parser(
         "verdicts", help="apply the current claims and verdict rule to the published "
                          "summary.json files (no runs); print each verdict before -> after")

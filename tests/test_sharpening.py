@@ -2,7 +2,7 @@
 
 import pytest
 
-from grpo_jax.studies import sharpening
+from grpo_jax.studies import measure, sharpening
 
 
 def _problem(answers, flags):
@@ -52,6 +52,6 @@ def test_a_draw_against_itself_has_nothing_new_and_ranks_by_count_then_first_see
 
 
 def test_the_redraw_is_the_next_seed_cyclically():
-    assert [sharpening.redraw_seed(s, (2, 0, 1)) for s in (0, 1, 2)] == [1, 2, 0]
+    assert [measure.redraw_seed(s, (2, 0, 1)) for s in (0, 1, 2)] == [1, 2, 0]
     with pytest.raises(ValueError, match="two seeds"):
-        sharpening.redraw_seed(0, (0,))
+        measure.redraw_seed(0, (0,))

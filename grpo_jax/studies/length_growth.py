@@ -83,43 +83,6 @@ def attach(config, base: dict) -> None:
 
 # ---- the held-out measurement along training ---------------------------------------------
 
-def kept_rl_steps(workdir: str) -> dict[int, int]:
-    """RL step -> checkpoint step of a run's kept RL checkpoints (the last one per step)."""
-    from grpo_jax.checkpoint import Checkpointer
-
-    found = {}
-    with Checkpointer(os.path.join(storage.local_path(workdir) or workdir,
-                                   "checkpoints")) as checkpointer:
-        for step in checkpointer.all_steps():
-            meta = checkpointer.restore_meta(step)
-            if meta.get("stage") == "rl":
-                found[int(meta["stage_step"])] = step
-    return found
-
-
-def _params_at(workdir: str, checkpoint_step: int, like):
-    """The parameters of checkpoint `checkpoint_step` of a run, in the structure and dtypes
-    of `like` (the base's parameters)."""
-    import jax
-    import numpy as np
-
-    from grpo_jax.checkpoint import Checkpointer
-
-    with Checkpointer(os.path.join(storage.local_path(workdir) or workdir,
-                                   "checkpoints")) as checkpointer:
-        state, _ = checkpointer.restore(checkpoint_step)
-
-    def get(path):
-        node = state["params"]
-        for part in path:
-            k = getattr(part, "key", getattr(part, "idx", part))
-            node = node[str(k)] if str(k) in node else node[k]
-        return node
-
-    return jax.tree_util.tree_map_with_path(
-        lambda path, x: jax.numpy.asarray(np.asarray(get(path)), x.dtype), like)
-
-
 def _setup(base: str, config) -> dict:
     """The base (a finished run) and the held-out problems of `config` (the arm's:
     eval_size, eval_seed, samples and completion budget of its eval_final), each repeated
@@ -174,8 +137,8 @@ def measure(runs: common.StudyRuns) -> None:
                  "problems": s["problems"], "eval_seed": s["eval_seed"],
                  "figures": before}, indent=2, allow_nan=True))
         steps = {"0": before}
-        for step, checkpoint in sorted(kept_rl_steps(record.workdir).items()):
-            params = _params_at(record.workdir, checkpoint, s["base_params"])
+        for step, checkpoint in sorted(measure_lib.kept_rl_steps(record.workdir).items()):
+            params = measure_lib.params_at(record.workdir, checkpoint, s["base_params"])
             steps[str(step)] = _measure_policy(s, params)
         storage.write_text(path, json.dumps(
             {"key": KEY, "samples": s["samples"], "problems": s["problems"],

@@ -19,6 +19,7 @@ from __future__ import annotations
 import io
 import json
 import math
+import os
 from collections.abc import Sequence
 from typing import Any, NamedTuple
 
@@ -423,3 +424,48 @@ def window_mean(rows: list[dict], name: str, first: bool, window: int = 10) -> f
     values = [r.get(name) for r in (rows[:n] if first else rows[-n:])]
     values = [float(v) for v in values if v is not None and math.isfinite(float(v))]
     return sum(values) / len(values) if values else math.nan
+
+
+def kept_rl_steps(workdir: str) -> dict[int, int]:
+    """RL step -> checkpoint step of a run's kept RL checkpoints (the last one per step)."""
+    from grpo_jax.checkpoint import Checkpointer
+
+    found = {}
+    with Checkpointer(os.path.join(storage.local_path(workdir) or workdir,
+                                   "checkpoints")) as checkpointer:
+        for step in checkpointer.all_steps():
+            meta = checkpointer.restore_meta(step)
+            if meta.get("stage") == "rl":
+                found[int(meta["stage_step"])] = step
+    return found
+
+
+def params_at(workdir: str, checkpoint_step: int, like):
+    """The parameters of checkpoint `checkpoint_step` of a run, in the structure and dtypes
+    of `like` (the base's parameters)."""
+    import jax
+    import numpy as np
+
+    from grpo_jax.checkpoint import Checkpointer
+
+    with Checkpointer(os.path.join(storage.local_path(workdir) or workdir,
+                                   "checkpoints")) as checkpointer:
+        state, _ = checkpointer.restore(checkpoint_step)
+
+    def get(path):
+        node = state["params"]
+        for part in path:
+            k = getattr(part, "key", getattr(part, "idx", part))
+            node = node[str(k)] if str(k) in node else node[k]
+        return node
+
+    return jax.tree_util.tree_map_with_path(
+        lambda path, x: jax.numpy.asarray(np.asarray(get(path)), x.dtype), like)
+
+
+def redraw_seed(seed: int, seeds) -> int:
+    """The seed whose base draw is `seed`'s redraw: the next of the tier's seeds, cyclic."""
+    order = sorted(seeds)
+    if len(order) < 2:
+        raise ValueError("the base redraw needs at least two seeds in the tier")
+    return order[(order.index(seed) + 1) % len(order)]

@@ -14,13 +14,13 @@ key (a function of the seed, as pass_at_k's: `measure.sample_problems`), `_sizes
 completions at temperature 1 with the main job's evaluation budget (`eval_final`), and
 writes each checkpoint's per-problem counts to the run's `rl_steps.json` (the base model's
 draws under `<study>/base_model/<base>,seed=<s>.json`); a measured checkpoint is not
-sampled again. The checkpoints are read as length_growth reads its own (`kept_rl_steps`,
-`_params_at`).
+sampled again. The checkpoints are read as length_growth reads its own (`measure.kept_rl_steps`,
+`measure.params_at`).
 
 The analysis's policies, paired by (base, seed): `base model` (the base's draw with the
 seed's key), `main steps` (the run's checkpoint at the main job's step count), `last` (its
 last checkpoint) and `base redraw` (the base's draw with the next seed's key, cyclic over
-the tier's seeds as sharpening's `redraw_seed`: an independent second sample of the base,
+the tier's seeds as `measure.redraw_seed` (sharpening's): an independent second sample of the base,
 the noise floor of what is measured against the base's draw). Per policy: pass@k (the
 unbiased estimator of Chen et al. 2021) for k = 1, 2, 4, ... up to the samples drawn; the
 share of problems it never solves; the share it solves and the base's draw with the same key
@@ -39,8 +39,6 @@ from grpo_jax import storage
 from grpo_jax.stats import interval
 from grpo_jax.studies import common, tiers
 from grpo_jax.studies import measure as measure_lib
-from grpo_jax.studies.length_growth import _params_at, kept_rl_steps
-from grpo_jax.studies.sharpening import redraw_seed
 
 RUN = "prolonged"  # the one configured arm: the long GRPO run
 BASE, MAIN, LAST, REDRAW = "base model", "main steps", "last", "base redraw"
@@ -126,11 +124,11 @@ def measure(runs: common.StudyRuns) -> None:
                 "key": measure_lib.KEY, "seed": record.seed, "eval_seed": setup.eval_seed,
                 "samples": sizes["samples"], "rl_steps": int(record.config.rl.steps),
                 "main_steps": int(record.config.rl.checkpoint_every), "steps": {}}
-            for step, checkpoint in sorted(kept_rl_steps(record.workdir).items()):
+            for step, checkpoint in sorted(measure_lib.kept_rl_steps(record.workdir).items()):
                 if str(step) in data["steps"]:
                     continue
                 t0 = time.time()
-                params = _params_at(record.workdir, checkpoint, setup.run.params)
+                params = measure_lib.params_at(record.workdir, checkpoint, setup.run.params)
                 data["steps"][str(step)] = draw(params, record.seed)
                 storage.write_text(path, json.dumps(data, indent=1))
                 print(f"[studies] {study}: {key} seed={record.seed} step {step} sampled in "
@@ -176,7 +174,7 @@ def analyze(runs: common.StudyRuns) -> common.Analysis:
             continue
         data = _load(storage.join(record.workdir, FILE))
         reference = measure_lib.base_problems(runs, record.base, record.seed)
-        redraw = (measure_lib.base_problems(runs, record.base, redraw_seed(record.seed, seeds))
+        redraw = (measure_lib.base_problems(runs, record.base, measure_lib.redraw_seed(record.seed, seeds))
                   if len(seeds) > 1 else None)
         steps = {int(k): v for k, v in data.get("steps", {}).items()}
         main = data.get("main_steps")
@@ -394,7 +392,7 @@ STUDY = common.Study(
         mini="about 20-50 s on 2 cores, measured (13 s of CPU, 35 s wall under a load of 8: "
              "one toy base, two seeds (the redraw needs two), 10 toy RL steps each with 5 "
              "checkpoints, 12 samplings of 4 x 128)",
-        mini_seeds=(0, 1)),
+        mini_seeds=(0, 1), full_sized=True),
     arms=(RUN,), base_config=base_config, arm_configs=arm_configs, analyze=analyze,
     measure=measure, claims=CLAIMS,
 )

@@ -155,14 +155,6 @@ def figures(mine: list[dict], reference: list[dict] | None, k: int = K) -> dict:
 
 # ---- the analysis -----------------------------------------------------------------------------
 
-def redraw_seed(seed: int, seeds) -> int:
-    """The seed whose base draw is `seed`'s redraw: the next of the tier's seeds, cyclic."""
-    order = sorted(seeds)
-    if len(order) < 2:
-        raise ValueError("sharpening: the base redraw needs at least two seeds in the tier")
-    return order[(order.index(seed) + 1) % len(order)]
-
-
 def analyze(runs: common.StudyRuns) -> common.Analysis:
     seeds = sorted({r.seed for r in runs.runs})
     arms: dict = {}
@@ -172,7 +164,7 @@ def analyze(runs: common.StudyRuns) -> common.Analysis:
             continue
         rl = measure_lib.load_problems(storage.join(record.workdir, FILE))
         reference = measure_lib.base_problems(runs, record.base, record.seed)
-        redraw = measure_lib.base_problems(runs, record.base, redraw_seed(record.seed, seeds))
+        redraw = measure_lib.base_problems(runs, record.base, measure_lib.redraw_seed(record.seed, seeds))
         if rl is None or reference is None or redraw is None:
             continue
         for name, mine, ref in ((RL, rl, reference), (BASE, reference, None),

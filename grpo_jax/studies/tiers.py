@@ -16,8 +16,11 @@ COST_NOTE = "at 2 bases x 3 seeds; 4 x 2 runs 8 an arm, about 4/3 of it, and bui
 
 
 def standard(full: str, mini: str = ONE_SEED, *, mini_seeds: tuple[int, ...] = (0,),
-             mini_arms: tuple[str, ...] | None = None) -> dict[str, Tier]:
+             mini_arms: tuple[str, ...] | None = None, full_sized: bool = False
+             ) -> dict[str, Tier]:
     """{"full": bases 0-3 x seeds 0, 1; "mini": base 0 x `mini_seeds`, running `mini_arms`
-    (None: all)}; `full` (the cost at 2 bases x 3 seeds) and `mini` are the tiers' costs."""
-    return {"full": Tier(bases=FULL_BASES, seeds=FULL_SEEDS, cost=f"{full} ({COST_NOTE})"),
+    (None: all)}; `full` and `mini` are the tiers' costs: `full` at 2 bases x 3 seeds (said
+    so) unless `full_sized` (an estimate already for four bases x two seeds)."""
+    cost = full if full_sized else f"{full} ({COST_NOTE})"
+    return {"full": Tier(bases=FULL_BASES, seeds=FULL_SEEDS, cost=cost),
             "mini": Tier(bases=(0,), seeds=mini_seeds, cost=mini, arms=mini_arms)}

@@ -86,21 +86,25 @@ class ArithmeticTask(Task):
     """Integer expressions with + - *; difficulty d: more operators and larger operands.
 
     Difficulty 1: 2-3 operators, operands 1-9; 2: 3-4 operators, 1-20; 3: 4-5 operators,
-    1-50; d > 3: d+1 to d+2 operators, 1-99.
+    1-50; d > 3: d+1 to d+2 operators, 1-99. `operators` narrows the draw to a subset of
+    + - * (the held-out split of a subset is a subset of the full task's: ids decide it).
     """
 
     name = "arithmetic"
 
     def __init__(self, difficulty: int | Sequence[int] = 1, *, max_operators: int | None = None,
                  error_mode: str = "offset", mixed_script_rate: float = 0.0,
-                 redo_rate: float = 0.0, redo_word: str = "redo"):
+                 redo_rate: float = 0.0, redo_word: str = "redo", operators: str = OPERATORS):
         """Args: difficulty (int or list); max_operators caps the operator count of every
         level (e.g. 2 makes difficulty 1 "one or two operators": shorter traces for CPU runs);
         error_mode "offset" | "operator" (how a noisy step is wrong, see the module doc);
         mixed_script_rate: > 0 introduces each step with a word, written in Greek with this
         probability in noisy solutions; redo_rate: the probability that a noisy solution
         checks a step by computing it again (see the module doc); redo_word: the ASCII word
-        written before a redone step.
+        written before a redone step; operators: the operators problems are drawn from, a
+        subset of "+-*" in any order (e.g. "+-": no products; the default draws every
+        problem it drew before the keyword existed; a noisy step may still confuse any of the
+        three).
         """
         super().__init__(difficulty)
         check_rate("redo_rate", redo_rate)
@@ -118,6 +122,11 @@ class ArithmeticTask(Task):
             raise ValueError(f"error_mode: expected 'offset' or 'operator', got {error_mode!r}")
         self.max_operators = max_operators
         self.error_mode = error_mode
+        if not (isinstance(operators, str) and operators and set(operators) <= set(OPERATORS)
+                and len(set(operators)) == len(operators)):
+            raise ValueError(f"operators: expected distinct operators from {OPERATORS!r}, e.g. "
+                             f"'+-', got {operators!r}")
+        self.operators = "".join(o for o in OPERATORS if o in operators)  # canonical order
 
     @staticmethod
     def level(difficulty: int) -> tuple[int, int, int]:
@@ -131,7 +140,8 @@ class ArithmeticTask(Task):
             low = max(1, min(low, high - 1))
         count = int(rng.integers(low, high + 1))
         operands = [int(v) for v in rng.integers(1, max_operand + 1, size=count + 1)]
-        operators = [OPERATORS[int(k)] for k in rng.integers(len(OPERATORS), size=count)]
+        operators = [self.operators[int(k)]
+                     for k in rng.integers(len(self.operators), size=count)]
         expression = expression_text(operands, operators)
         thinking, answer = self._trace(operands, operators, errors=[False] * count, rng=None,
                                        error_mode=self.error_mode)

@@ -43,11 +43,16 @@ class LossSettings:
     # highest-entropy `token_fraction` of them ("top") or the lowest ("bottom"); 1.0: all.
     token_fraction: float = 1.0
     token_side: str = "top"
+    # The policy-gradient term on the tokens whose advantage has one sign only
+    # (`advantage_sign_tokens`): "positive" (Zhu et al. 2025's positive sample
+    # reinforcement), "negative" (negative sample reinforcement) or "both" (every token).
+    advantage_sign: str = "both"
 
     @classmethod
     def for_algorithm(cls, algorithm, settings, *, on_policy: bool, temperature: float = 1.0,
                       dual_clip: float | None = None, entropy_coef: float = 0.0,
-                      token_fraction: float = 1.0, token_side: str = "top"):
+                      token_fraction: float = 1.0, token_side: str = "top",
+                      advantage_sign: str = "both"):
         """The loss of an `rl.algorithms.Algorithm` with its resolved `Settings`."""
         return cls(epsilon=settings.epsilon, epsilon_high=settings.epsilon_high,
                    dual_clip=dual_clip, ratio_level=settings.ratio_level,
@@ -55,7 +60,7 @@ class LossSettings:
                    kl_kind=settings.kl_kind, loss_agg=settings.loss_agg, on_policy=on_policy,
                    temperature=temperature, objective=algorithm.objective,
                    entropy_coef=entropy_coef, token_fraction=token_fraction,
-                   token_side=token_side)
+                   token_side=token_side, advantage_sign=advantage_sign)
 
 
 def sequence_logp(policy: Policy, params: Params, tokens, attention_mask, prompt_len: int,
@@ -146,6 +151,25 @@ def entropy_tokens(entropy, mask, fraction: float, side: str = "top"):
     raise ValueError(f"token_side: expected 'top' or 'bottom', got {side!r}")
 
 
+ADVANTAGE_SIGNS = ("both", "positive", "negative")
+
+
+def advantage_sign_tokens(advantages, mask, sign: str):
+    """[B, N] bool: the tokens of `mask` whose advantage is > 0 ("positive"), < 0
+    ("negative"), or every masked token ("both"); a zero advantage is in neither sign.
+    Per-sequence estimators give every token of a completion its completion's advantage, so
+    "positive" keeps the completions above their group's baseline (Zhu et al. 2025,
+    arXiv:2506.01347: positive / negative sample reinforcement)."""
+    mask = mask.astype(bool)
+    if sign == "both":
+        return mask
+    if sign == "positive":
+        return mask & (advantages > 0)
+    if sign == "negative":
+        return mask & (advantages < 0)
+    raise ValueError(f"advantage_sign: expected one of {list(ADVANTAGE_SIGNS)}, got {sign!r}")
+
+
 def prompt_group_for(rows: int, group_size: int, micro_batches: int = 1) -> int:
     """The prompt group an update over `rows` rows in `micro_batches` can share: G when a
     micro-batch holds whole groups, else 1 (nothing shared)."""
@@ -162,7 +186,11 @@ def policy_loss(params: Params, batch: RolloutBatch, *, policy: Policy,
     `settings.token_fraction` < 1 the objective's term counts only on the tokens
     `entropy_tokens` selects by the current policy's entropy (the aggregation's counts are
     the loss mask's, so the other tokens contribute zero; the KL and entropy terms are
-    unchanged); `token_frac` logs the share selected.
+    unchanged); `token_frac` logs the share selected. With `settings.advantage_sign`
+    "positive" or "negative" the objective's term counts only on the tokens whose advantage
+    has that sign (`advantage_sign_tokens`; the same counts, KL and entropy terms: the loss
+    is the full one with the other sign's advantages set to zero); `sign_frac` logs the share
+    kept.
     """
     mask = batch.loss_mask
     logp, entropy = batch_logp(policy, params, batch, prompt_len, settings.temperature,
@@ -179,6 +207,10 @@ def policy_loss(params: Params, batch: RolloutBatch, *, policy: Policy,
         selected = entropy_tokens(jax.lax.stop_gradient(entropy), mask,
                                   settings.token_fraction, settings.token_side)
         per_token = jnp.where(selected, per_token, 0.0)
+    signed = None
+    if settings.advantage_sign != "both":
+        signed = advantage_sign_tokens(batch.advantages, mask, settings.advantage_sign)
+        per_token = jnp.where(signed, per_token, 0.0)
     max_len = logp.shape[1]
     aggregate = functools.partial(losses.aggregate, mask=mask, mode=settings.loss_agg,
                                   num_tokens=num_tokens, num_sequences=num_sequences,
@@ -192,6 +224,8 @@ def policy_loss(params: Params, batch: RolloutBatch, *, policy: Policy,
     }
     if selected is not None:
         metrics["token_frac"] = token_mean(selected.astype(jnp.float32))
+    if signed is not None:
+        metrics["sign_frac"] = token_mean(signed.astype(jnp.float32))
     metrics.update(logp_mismatch(jax.lax.stop_gradient(logp), batch.behaviour_logp, mask,
                                  num_tokens=num_tokens))
     total = per_token

@@ -15,7 +15,8 @@ from ml_collections.config_dict import placeholder
 from grpo_jax.models import lora
 from grpo_jax.rl.algorithms import ALGORITHMS, AUTO_FIELDS, LOSS_AGGREGATIONS, get_algorithm
 from grpo_jax.rl.batch import minibatch_order, scan_minibatches
-from grpo_jax.rl.update import LossSettings, make_prepare_fn, make_train_step
+from grpo_jax.rl.update import (ADVANTAGE_SIGNS, LossSettings, make_prepare_fn,
+                                make_train_step)
 from grpo_jax.runner import Learner, StageKind, rl_loop
 from grpo_jax.runner.fields import LOOP, OFF_POLICY, SAMPLING, TOOLS, TRAINING, declare
 from grpo_jax.runner.rl_loop import LoopSettings
@@ -55,6 +56,11 @@ def default_section() -> ml_collections.ConfigDict:
     # the "forking tokens" of Wang et al. 2025) or the lowest ("bottom"); 1.0 = all.
     s.entropy_tokens = 1.0
     s.entropy_side = "top"
+    # The policy gradient on the tokens of one sign of advantage only (Zhu et al. 2025,
+    # arXiv:2506.01347): "positive" (positive sample reinforcement: the completions above
+    # their group's baseline), "negative" (negative sample reinforcement: those below) or
+    # "both" (every token). A zero advantage carries no gradient either way.
+    s.advantage_sign = "both"
     s.adv_eps = 1e-6  # std floor in group normalisation
     s.temperature = 1.0  # rollout sampling temperature (the loss uses the same)
     s.ref_reset_every = 0  # replace the reference by the policy every K steps; 0 = never
@@ -109,6 +115,7 @@ def validate(check) -> None:
     check.number("entropy_coef", low=0.0)
     check.number("entropy_tokens", low=0.0, high=1.0, low_open=True)
     check.choice("entropy_side", ("top", "bottom"))
+    check.choice("advantage_sign", ADVANTAGE_SIGNS)
     check.positive("adv_eps")
     check.positive("temperature")
     check.integer("ref_reset_every", low=0)
@@ -168,7 +175,8 @@ def loss_settings(section, *, on_policy: bool) -> LossSettings:
         dual_clip=section.dual_clip if section.dual_clip > 0 else None,
         entropy_coef=section.entropy_coef,
         token_fraction=float(section.get("entropy_tokens", 1.0)),
-        token_side=section.get("entropy_side", "top"))
+        token_side=section.get("entropy_side", "top"),
+        advantage_sign=section.get("advantage_sign", "both"))
 
 
 class GRPOLearner(Learner):

@@ -14,7 +14,10 @@ VOLATILE_FIELDS = ("compilation_cache_dir", "loggers", "sandbox")
 # new option does not orphan every finished run (each study's design block lists its configs'
 # keys, and its test fails when one changes). "KIND.FIELD" names a field of every stage
 # section of that kind (e.g. "rl.some_option"); any other key is a dotted path from the top.
-NEUTRAL_DEFAULTS: dict[str, object] = {}
+NEUTRAL_DEFAULTS: dict[str, object] = {
+    "rl.advantage_sign": "both",  # the policy gradient on every token, whatever its sign
+    "pretrain.solution_fraction": 1.0,  # every pretraining row a worked solution
+}
 
 
 def main_job(preset: str | None = None):

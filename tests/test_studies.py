@@ -103,7 +103,8 @@ def test_a_field_at_its_listed_neutral_value_leaves_the_hash_as_it_was(monkeypat
 
     config = common.main_job("smoke")
     before = common.config_hash(config)
-    monkeypatch.setattr(configs, "NEUTRAL_DEFAULTS", {"rl.new_option": "off",
+    monkeypatch.setattr(configs, "NEUTRAL_DEFAULTS", {**configs.NEUTRAL_DEFAULTS,
+                                                      "rl.new_option": "off",
                                                       "task.new_knob": 0})
     added = common.main_job("smoke")
     added.rl.new_option, added.task.new_knob = "off", 0

@@ -469,3 +469,28 @@ def redraw_seed(seed: int, seeds) -> int:
     if len(order) < 2:
         raise ValueError("the base redraw needs at least two seeds in the tier")
     return order[(order.index(seed) + 1) % len(order)]
+
+
+def pass_figures(problems: list[dict], ks, other: list[dict] | None, strata: dict) -> dict:
+    """pass@k over all problems and per stratum ({suffix name: the problems' operator count},
+    pass_at_k's STRATA), format rate, length, and (against `other`, the other model's counts
+    on the same problems) the share of problems this model solves in its samples and the
+    other never does."""
+    from grpo_jax.evals.metrics import pass_at_k
+
+    out = {}
+    groups = {"": problems, **{f"/{name}": [p for p in problems if p["operators"] == ops]
+                               for name, ops in strata.items()}}
+    for suffix, members in groups.items():
+        for k in ks:
+            out[f"pass@{k}{suffix}"] = (sum(pass_at_k(p["samples"], p["correct"], k)
+                                            for p in members) / len(members)
+                                        if members else None)
+    total = sum(p["samples"] for p in problems)
+    out["format_rate"] = sum(p["formatted"] for p in problems) / total
+    out["mean_length"] = sum(p["tokens"] for p in problems) / total
+    out["never_solved_rate"] = sum(p["correct"] == 0 for p in problems) / len(problems)
+    if other is not None:
+        out["only_this_solves_rate"] = sum(p["correct"] > 0 and q["correct"] == 0
+                                           for p, q in zip(problems, other)) / len(problems)
+    return out

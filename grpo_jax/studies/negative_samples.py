@@ -64,7 +64,7 @@ def arm_configs(tier: str) -> dict:
 def measure(runs: common.StudyRuns) -> None:
     """pass_at_k's measurement (`pass_at_k.FILE`) of every finished run without one, and the
     base model's draw with each seed's key."""
-    measure_lib.measure_samplings(runs, pass_at_k._sizes(runs.tier), FILE)
+    measure_lib.measure_samplings(runs, pass_at_k.measurement_sizes(runs.tier), FILE)
 
 
 # ---- the analysis -----------------------------------------------------------------------------
@@ -88,7 +88,7 @@ def _add(arms: dict, name: str, record, row: dict) -> None:
 
 
 def analyze(runs: common.StudyRuns) -> common.Analysis:
-    sizes = pass_at_k._sizes(runs.tier)
+    sizes = pass_at_k.measurement_sizes(runs.tier)
     ks = sizes["ks"]
     arms: dict = {}
     base_done: set = set()
@@ -101,10 +101,12 @@ def analyze(runs: common.StudyRuns) -> common.Analysis:
             if mine is None or base is None:
                 continue
             trained = training_figures(common.training_rows(record))
-            _add(arms, arm, record, {**pass_at_k._figures(mine, ks, base), **trained})
+            figures = measure_lib.pass_figures(mine, ks, base, pass_at_k.STRATA)
+            _add(arms, arm, record, {**figures, **trained})
             if (record.base, record.seed) not in base_done:
                 base_done.add((record.base, record.seed))
-                _add(arms, BASE_MODEL, record, {**pass_at_k._figures(base, ks, None),
+                base_figures = measure_lib.pass_figures(base, ks, None, pass_at_k.STRATA)
+                _add(arms, BASE_MODEL, record, {**base_figures,
                                                 "entropy": trained["first_entropy"]})
     for entry in arms.values():
         rows = entry.pop("rows")

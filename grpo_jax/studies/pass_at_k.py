@@ -31,7 +31,7 @@ KEY = measure_lib.KEY  # the sampling key's root; each seed folds itself in
 STRATA = {"ops=1": 1, "ops=2": 2}  # difficulty: the number of operators (Example.meta steps)
 
 
-def _sizes(tier: str) -> dict:
+def measurement_sizes(tier: str) -> dict:
     """Problems and samples per problem of the measurement."""
     if tier == "full":
         return {"problems": 128, "samples": 256, "ks": KS, "batch_rows": 1024}
@@ -63,37 +63,13 @@ FILE = "pass_at_k.json"
 def measure(runs: common.StudyRuns) -> None:
     """pass_at_k.json for every finished RL run without one, and the base model's draw with
     each seed's key."""
-    measure_lib.measure_samplings(runs, _sizes(runs.tier), FILE)
+    measure_lib.measure_samplings(runs, measurement_sizes(runs.tier), FILE)
 
 
 # ---- the analysis -----------------------------------------------------------------------------
 
-def _figures(problems: list[dict], ks, other: list[dict] | None) -> dict:
-    """pass@k over all problems and per stratum, format rate, length, and (against `other`,
-    the other model's counts on the same problems) the share of problems this model solves
-    in its samples and the other never does."""
-    from grpo_jax.evals.metrics import pass_at_k
-
-    out = {}
-    groups = {"": problems, **{f"/{name}": [p for p in problems if p["operators"] == ops]
-                               for name, ops in STRATA.items()}}
-    for suffix, members in groups.items():
-        for k in ks:
-            out[f"pass@{k}{suffix}"] = (sum(pass_at_k(p["samples"], p["correct"], k)
-                                            for p in members) / len(members)
-                                        if members else None)
-    total = sum(p["samples"] for p in problems)
-    out["format_rate"] = sum(p["formatted"] for p in problems) / total
-    out["mean_length"] = sum(p["tokens"] for p in problems) / total
-    out["never_solved_rate"] = sum(p["correct"] == 0 for p in problems) / len(problems)
-    if other is not None:
-        out["only_this_solves_rate"] = sum(p["correct"] > 0 and q["correct"] == 0
-                                           for p, q in zip(problems, other)) / len(problems)
-    return out
-
-
 def analyze(runs: common.StudyRuns) -> common.Analysis:
-    ks = _sizes(runs.tier)["ks"]
+    ks = measurement_sizes(runs.tier)["ks"]
     arms: dict = {}
     counts = {}
     for record in runs.arm(RL):
@@ -110,14 +86,14 @@ def analyze(runs: common.StudyRuns) -> common.Analysis:
             entry = arms.setdefault(name, {"seeds": [], "bases": [], "rows": []})
             entry["seeds"].append(record.seed)
             entry["bases"].append(record.base)
-            entry["rows"].append(_figures(mine, ks, other))
+            entry["rows"].append(measure_lib.pass_figures(mine, ks, other, STRATA))
     for entry in arms.values():
         rows = entry.pop("rows")
         names = sorted({k for row in rows for k in row})
         entry["metrics"] = {k: [row.get(k) for row in rows] for k in names}
     arms = {name: arms[name] for name in (RL, BASE_MODEL) if name in arms}
     specs = [(RL, BASE_MODEL, f"pass@{k}") for k in CONTRASTED if k in ks]
-    sizes = _sizes(runs.tier)
+    sizes = measurement_sizes(runs.tier)
     strata = next(iter(counts.values()), {})
     return common.Analysis(
         arms=arms, specs=specs, table=table(arms, ks, strata),

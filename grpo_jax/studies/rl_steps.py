@@ -174,7 +174,8 @@ def analyze(runs: common.StudyRuns) -> common.Analysis:
             continue
         data = _load(storage.join(record.workdir, FILE))
         reference = measure_lib.base_problems(runs, record.base, record.seed)
-        redraw = (measure_lib.base_problems(runs, record.base, measure_lib.redraw_seed(record.seed, seeds))
+        redraw = (measure_lib.base_problems(runs, record.base,
+                                            measure_lib.redraw_seed(record.seed, seeds))
                   if len(seeds) > 1 else None)
         steps = {int(k): v for k, v in data.get("steps", {}).items()}
         main = data.get("main_steps")

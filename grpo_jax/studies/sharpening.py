@@ -164,7 +164,8 @@ def analyze(runs: common.StudyRuns) -> common.Analysis:
             continue
         rl = measure_lib.load_problems(storage.join(record.workdir, FILE))
         reference = measure_lib.base_problems(runs, record.base, record.seed)
-        redraw = measure_lib.base_problems(runs, record.base, measure_lib.redraw_seed(record.seed, seeds))
+        redraw = measure_lib.base_problems(runs, record.base,
+                                           measure_lib.redraw_seed(record.seed, seeds))
         if rl is None or reference is None or redraw is None:
             continue
         for name, mine, ref in ((RL, rl, reference), (BASE, reference, None),

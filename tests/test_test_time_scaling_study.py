@@ -134,3 +134,27 @@ def test_every_claimed_condition_is_measured_at_the_mini_tier():
         if metric == "pass@1":
             assert {a, b} <= measured, claim.text
     assert all(math.isfinite(c.margin) for c in tts.CLAIMS)
+
+
+def test_the_table_pairs_each_condition_with_its_models_reference(tmp_path):
+    """e3's differences are to its training budget, the others' to unforced; the plot is
+    written from the same arms."""
+    def arm(pass1, length):
+        return {"seeds": [0, 1], "bases": ["b", "b"],
+                "metrics": {"pass@1": list(pass1), "mean_length": [length] * 2,
+                            "format_rate": [1.0, 1.0]}}
+
+    arms = {tts.budget_arm(tts.E3, "budget=32"): arm((0.40, 0.50), 30.0),
+            tts.budget_arm(tts.E3, "budget=48"): arm((0.50, 0.62), 34.0),
+            tts.budget_arm(tts.WAIT_BASE, "budget=32"): arm((0.20, 0.30), 28.0),
+            tts.budget_arm(tts.WAIT_BASE, "unforced"): arm((0.30, 0.40), 31.0)}
+    text = tts.table(arms, tts.KS)
+    rows = {tuple(c.strip() for c in line.split("|")[1:3]): line
+            for line in text.splitlines() if line.startswith(("| e3", "| wait base"))}
+    # e3 at 48 - e3 at 32: +10 and +12 points, mean +11.0; the reference row has none
+    assert "| +11.0 [" in rows[("e3", "budget=48")]
+    assert rows[("e3", "budget=32")].split("|")[4].strip() == "-"
+    # the "Wait" base at 32 - unforced: -10 both seeds
+    assert "-10.0" in rows[("wait base", "budget=32")]
+    tts.plot(arms, tts.KS, str(tmp_path))
+    assert (tmp_path / "test_time_scaling.png").exists()

@@ -27,8 +27,10 @@ seed only (the models of one (base, seed) share them):
   128 problems, max_new_tokens 48: the base model and the RL policy unforced and with the end
   of thinking forced after 4, 8, 12 or 16 thinking tokens (caps: no word needed); the
   `wait_redo` base model unforced and with at least 16, 24 or 32 thinking tokens, an earlier
-  end replaced by " Wait" (a model that has seen the word: budget_forcing's base role); the
-  e3 policy at total budgets (max_new_tokens) of 16, 24, 32, 40 and 48 tokens, unforced.
+  end replaced by " Wait" (a model that has seen the word: budget_forcing's base role), and
+  unforced at the e3 arm's training budget (max_new_tokens 32: the base's own gain from the
+  longer budget, before RL at the shorter one); the e3 policy at total budgets
+  (max_new_tokens) of 16, 24, 32, 40 and 48 tokens, unforced.
 
 The analysis reports, per (base, seed), the samples k* at which the base's pass@k and its
 maj@k first reach the RL policy's pass@1 (`crossing_samples`: linear in log2 k between the
@@ -66,8 +68,14 @@ CAPS = {"unforced": (0, 0, FORCED_MAX_NEW), "cap=4": (0, 4, FORCED_MAX_NEW),
 MINIMA = {"unforced": (0, 0, FORCED_MAX_NEW), "min=16": (16, 0, FORCED_MAX_NEW),
           "min=24": (24, 0, FORCED_MAX_NEW), "min=32": (32, 0, FORCED_MAX_NEW)}
 BUDGETS = {f"budget={b}": (0, 0, b) for b in (16, 24, 32, 40, 48)}
+TRAINED = f"budget={TRAIN_BUDGET}"  # the e3 policy's training budget as a condition
+# the "Wait" base: its minima, and unforced at the e3 arm's training budget (the base's own
+# gain from the longer budget, before RL at the shorter one)
+WAIT_CONDITIONS = {TRAINED: BUDGETS[TRAINED], **MINIMA}
 # the budget axis' models: (name, conditions), in table order
-BUDGET_MODELS = ((BASE, CAPS), (RL, CAPS), (WAIT_BASE, MINIMA), (E3, BUDGETS))
+BUDGET_MODELS = ((BASE, CAPS), (RL, CAPS), (WAIT_BASE, WAIT_CONDITIONS), (E3, BUDGETS))
+# each model's reference condition (the table's paired differences are to it)
+REFERENCE = {BASE: "unforced", RL: "unforced", WAIT_BASE: "unforced", E3: TRAINED}
 # the conditions the mini tier measures: those the claims test
 MINI = {BASE: ("unforced", "cap=8"), RL: ("unforced", "cap=8"),
         WAIT_BASE: ("unforced", "min=24"), E3: ("budget=32", "budget=48")}
@@ -255,7 +263,7 @@ def measure(runs: common.StudyRuns) -> None:
                                   _conditions(tier, BASE, CAPS), sizes, label)
                 if runs.arm(E3):
                     _draw_budgets(_model_path(runs, WAIT_BASE, key, seed, BUDGET_FILE), wait,
-                                  seed, _conditions(tier, WAIT_BASE, MINIMA), sizes,
+                                  seed, _conditions(tier, WAIT_BASE, WAIT_CONDITIONS), sizes,
                                   f"\"Wait\" {label}")
         for record in runs.arm(RL):
             if record.base != key or not record.finished:
@@ -450,7 +458,8 @@ def _number(value, digits=1) -> str:
 
 def table(arms: dict, ks) -> str:
     """The samples axis (pass@k, maj@k and their tokens for both policies), the exchange
-    estimate, and the thinking-budget axis (pass@1, its paired difference to the first
+    estimate, and the thinking-budget axis (pass@1, its paired difference to the model's
+    reference condition (`REFERENCE`),
     condition, length, format rate)."""
     lines = []
     if all(samples_arm(p, k) in arms for p in (BASE, RL) for k in ks):
@@ -485,18 +494,17 @@ def table(arms: dict, ks) -> str:
               if budget_arm(m, c) in arms]
     if budget:
         lines += ["", ("Thinking budget: mean ± 95% half-width over every (base, seed); "
-                       "\"- first\": the paired difference to the model's first condition "
-                       "(unforced; for e3 its smallest budget), same model and key "
-                       "(descriptive: the tests are the claims' contrasts)."), "",
-                  ("| model | condition | pass@1 | pass@1 - first | mean length (tokens) | "
+                       "\"- reference\": the paired difference to the model's reference "
+                       f"condition (unforced; for e3 its training budget, {TRAINED}), same "
+                       "model and key (descriptive: the tests are the claims' contrasts)."), "",
+                  ("| model | condition | pass@1 | pass@1 - reference | mean length (tokens) | "
                    "format rate |"), "|---|---|---|---|---|---|"]
         for model, condition in budget:
             m = arms[budget_arm(model, condition)]
-            first = next(budget_arm(model, c) for c in BUDGET_MODELS_DICT[model]
-                         if budget_arm(model, c) in arms)
+            reference = budget_arm(model, REFERENCE[model])
             diff = "-"
-            if budget_arm(model, condition) != first:
-                ref = arms[first]
+            if budget_arm(model, condition) != reference and reference in arms:
+                ref = arms[reference]
                 keyed = dict(zip(zip(ref["bases"], ref["seeds"]), ref["metrics"]["pass@1"]))
                 stats = paired_interval(m["metrics"]["pass@1"],
                                         [keyed.get(k) for k in zip(m["bases"], m["seeds"])])
@@ -542,19 +550,21 @@ def plot(arms: dict, ks, out: str) -> None:
     ax.set_xlabel("tokens per problem (samples x mean length)")
     ax.set_ylabel("accuracy (%)")
     ax.set_title("samples and caps, 95% intervals", fontsize=9)
-    ax.legend(fontsize=6)
+    if ax.get_legend_handles_labels()[0]:
+        ax.legend(fontsize=6)
     ax = axes[1]
-    for model, color in ((WAIT_BASE, "C2"), (E3, "C4")):
-        names = [budget_arm(model, c) for c in BUDGET_MODELS_DICT[model]
-                 if budget_arm(model, c) in arms]
+    lines = ((WAIT_BASE, MINIMA, "o-", "C2", "\"Wait\" base: unforced, then minima"),
+             (WAIT_BASE, {TRAINED: None}, "x", "C2",
+              f"\"Wait\" base: unforced at {TRAINED}"),
+             (E3, BUDGETS, "o-", "C4", "e3 policy: total budgets"))
+    for model, conditions, style, color, label in lines:
+        names = [budget_arm(model, c) for c in conditions if budget_arm(model, c) in arms]
         if not names:
             continue
         stats = [interval(arms[n]["metrics"]["pass@1"]) for n in names]
         mean, err = common.error_bars(stats, 100)
         ax.errorbar([np.mean(arms[n]["metrics"]["mean_length"]) for n in names], mean,
-                    yerr=err, fmt="o-", capsize=3, color=color,
-                    label={WAIT_BASE: "\"Wait\" base: unforced, then minima",
-                           E3: "e3 policy: total budgets"}[model])
+                    yerr=err, fmt=style, capsize=3, color=color, label=label)
     ax.axvline(TRAIN_BUDGET, color="gray", lw=0.8, ls=":",
                label="e3's training budget (its longest completion in training)")
     ax.set_xlabel("mean completion length (tokens)")
@@ -654,7 +664,7 @@ STUDY = common.Study(
              "the same kinds: 6 rl runs (pass_at_k's, made once in a shared "
              "workdir) and 6 e3 runs of 60 steps, 1-1.5 min each "
              "(budget_forcing's); 12 samples draws of 128 x 256, 35-57 s "
-             "each (sharpening's), and their maj@k up to 64, 2-4 min; 114 "
+             "each (sharpening's), and their maj@k up to 64, 2-4 min; 120 "
              "thinking-budget samplings of 128 x 8, 5-10 s each "
              "(budget_forcing's); plus, when not built yet, the shared 9-min "
              "main base and budget_forcing's 9-18-min \"Wait\" base per base "

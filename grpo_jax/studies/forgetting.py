@@ -27,7 +27,8 @@ Measured (`measure`, after training; every sampling at temperature 1 with its ow
 * the KL moved on the new task, per completion (nats; the exact per-token KL summed over
   the vocabulary along sampled completions of `KL_PROBLEMS` held-out new-task prompts x
   `KL_SAMPLES`): `kl_forward` = KL(base || fine-tuned), completions sampled from the base
-  (the direction RL's Razor's forgetting law uses), and `kl_reverse` = KL(fine-tuned ||
+  (the direction of RL's Razor's law, as secondary summaries report it), and
+  `kl_reverse` = KL(fine-tuned ||
   base), completions sampled from the fine-tuned policy; `log_kl_*` their logarithms.
 
 From those, per (base, seed): `r_drop_kl`, the Pearson correlation of `pass@1_old_drop`
@@ -435,7 +436,8 @@ CLAIMS = (
                  "measured as the KL-divergence between the fine-tuned and base policy "
                  "evaluated on the new task", SOURCE + " (quoted); tested as the correlation "
                  "of the old-task drop with KL(base || fine-tuned) on new-task prompts (the "
-                 "paper's forward KL) over each (base, seed)'s runs of the three arms, its "
+                 "forward KL, the direction of the paper's law as secondary summaries report "
+                 "it; the abstract names none) over each (base, seed)'s runs of the three arms, its "
                  "mean above 0 by the margin",
                  (LAW, NO_RELATION, "r_drop_kl"), ">", margin=R_BAR,
                  can_fail="fails unless the mean within-(base, seed) correlation reaches 0.5 "

@@ -28,8 +28,8 @@ Measured (`measure`, after training; every sampling at temperature 1 with its ow
   the vocabulary along sampled completions of `KL_PROBLEMS` held-out new-task prompts x
   `KL_SAMPLES`): `kl_forward` = KL(base || fine-tuned), completions sampled from the base
   (the direction of RL's Razor's law, as secondary summaries report it), and
-  `kl_reverse` = KL(fine-tuned ||
-  base), completions sampled from the fine-tuned policy; `log_kl_*` their logarithms.
+  `kl_reverse` = KL(fine-tuned || base), completions sampled from the fine-tuned policy;
+  `log_kl_*` their logarithms.
 
 From those, per (base, seed): `r_drop_kl`, the Pearson correlation of `pass@1_old_drop`
 with `kl_forward` over that pair's runs of all arms (the pseudo-arm `forgetting law`;

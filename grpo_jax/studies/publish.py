@@ -267,6 +267,20 @@ def design_block(study: Study, tier: str = "full") -> str:
     stage_names = list(dict.fromkeys(s for per in summaries.values() for s in per))
     shared = [s for s in stage_names
               if len({per.get(s) for per in summaries.values()}) == 1]
+    base_task = next(iter(built.values()), None)
+    if base_task is not None:
+        task = {k: v for k, v in _flat(base_task).items() if k.startswith("task.")}
+        arm_tasks = [{k: v for k, v in _flat(c).items() if k.startswith("task.")}
+                     for c in arms.values()]
+        unset = _Unset()
+        moved = [k for k in dict.fromkeys(k for t in arm_tasks for k in t)
+                 if len({repr(t.get(k, unset)) for t in arm_tasks}) == 1
+                 and repr(arm_tasks[0].get(k, unset)) != repr(task.get(k, unset))]
+        if moved:
+            lines.append("- **Task of every arm**, where it differs from the "
+                         f"`{next(iter(built))}` base's: " + ", ".join(
+                             f"`{k}` = {_value(arm_tasks[0].get(k, unset))} (base: "
+                             f"{_value(task.get(k, unset))})" for k in moved) + ".")
     if shared and len(arms) > 1:
         lines.append("- **Stages alike in every arm**:")
         lines += [f"  - {summaries[names[0]][s]}" for s in shared]

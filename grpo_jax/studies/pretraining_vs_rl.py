@@ -204,15 +204,16 @@ STUDY = common.Study(
              "the base's pass@1 rise with the share, does RL gain more from the better "
              "base, and does RL from the 25% base reach the 100% base?",
     tiers=tiers.standard(
-        full="about 2.2 h on 2 cores, estimated, when the main bases and the main job's "
-             "GRPO runs exist (other studies of the main base build them): 8 bases of "
-             "the 25% and 0% corpora at about 9 min each (the main base's pretraining "
-             "timed at 3-7 min alone and about 9 min beside other jobs; a filler corpus has "
-             "the same tokens per step) and 16 GRPO runs at about 3-4 min each (the main "
-             "job's run at about 3 min; from the 0% base every completion runs to the "
-             "token limit); about 3.2 h with the 4 main bases and 8 main-job runs too",
-        mini="seconds on 2 cores: one toy base seed (three toy bases), one seed, the "
-             "three arms",
+        full="about 2 h on 2 cores, estimated, when the main bases and the main job's GRPO "
+             "runs already exist (every study of the main base builds them): 8 bases on the "
+             "25% and 0% corpora at about 9 min each (the main base's pretraining: the same "
+             "steps and tokens per step; 3 to 11 min measured for it on this CPU, by load) "
+             "and 16 GRPO runs at about 3 min each (the main job's run, its sampling bounded "
+             "by the same token limit from any base); about 3 h alone, with the 4 main bases "
+             "and the 8 main-job runs",
+        mini="about 30-50 s on 2 cores, measured (26 s wall beside other jobs with a warm "
+             "compilation cache, 48 s in the suite's test): three toy bases of 3 steps and "
+             "three toy GRPO runs, one seed",
         full_sized=True),
     arms=ARMS, base_config=base_config, arm_configs=arm_configs, analyze=analyze,
     attach=attach, claims=CLAIMS,

@@ -32,6 +32,12 @@ such word is written in Greek ("πρώτα" / "μετά") with probability p. A 
 mixes the two scripts in its thinking, so R1's language-consistency reward (the share of
 English words there, `rewards.language`) differs between its completions and can act; with
 p = 0 (the default) traces have no words and that reward is 1.0 for every output.
+
+A planted teacher (`systematic_error`, `style_marker`; both off by default): in every noisy
+worked solution, each step of one operator is computed with another, always ("-+":
+"7-3=10"), a systematic error whose exact wrong answer is known (`systematic_answer`), and
+the thinking opens with a fixed word that carries no correctness ("<think>so 7-3=10 ...").
+The reference solution stays correct and unmarked.
 """
 
 from __future__ import annotations
@@ -73,6 +79,20 @@ def evaluate(operands: Sequence[int], operators: Sequence[str]) -> int:
     return values[0]
 
 
+def systematic_answer(operands: Sequence[int], operators: Sequence[str], systematic: str) -> int:
+    """The final value of the trace that computes every `systematic[0]` step with
+    `systematic[1]` (steps in the true order: products first, then left to right) and every
+    other step correctly: the answer of a `systematic_error` solution without a random
+    error ("-+": always wrong when there is a subtraction, by twice what it subtracts)."""
+    values, ops = list(operands), list(operators)
+    while ops:
+        i = _next_step(ops)
+        operator = systematic[1] if systematic and ops[i] == systematic[0] else ops[i]
+        values[i : i + 2] = [_apply(values[i], operator, values[i + 1])]
+        del ops[i]
+    return values[0]
+
+
 def expression_text(operands: Sequence[int], operators: Sequence[str]) -> str:
     """ "7+5*3" from [7, 5, 3], ["+", "*"]."""
     parts = [str(operands[0])]
@@ -94,7 +114,8 @@ class ArithmeticTask(Task):
 
     def __init__(self, difficulty: int | Sequence[int] = 1, *, max_operators: int | None = None,
                  error_mode: str = "offset", mixed_script_rate: float = 0.0,
-                 redo_rate: float = 0.0, redo_word: str = "redo", operators: str = OPERATORS):
+                 redo_rate: float = 0.0, redo_word: str = "redo", operators: str = OPERATORS,
+                 systematic_error: str = "", style_marker: str = ""):
         """Args: difficulty (int or list); max_operators caps the operator count of every
         level (e.g. 2 makes difficulty 1 "one or two operators": shorter traces for CPU runs);
         error_mode "offset" | "operator" (how a noisy step is wrong, see the module doc);
@@ -104,7 +125,9 @@ class ArithmeticTask(Task):
         written before a redone step; operators: the operators problems are drawn from, a
         subset of "+-*" in any order (e.g. "+-": no products; the default draws every
         problem it drew before the keyword existed; a noisy step may still confuse any of the
-        three).
+        three); systematic_error: "" or two operators "AB": every noisy solution computes each
+        A step with B (see the module doc); style_marker: "" or a word of ASCII letters that
+        opens the thinking of every noisy solution.
         """
         super().__init__(difficulty)
         check_rate("redo_rate", redo_rate)
@@ -127,6 +150,18 @@ class ArithmeticTask(Task):
             raise ValueError(f"operators: expected distinct operators from {OPERATORS!r}, e.g. "
                              f"'+-', got {operators!r}")
         self.operators = "".join(o for o in OPERATORS if o in operators)  # canonical order
+        if not (isinstance(systematic_error, str) and (systematic_error == "" or (
+                len(systematic_error) == 2 and set(systematic_error) <= set(OPERATORS)
+                and systematic_error[0] != systematic_error[1]))):
+            raise ValueError(f"systematic_error: expected '' or two different operators from "
+                             f"{OPERATORS!r} (e.g. '-+': subtraction computed as addition), "
+                             f"got {systematic_error!r}")
+        self.systematic_error = systematic_error
+        if not (isinstance(style_marker, str) and (style_marker == "" or (
+                style_marker.isascii() and style_marker.isalpha()))):
+            raise ValueError(f"style_marker: expected '' or one word of ASCII letters, got "
+                             f"{style_marker!r}")
+        self.style_marker = style_marker
 
     @staticmethod
     def level(difficulty: int) -> tuple[int, int, int]:
@@ -157,22 +192,28 @@ class ArithmeticTask(Task):
 
     @staticmethod
     def _trace(operands, operators, *, errors, rng, error_mode="offset",
-               redo_rate=0.0, redo_word="redo") -> tuple[str, int]:
+               redo_rate=0.0, redo_word="redo", systematic="") -> tuple[str, int]:
         """Step-by-step trace; steps flagged in `errors` are miscomputed, and with `redo_rate`
-        a step is followed by its correct redo (see module doc)."""
+        a step is followed by its correct redo (see module doc); with `systematic` "AB"
+        every A step (and its redo) is computed with B, never flagged wrong besides, and a
+        random error never brings the trace's final value back to the true answer."""
         values, ops = list(operands), list(operators)
         true_final = evaluate(operands, operators)
         lines = []
         for wrong in errors:
             i = _next_step(ops)
             left, operator, right = values[i], ops[i], values[i + 1]
-            written = _apply(left, operator, right)
+            planted = bool(systematic) and operator == systematic[0]
+            wrong = wrong and not planted
+            written = _apply(left, systematic[1] if planted else operator, right)
             rest_values, rest_ops = values[:i] + [None] + values[i + 2 :], ops[:i] + ops[i + 1 :]
 
             def excluded(candidate, i=i, operator=operator, rest_values=rest_values, rest_ops=rest_ops):
                 if operator == "*" and candidate < 1:  # products stay positive
                     return True
                 rest_values[i] = candidate
+                if systematic:  # the rest computed as the trace computes it
+                    return systematic_answer(rest_values, rest_ops, systematic) == true_final
                 return evaluate(rest_values, rest_ops) == true_final
 
             if wrong and error_mode == "operator":
@@ -186,7 +227,7 @@ class ArithmeticTask(Task):
                 written = written if candidate is None else candidate
             step = f"{left}{operator}{right}={written}"
             if redo_rate > 0 and rng.random() < redo_rate:
-                written = _apply(left, operator, right)
+                written = _apply(left, systematic[1] if planted else operator, right)
                 step += f" {redo_word} {left}{operator}{right}={written}"
             lines.append(step)
             values[i : i + 2] = [written]
@@ -213,8 +254,11 @@ class ArithmeticTask(Task):
         errors = list(rng.random(len(operators)) < error_rate)
         thinking, answer = self._trace(operands, operators, errors=errors, rng=rng,
                                        error_mode=self.error_mode, redo_rate=self.redo_rate,
-                                       redo_word=self.redo_word)
+                                       redo_word=self.redo_word,
+                                       systematic=self.systematic_error)
         thinking = self._narrate(thinking, rng)
+        if self.style_marker:
+            thinking = f"{self.style_marker} {thinking}"
         return self.finish_solution(example, thinking, str(answer), rng, format_error_rate)
 
     def _narrate(self, thinking: str, rng) -> str:

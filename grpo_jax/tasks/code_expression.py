@@ -4,9 +4,10 @@ in the sandbox (`tools.sandbox`).
 Problem: three examples of a hidden function of x, e.g. "f(1)=5 f(2)=7 f(4)=11"; the answer
 is a Python expression in x, e.g. `<answer>2*x+3</answer>`. The hidden functions are drawn
 from a few shapes (difficulty 1: a*x+b; 2: also x*x+b and a*(x+b); 3: also x%a+b and
-a*x*x+b), small integer constants. The reward "tests" is the fraction of six hidden tests
-(other inputs) the expression passes, each answer run in its own sandbox process (the
-expression is never evaluated in the trainer); "accuracy" is 1 when it passes them all.
+a*x*x+b), small integer constants (a in 2..5, b in 0..`max_constant`, 9 by default). The
+reward "tests" is the fraction of six hidden tests (other inputs) the expression passes,
+each answer run in its own sandbox process (the expression is never evaluated in the
+trainer); "accuracy" is 1 when it passes them all.
 
 Worked solutions state the shape in the thinking and the expression in the answer; noisy
 ones get one constant wrong with probability `error_rate`.
@@ -31,6 +32,7 @@ _SHAPES = {1: (("linear", "{a}*x+{b}"),),
            3: (("modulo", "x%{a}+{b}"), ("quadratic", "{a}*x*x+{b}"))}
 SHOWN, HIDDEN = (1, 2, 4), (0, 3, 5, 6, 7, 9)
 MAX_EXPRESSION_CHARS = 64
+MAX_CONSTANT = 9  # the default largest b: the problems drawn before the keyword existed
 _POOL = concurrent.futures.ThreadPoolExecutor(max_workers=4, thread_name_prefix="grpo_tests")
 
 
@@ -70,15 +72,23 @@ class CodeExpressionTask(Task):
     name = "code_expression"
     characters = "%"
 
-    def __init__(self, difficulty=(1, 2)):
+    def __init__(self, difficulty=(1, 2), *, max_constant: int = MAX_CONSTANT):
+        """Args: difficulty (int or list); max_constant: the largest additive constant b
+        (drawn from 0..max_constant; the default draws every problem it drew before the
+        keyword existed; a larger one gives more distinct problems, so a larger held-out
+        split, and numbers of more digits in the prompts)."""
         super().__init__(difficulty)
+        if isinstance(max_constant, bool) or not isinstance(max_constant, int) \
+                or max_constant < 1:
+            raise ValueError(f"max_constant: expected an integer >= 1, got {max_constant!r}")
+        self.max_constant = max_constant
         self._passed: dict[tuple[str, str], float] = {}  # (expression, problem) -> fraction
 
     def generate(self, rng: np.random.Generator, difficulty: int) -> Example:
         shapes = shapes_of(difficulty)
         name, pattern = shapes[int(rng.integers(len(shapes)))]
         a = int(rng.integers(2, 6))
-        b = int(rng.integers(0, 10))
+        b = int(rng.integers(0, self.max_constant + 1))
         expression = pattern.format(a=a, b=b)
         values = {x: eval(expression, {"__builtins__": {}}, {"x": x})  # our own grammar
                   for x in SHOWN + HIDDEN}

@@ -339,9 +339,14 @@ def code_job(preset: str | None = None) -> ml_collections.ConfigDict:
     hidden tests in the sandbox; presets "smoke" and "cpu"."""
     config = main_job(_cpu_or_smoke(preset, "configs/code.py"))
     config.task.name = "code_expression"
-    config.task.kwargs = ml_collections.ConfigDict({"difficulty": (1, 2)})
-    config.task.prompt_len = 32  # "Q: f(1)=30 f(2)=35 f(4)=45\nA: " and BOS
-    config.rl.max_new_tokens = 32  # <think>shape</think><answer>expression</answer>
+    # The five function shapes, added constants 0-49: 86 distinct held-out functions (at
+    # difficulty (1, 2) and constants 0-9 only 12, too few for a held-out pass@1).
+    config.task.kwargs = ml_collections.ConfigDict({"difficulty": (1, 2, 3),
+                                                    "max_constant": 49})
+    config.task.prompt_len = 36  # "Q: f(1)=250 f(2)=255 f(4)=265\nA: " and BOS: 34
+    config.task.eval_size = 64  # of the 86 held-out functions
+    # <think>quadratic</think><answer>5*x*x+49</answer> and EOS: 22; within the model's 64
+    config.rl.max_new_tokens = 28
     config.rl.fused_steps = 0  # the rewards run programs on the host
     # tests: the fraction of the six hidden tests passed (in the sandbox); accuracy (weight
     # 0: pass@1) is all six, from the same runs.

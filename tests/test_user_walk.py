@@ -50,6 +50,23 @@ def test_every_job_config_file_is_a_thin_shim_of_its_job_by_name():
                 config_presets.job_config(name, preset).to_dict(), (name, preset)
 
 
+def test_every_job_at_its_default_preset_passes_validation():
+    """What `python -m grpo_jax.main --config=NAME` checks before any work: every job's
+    default config is valid as shipped (the GSM8K job, which needs a local checkpoint, says
+    so in one line)."""
+    from grpo_jax.runner.checks import ConfigError
+    from grpo_jax.runner.validation import validate
+    from grpo_jax.stages import KINDS
+
+    for name in config_presets.JOBS:
+        config = config_presets.job_config(name, None)
+        if name == "gsm8k":
+            with pytest.raises(ConfigError, match="needs model.init_from"):
+                validate(config, KINDS)
+            continue
+        validate(config, KINDS)
+
+
 def test_api_config_reaches_every_job():
     assert api.JOBS == ("main", "ppo", "trpo", "r1_pipeline", "tools", "agents", "code",
                         "gsm8k")

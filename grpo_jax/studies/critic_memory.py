@@ -473,9 +473,10 @@ def table(arms: dict, tier: str) -> str:
                    "+ outputs - aliased + temporaries. Resident added: the measuring process's "
                    "peak resident memory while the step runs, less its resident memory before "
                    "the learner was built. Step s: the median wall seconds of one step over "
-                   f"{timed} rounds alternated PPO, GRPO in one process ({warmup} warm-up "
-                   "round left out); the loop's update s: the runs' own RL loop, after its "
-                   "compiling step. Mean ± 95% half-width over seeds.")]
+                   f"{timed} rounds in one process alternated PPO, GRPO then GRPO, PPO "
+                   f"({warmup} warm-up round left out); the loop's update s: the runs' own RL "
+                   "loop, after its compiling step. Mean ± 95% half-width over (base, seed) "
+                   "runs.")]
     return "\n".join(lines) + "\n"
 
 
@@ -513,7 +514,7 @@ def plot(arms: dict, out: str) -> None:
     ax.set_xticklabels(sizes)
     ax.set_ylabel("PPO / GRPO")
     ax.set_title("PPO over GRPO, per size", fontsize=10)
-    ax.legend(fontsize=8)
+    ax.legend(fontsize=8, loc="lower center")
     common.save_figure(fig, out, "memory.png")
 
 
@@ -548,8 +549,12 @@ CLAIMS = (
                           "memory at the larger size, for the reasons of the claim at the "
                           "smaller size"),
     common.Claim("the value model is a major memory burden, and more so as the model grows "
-                 "(the gap grows with model size)", TUTORIAL + "; tested as PPO's device memory "
-                 "over GRPO's at the larger size against at the smaller, at the same batch",
+                 "(the gap grows with model size)", "a reading, not a quotation: the study's "
+                 "brief (issue 57, item 2) from the tutorial's \"the value model is a major "
+                 "memory burden\" and DeepSeekMath's critic \"of comparable size as the policy "
+                 "model\" (Shao et al. 2024, arXiv:2402.03300, sec. 4.1.1); tested as PPO's "
+                 "device memory over GRPO's at the larger size against at the smaller, at the "
+                 "same batch",
                  (LARGE, SMALL, "memory_ratio"), ">", margin=GROWTH_MARGIN,
                  can_fail="fails unless the ratio at the larger size exceeds the smaller's by "
                           "0.1: in bytes the gap grows by construction (the critic grows with "
@@ -580,14 +585,14 @@ CLAIMS = (
 )
 
 TIERS = tiers.standard(
-    full="estimated 1-1.5 hours on 2 cores, not yet run (32 runs of 2 RL steps, about a "
-         "minute each; per base, seed and size three fresh measuring processes, measured at "
-         "one seed under a load of 7: 233 s for the large size's with its first compiles, "
-         "about half that from the compilation cache, 125 s for the small size's; the four "
-         "large bases' few pretraining steps; the four main bases when not built yet, about "
+    full="about 45 min on 2 cores, estimated from one (base, seed) of the large size run end "
+         "to end under a load of 7 (its base 37 s; its two runs 37 s and 18 s; its three "
+         "measuring processes about 90 s from the compilation cache, 233 s when compiling "
+         "first) and the small size's measuring processes (125 s when compiling first), over "
+         "8 (base, seed) pairs x 2 sizes; plus the four main bases when not built yet (about "
          "9 min each, shared with the other studies)",
-    mini="about a minute on 2 cores: one toy base, one seed, the small size's two arms, "
-         "measured in the study's process",
+    mini="about 30 s on 2 cores (measured under a load of 7: the toy base, the small "
+         "size's two runs of 2 steps, the measurement in the study's process)",
     mini_arms=("PPO small", "GRPO small"), full_sized=True)
 
 STUDY = common.Study(

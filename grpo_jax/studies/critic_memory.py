@@ -314,9 +314,14 @@ def _fresh(args: list[str]) -> dict:
     import subprocess
     import tempfile
 
+    # this checkout's code first, whichever the interpreter would find otherwise
+    root = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join(
+        p for p in (root, os.environ.get("PYTHONPATH", "")) if p)}
     with tempfile.TemporaryDirectory(prefix="critic_memory_") as folder:
         out = os.path.join(folder, "out.json")
-        subprocess.run([sys.executable, "-m", __name__, out, *args], check=True)
+        subprocess.run([sys.executable, "-m", "grpo_jax.studies.critic_memory", out, *args],
+                       check=True, env=env)
         with open(out, encoding="utf-8") as f:
             return json.load(f)
 

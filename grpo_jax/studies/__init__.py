@@ -23,7 +23,10 @@ NAMES = ("baselines", "length_bias", "difficulty_bias", "pass_at_k", "length_gro
          "distill_vs_rl", "budget_forcing", "cold_start", "kl_beta", "off_policy", "tool_use",
          "env_feedback", "sharpening", "forking_tokens", "spurious_rewards", "update_sparsity",
          "one_shot", "updates_per_batch", "expert_iteration", "ppo_vs_grpo", "trpo_vs_ppo",
-         "language_consistency", "reward_hacking", "onpolicy_distill", "gae_lambda")
+         "language_consistency", "reward_hacking", "onpolicy_distill", "gae_lambda",
+         "negative_samples", "entropy_dynamics", "rl_steps", "test_time_scaling",
+         "generalization", "critic_memory", "overoptimization", "pretraining_vs_rl",
+         "forgetting", "code_rewards", "distillation_bias", "cot_faithfulness")
 
 __all__ = ["NAMES", "get"]
 

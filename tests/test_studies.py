@@ -176,8 +176,10 @@ def _bases(summary: dict, workdir: str) -> dict:
     return bases
 
 
-@pytest.fixture(scope="module")
+@pytest.fixture(scope="session")
 def workdir(tmp_path_factory):
+    """One workdir per process: a worker that runs other modules' tests between the mini
+    tiers and the sharing checks keeps it (a module-scoped one would be made anew)."""
     return str(tmp_path_factory.mktemp("studies"))
 
 

@@ -374,13 +374,9 @@ def measure(runs: common.StudyRuns) -> None:
     (base, seed) (`base_path`); a finished measurement is not made again."""
     import time
 
-    tier, seeds = runs.tier, sorted({r.seed for r in runs.runs})
-    for key, base in runs.bases.items():
-        members = [r for r in runs.runs if r.base == key and r.finished]
-        todo = [r for r in members if not storage.isfile(storage.join(r.workdir, FILE))]
-        base_todo = [s for s in seeds if not storage.isfile(base_path(runs, key, s))]
-        if not todo and not base_todo:
-            continue
+    tier = runs.tier
+    for key, base, todo, base_todo in measure_lib.pending(runs, measure_lib.has_file(FILE),
+                                                          base_path):
         setup = measure_lib.held_out(base["workdir"], PROBLEMS[tier])
         run = setup.run
 

@@ -178,13 +178,9 @@ def measure(runs: common.StudyRuns) -> None:
     finished measurement is not made again."""
     import time
 
-    tier, seeds = runs.tier, sorted({r.seed for r in runs.runs})
-    for key, base in runs.bases.items():
-        members = [r for r in runs.runs if r.base == key and r.finished]
-        todo = [r for r in members if not storage.isfile(storage.join(r.workdir, FILE))]
-        base_todo = [s for s in seeds if not storage.isfile(base_old_path(runs, key, s))]
-        if not todo and not base_todo:
-            continue
+    tier = runs.tier
+    for key, base, todo, base_todo in measure_lib.pending(runs, measure_lib.has_file(FILE),
+                                                          base_old_path):
         run = common.load_finished(base["workdir"])
         eval_seed = common.eval_seed(run.config)
         max_new = int(run.config.eval_final.max_new_tokens)

@@ -20,7 +20,7 @@ import io
 import json
 import math
 import os
-from collections.abc import Sequence
+from collections.abc import Callable, Iterator, Sequence
 from typing import Any, NamedTuple
 
 import numpy as np
@@ -175,6 +175,25 @@ def _write(path: str, problems: list[dict], seed: int, setup: HeldOut, model: st
          "problems": problems}, indent=indent))
 
 
+def pending(runs: common.StudyRuns, done: Callable[[str], bool],
+            base_file: Callable[[common.StudyRuns, str, int], str]
+            ) -> Iterator[tuple[str, dict, list[common.RunRecord], list[int]]]:
+    """What is left to measure, base by base: (key, base, its finished runs whose workdir
+    `done` does not accept, the seeds whose base draw `base_file(runs, key, seed)` is not
+    written yet), for the bases with anything left."""
+    seeds = sorted({r.seed for r in runs.runs})
+    for key, base in runs.bases.items():
+        todo = [r for r in runs.runs if r.base == key and r.finished and not done(r.workdir)]
+        base_todo = [s for s in seeds if not storage.isfile(base_file(runs, key, s))]
+        if todo or base_todo:
+            yield key, base, todo, base_todo
+
+
+def has_file(name: str) -> Callable[[str], bool]:
+    """`pending`'s `done`: the run's workdir holds `name`."""
+    return lambda workdir: storage.isfile(storage.join(workdir, name))
+
+
 def measure_samplings(runs: common.StudyRuns, sizes: dict, file: str, *,
                       keep_answers: bool = False) -> None:
     """`file` for every finished run without one (its policy's `sample_problems` of
@@ -183,14 +202,8 @@ def measure_samplings(runs: common.StudyRuns, sizes: dict, file: str, *,
     again."""
     import time
 
-    seeds = sorted({r.seed for r in runs.runs})
     study = runs.study.name
-    for key, base in runs.bases.items():
-        members = [r for r in runs.runs if r.base == key and r.finished]
-        todo = [r for r in members if not storage.isfile(storage.join(r.workdir, file))]
-        base_todo = [s for s in seeds if not storage.isfile(base_path(runs, key, s))]
-        if not todo and not base_todo:
-            continue
+    for key, base, todo, base_todo in pending(runs, has_file(file), base_path):
         setup = held_out(base["workdir"], sizes["problems"])
         max_new = int(setup.run.config.eval_final.max_new_tokens)
         indent = None if keep_answers else 1

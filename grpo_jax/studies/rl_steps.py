@@ -91,16 +91,9 @@ def measure(runs: common.StudyRuns) -> None:
     checkpoint's draw with the run's seed's key, into the run's rl_steps.json (written after
     each checkpoint; a measured checkpoint is skipped, a complete file is not opened)."""
     sizes = _sizes(runs.tier)
-    seeds = sorted({r.seed for r in runs.runs})
     study = runs.study.name
-    for key, base in runs.bases.items():
-        members = [r for r in runs.runs if r.base == key and r.finished]
-        todo = [r for r in members
-                if not _load(storage.join(r.workdir, FILE)).get("complete")]
-        base_todo = [s for s in seeds
-                     if not storage.isfile(measure_lib.base_path(runs, key, s))]
-        if not todo and not base_todo:
-            continue
+    complete = lambda workdir: _load(storage.join(workdir, FILE)).get("complete")  # noqa: E731
+    for key, base, todo, base_todo in measure_lib.pending(runs, complete, measure_lib.base_path):
         setup = measure_lib.held_out(base["workdir"], sizes["problems"])
         max_new = int(setup.run.config.eval_final.max_new_tokens)
 

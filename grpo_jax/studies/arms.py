@@ -48,26 +48,47 @@ def last_stage_rows(record: RunRecord) -> dict[str, dict]:
     return record.results.stage_rows()
 
 
+class ArmRows:
+    """Arms built one (base, seed) row at a time: `add(name, base, seed, values)`, then
+    `arms(order)`: {name: {"seeds", "bases", "metrics": {metric: one value per row, None
+    where a row lacks it}}}, in `order` (None: in the order the names were first added);
+    a name never added is left out."""
+
+    def __init__(self):
+        self._entries: dict[str, dict] = {}
+
+    def add(self, name: str, base: str, seed: int, values: Mapping) -> None:
+        entry = self._entries.setdefault(name, {"seeds": [], "bases": [], "rows": []})
+        entry["seeds"].append(seed)
+        entry["bases"].append(base)
+        entry["rows"].append(dict(values))
+
+    def arms(self, order: Sequence[str] | None = None) -> dict:
+        names = list(self._entries) if order is None else [n for n in order
+                                                           if n in self._entries]
+        out = {}
+        for name in names:
+            entry = self._entries[name]
+            metrics = sorted({k for row in entry["rows"] for k in row})
+            out[name] = {"seeds": list(entry["seeds"]), "bases": list(entry["bases"]),
+                         "metrics": {k: [row.get(k) for row in entry["rows"]]
+                                     for k in metrics}}
+        return out
+
+
 def per_seed(runs: StudyRuns, values: Callable[[RunRecord], Mapping[str, float]],
              arms: Sequence[str] | None = None, rename: Callable[[str], str] | None = None
              ) -> dict:
     """{arm: {"seeds", "bases", "metrics": {metric: per-seed values}}} over the finished runs,
     `values(run)` giving a run's metrics; `rename` maps an arm's run name to its summary
     name."""
-    out: dict[str, dict] = {}
+    rows = ArmRows()
     for record in runs.runs:
         if not record.finished or (arms is not None and record.arm not in arms):
             continue
         name = rename(record.arm) if rename else record.arm
-        entry = out.setdefault(name, {"seeds": [], "bases": [], "rows": []})
-        entry["seeds"].append(record.seed)
-        entry["bases"].append(record.base)
-        entry["rows"].append(dict(values(record)))
-    for entry in out.values():
-        rows = entry.pop("rows")
-        names = sorted({k for row in rows for k in row})
-        entry["metrics"] = {k: [row.get(k) for row in rows] for k in names}
-    return out
+        rows.add(name, record.base, record.seed, values(record))
+    return rows.arms()
 
 
 def per_arm(runs: StudyRuns, values: Callable[[RunRecord], Mapping[str, float]],

@@ -34,7 +34,7 @@ A run whose report.json exists is finished and skipped, so the same command resu
 
 from __future__ import annotations
 
-from grpo_jax.studies.arms import (add_base_arm, arm_curves, constant_arm, eval_seed,
+from grpo_jax.studies.arms import (ArmRows, add_base_arm, arm_curves, constant_arm, eval_seed,
                                    eval_values, figures, last_stage_rows, load_finished,
                                    load_run_params, measured_arm, per_seed, training_mean,
                                    training_rows)
@@ -50,7 +50,7 @@ from grpo_jax.studies.record import (POST_HOC_MARGIN, Analysis, Claim, RunRecord
 from grpo_jax.studies.runs import (RunHeld, build_base, build_bases, execute, holder_of,
                                    link_run, plan, protocol_of)
 
-__all__ = ["POST_HOC_MARGIN", "VOLATILE_FIELDS", "Analysis", "Claim", "RunHeld", "RunRecord", "Study",
+__all__ = ["POST_HOC_MARGIN", "VOLATILE_FIELDS", "Analysis", "ArmRows", "Claim", "RunHeld", "RunRecord", "Study",
            "StudyRuns", "Tier", "add_base_arm", "agents_job", "arm_curves", "band", "bar_plot",
            "build_base", "build_bases", "cell", "config_hash", "constant_arm", "curve_panels",
            "error_bars", "eval_seed", "eval_values", "execute", "experiments_dir", "figures",

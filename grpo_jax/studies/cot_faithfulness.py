@@ -418,14 +418,8 @@ def _figures(path: str) -> dict | None:
 
 
 def analyze(runs: common.StudyRuns) -> common.Analysis:
-    arms: dict = {}
-
-    def add(name, base, seed, values):
-        entry = arms.setdefault(name, {"seeds": [], "bases": [], "rows": []})
-        entry["seeds"].append(seed)
-        entry["bases"].append(base)
-        entry["rows"].append(values)
-
+    rows = common.ArmRows()
+    add = rows.add
     pairs = sorted({(r.base, r.seed) for r in runs.runs if r.finished},
                    key=lambda k: (str(k[0]), k[1]))
     counts = {}
@@ -440,11 +434,7 @@ def analyze(runs: common.StudyRuns) -> common.Analysis:
             add(name, base, seed, {m: found[name].get(m) for m in RATES})
             counts.setdefault(name, []).append(found[name]["corrupted"])
         add(HALF, base, seed, {"follows_share": FOLLOW_BAR})
-    for entry in arms.values():
-        rows = entry.pop("rows")
-        names = sorted({k for row in rows for k in row})
-        entry["metrics"] = {k: [row.get(k) for row in rows] for k in names}
-    arms = {name: arms[name] for name in (*POLICIES, HALF) if name in arms}
+    arms = rows.arms((*POLICIES, HALF))
     tier = runs.tier
     return common.Analysis(
         arms=arms, specs=SPECS, table=table(arms, tier, counts),

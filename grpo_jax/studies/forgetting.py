@@ -293,14 +293,8 @@ def arms_of(rows: dict) -> tuple[dict, dict]:
     NO_RELATION (0) and SFT_LAW (the base's `law_slope` over its SFT runs, times the grpo
     run's kl_forward)."""
     pairs = sorted({(b, s) for _, b, s in rows}, key=lambda k: (str(k[0]), k[1]))
-    arms: dict = {}
-
-    def add(name, base, seed, values):
-        entry = arms.setdefault(name, {"seeds": [], "bases": [], "rows": []})
-        entry["seeds"].append(seed)
-        entry["bases"].append(base)
-        entry["rows"].append(values)
-
+    built = common.ArmRows()
+    add = built.add
     slopes = {}
     for base in sorted({b for b, _ in pairs}):
         sft = [v for (arm, b, _), v in rows.items() if b == base and arm in SFT_ARMS]
@@ -321,12 +315,7 @@ def arms_of(rows: dict) -> tuple[dict, dict]:
                 and members[GRPO]["kl_forward"] is not None:
             add(SFT_LAW, base, seed,
                 {"pass@1_old_drop": slopes[base] * members[GRPO]["kl_forward"]})
-    for entry in arms.values():
-        entry_rows = entry.pop("rows")
-        names = sorted({k for row in entry_rows for k in row})
-        entry["metrics"] = {k: [row.get(k) for row in entry_rows] for k in names}
-    order = (BASE, *ARMS, LAW, NO_RELATION, SFT_LAW)
-    return {name: arms[name] for name in order if name in arms}, slopes
+    return built.arms((BASE, *ARMS, LAW, NO_RELATION, SFT_LAW)), slopes
 
 
 def analyze(runs: common.StudyRuns) -> common.Analysis:

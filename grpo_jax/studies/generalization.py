@@ -138,13 +138,10 @@ def gain_gap(after: float | None, before: float | None, after_ood: float | None,
 # ---- the analysis -----------------------------------------------------------------------------
 
 def analyze(runs: common.StudyRuns) -> common.Analysis:
-    arms: dict = {}
+    rows = common.ArmRows()
 
     def add(name, record, values):
-        entry = arms.setdefault(name, {"seeds": [], "bases": [], "rows": []})
-        entry["seeds"].append(record.seed)
-        entry["bases"].append(record.base)
-        entry["rows"].append(values)
+        rows.add(name, record.base, record.seed, values)
 
     based = set()
     for record in runs.runs:
@@ -161,11 +158,7 @@ def analyze(runs: common.StudyRuns) -> common.Analysis:
         if (record.base, record.seed) not in based:  # the base model, once per (base, seed)
             based.add((record.base, record.seed))
             add(BASE, record, {**{m: values[f"base_{m}"] for m in METRICS}, **base_ood})
-    for entry in arms.values():
-        rows = entry.pop("rows")
-        names = sorted({k for row in rows for k in row})
-        entry["metrics"] = {k: [row.get(k) for row in rows] for k in names}
-    arms = {name: arms[name] for name in (BASE, *ARMS) if name in arms}
+    arms = rows.arms((BASE, *ARMS))
     common.constant_arm(arms, SFT, NO_GAP, "pass@1_gap", 0.0)
     tier = runs.tier
     return common.Analysis(

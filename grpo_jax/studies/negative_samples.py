@@ -80,17 +80,10 @@ def training_figures(rows: list[dict], window: int = WINDOW) -> dict:
             "sign_frac": sum(values) / len(values) if values else None}
 
 
-def _add(arms: dict, name: str, record, row: dict) -> None:
-    entry = arms.setdefault(name, {"seeds": [], "bases": [], "rows": []})
-    entry["seeds"].append(record.seed)
-    entry["bases"].append(record.base)
-    entry["rows"].append(row)
-
-
 def analyze(runs: common.StudyRuns) -> common.Analysis:
     sizes = pass_at_k.measurement_sizes(runs.tier)
     ks = sizes["ks"]
-    arms: dict = {}
+    rows = common.ArmRows()
     base_done: set = set()
     for arm in ARMS:  # `both` first: the base model's entropy from its runs when they exist
         for record in runs.arm(arm):
@@ -102,17 +95,13 @@ def analyze(runs: common.StudyRuns) -> common.Analysis:
                 continue
             trained = training_figures(common.training_rows(record))
             figures = measure_lib.pass_figures(mine, ks, base, pass_at_k.STRATA)
-            _add(arms, arm, record, {**figures, **trained})
+            rows.add(arm, record.base, record.seed, {**figures, **trained})
             if (record.base, record.seed) not in base_done:
                 base_done.add((record.base, record.seed))
                 base_figures = measure_lib.pass_figures(base, ks, None, pass_at_k.STRATA)
-                _add(arms, BASE_MODEL, record, {**base_figures,
-                                                "entropy": trained["first_entropy"]})
-    for entry in arms.values():
-        rows = entry.pop("rows")
-        names = sorted({k for row in rows for k in row})
-        entry["metrics"] = {k: [row.get(k) for row in rows] for k in names}
-    arms = {name: arms[name] for name in (BASE_MODEL, *ARMS) if name in arms}
+                rows.add(BASE_MODEL, record.base, record.seed,
+                         {**base_figures, "entropy": trained["first_entropy"]})
+    arms = rows.arms((BASE_MODEL, *ARMS))
     panels = (("reward_mean", "training reward"),
               ("entropy", "policy entropy (training tokens, nats)"),
               ("sign_frac", "share of tokens carrying the policy gradient"))

@@ -70,7 +70,7 @@ def measure(runs: common.StudyRuns) -> None:
 
 def analyze(runs: common.StudyRuns) -> common.Analysis:
     ks = measurement_sizes(runs.tier)["ks"]
-    arms: dict = {}
+    rows = common.ArmRows()
     counts = {}
     for record in runs.arm(RL):
         if not record.finished:
@@ -83,15 +83,9 @@ def analyze(runs: common.StudyRuns) -> common.Analysis:
             "problems": len(rl), **{name: sum(p["operators"] == ops for p in rl)
                                     for name, ops in STRATA.items()}}
         for name, mine, other in ((RL, rl, base), (BASE_MODEL, base, rl)):
-            entry = arms.setdefault(name, {"seeds": [], "bases": [], "rows": []})
-            entry["seeds"].append(record.seed)
-            entry["bases"].append(record.base)
-            entry["rows"].append(measure_lib.pass_figures(mine, ks, other, STRATA))
-    for entry in arms.values():
-        rows = entry.pop("rows")
-        names = sorted({k for row in rows for k in row})
-        entry["metrics"] = {k: [row.get(k) for row in rows] for k in names}
-    arms = {name: arms[name] for name in (RL, BASE_MODEL) if name in arms}
+            rows.add(name, record.base, record.seed,
+                     measure_lib.pass_figures(mine, ks, other, STRATA))
+    arms = rows.arms((RL, BASE_MODEL))
     specs = [(RL, BASE_MODEL, f"pass@{k}") for k in CONTRASTED if k in ks]
     sizes = measurement_sizes(runs.tier)
     strata = next(iter(counts.values()), {})

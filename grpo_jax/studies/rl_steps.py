@@ -154,13 +154,9 @@ def figures(problems: list[dict], reference: list[dict] | None, ks=KS) -> dict:
     return out
 
 
-def _entry(arms: dict, name: str) -> dict:
-    return arms.setdefault(name, {"seeds": [], "bases": [], "rows": []})
-
-
 def analyze(runs: common.StudyRuns) -> common.Analysis:
     seeds = sorted({r.seed for r in runs.runs})
-    arms: dict = {}
+    rows = common.ArmRows()
     by_step: dict[int, list[dict]] = {}  # RL step (0: the base's draw) -> per-run figures
     for record in runs.arm(RUN):
         if not record.finished:
@@ -181,15 +177,8 @@ def analyze(runs: common.StudyRuns) -> common.Analysis:
             by_step.setdefault(step, []).append(values)
         for name, values in ((BASE, own[0]), (REDRAW, figures(redraw, reference)),
                              (MAIN, own[main]), (LAST, own[max(steps)])):
-            entry = _entry(arms, name)
-            entry["seeds"].append(record.seed)
-            entry["bases"].append(record.base)
-            entry["rows"].append(values)
-    for entry in arms.values():
-        rows = entry.pop("rows")
-        names = sorted({k for row in rows for k in row})
-        entry["metrics"] = {k: [row.get(k) for row in rows] for k in names}
-    arms = {name: arms[name] for name in POLICIES if name in arms}
+            rows.add(name, record.base, record.seed, values)
+    arms = rows.arms(POLICIES)
     sizes = _sizes(runs.tier)
     held_out = {str(step): {name: interval([v.get(name) for v in values])
                             for name in (*(f"pass@{k}" for k in KS), "never_solved_rate",

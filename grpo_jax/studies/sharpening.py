@@ -157,7 +157,7 @@ def figures(mine: list[dict], reference: list[dict] | None, k: int = K) -> dict:
 
 def analyze(runs: common.StudyRuns) -> common.Analysis:
     seeds = sorted({r.seed for r in runs.runs})
-    arms: dict = {}
+    rows = common.ArmRows()
     points: list = []  # (reference pass@1, RL pass@1, the correct answer's reference rank)
     for record in runs.arm(RL):
         if not record.finished:
@@ -170,19 +170,12 @@ def analyze(runs: common.StudyRuns) -> common.Analysis:
             continue
         for name, mine, ref in ((RL, rl, reference), (BASE, reference, None),
                                 (REDRAW, redraw, reference)):
-            entry = arms.setdefault(name, {"seeds": [], "bases": [], "rows": []})
-            entry["seeds"].append(record.seed)
-            entry["bases"].append(record.base)
-            entry["rows"].append(figures(mine, ref))
+            rows.add(name, record.base, record.seed, figures(mine, ref))
         for p, q in zip(rl, reference):
             rank = correct_rank(q, _correct_answers(p) | _correct_answers(q))
             points.append((q["correct_flags"].count("1") / len(q["answers"]),
                            p["correct_flags"].count("1") / len(p["answers"]), rank))
-    for entry in arms.values():
-        rows = entry.pop("rows")
-        names = sorted({k for row in rows for k in row})
-        entry["metrics"] = {k: [row.get(k) for row in rows] for k in names}
-    arms = {name: arms[name] for name in (RL, BASE, REDRAW) if name in arms}
+    arms = rows.arms((RL, BASE, REDRAW))
     sizes = _sizes(runs.tier)
     return common.Analysis(
         arms=arms, specs=SPECS, table=table(arms),

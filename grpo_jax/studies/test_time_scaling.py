@@ -338,13 +338,6 @@ def exchange(base: dict, rl: dict, ks) -> dict:
     return out
 
 
-def _add(arms: dict, name: str, base: str, seed: int, values: dict) -> None:
-    entry = arms.setdefault(name, {"seeds": [], "bases": [], "rows": []})
-    entry["seeds"].append(seed)
-    entry["bases"].append(base)
-    entry["rows"].append(values)
-
-
 def _load(path: str) -> dict | None:
     return json.loads(storage.read_text(path)) if storage.isfile(path) else None
 
@@ -352,7 +345,7 @@ def _load(path: str) -> dict | None:
 def analyze(runs: common.StudyRuns) -> common.Analysis:
     sizes = _sizes(runs.tier)
     ks = sizes["ks"]
-    arms: dict = {}
+    rows = common.ArmRows()
     examples: dict = {}
     seeds = sorted({r.seed for r in runs.runs})
 
@@ -364,7 +357,7 @@ def analyze(runs: common.StudyRuns) -> common.Analysis:
             if condition in measured["conditions"]:
                 figures = measured["conditions"][condition]
                 name = budget_arm(model, condition)
-                _add(arms, name, key, seed, {k: figures[k] for k in BUDGET_FIGURES})
+                rows.add(name, key, seed, {k: figures[k] for k in BUDGET_FIGURES})
                 examples.setdefault(name, figures.get("examples", []))
 
     for key in runs.bases:
@@ -383,23 +376,18 @@ def analyze(runs: common.StudyRuns) -> common.Analysis:
         found = {BASE: curves(base["problems"], ks), RL: curves(rl["problems"], ks)}
         for policy, curve in found.items():
             for k in ks:
-                _add(arms, samples_arm(policy, k), record.base, record.seed,
-                     {"pass@k": curve["pass"][k], "maj@k": curve["maj"][k],
-                      "tokens": k * curve["length"]})
-        _add(arms, GAIN, record.base, record.seed,
-             {**exchange(found[BASE], found[RL], ks), "rl_pass@1": found[RL]["pass"][1],
-              "base_pass@1": found[BASE]["pass"][1],
-              "base_distinct": found[BASE]["distinct"], "rl_distinct": found[RL]["distinct"]})
+                rows.add(samples_arm(policy, k), record.base, record.seed,
+                         {"pass@k": curve["pass"][k], "maj@k": curve["maj"][k],
+                          "tokens": k * curve["length"]})
+        rows.add(GAIN, record.base, record.seed,
+                 {**exchange(found[BASE], found[RL], ks), "rl_pass@1": found[RL]["pass"][1],
+                  "base_pass@1": found[BASE]["pass"][1],
+                  "base_distinct": found[BASE]["distinct"], "rl_distinct": found[RL]["distinct"]})
     for record in runs.arm(E3):
         if record.finished:
             budget_rows(E3, storage.join(record.workdir, BUDGET_FILE), record.seed, record.base)
-    for entry in arms.values():
-        rows = entry.pop("rows")
-        names = sorted({k for row in rows for k in row})
-        entry["metrics"] = {k: [row.get(k) for row in rows] for k in names}
-    order = ([samples_arm(p, k) for p in (BASE, RL) for k in ks] + [GAIN]
-             + [budget_arm(m, c) for m, conditions in BUDGET_MODELS for c in conditions])
-    arms = {name: arms[name] for name in order if name in arms}
+    arms = rows.arms([samples_arm(p, k) for p in (BASE, RL) for k in ks] + [GAIN]
+                     + [budget_arm(m, c) for m, conditions in BUDGET_MODELS for c in conditions])
     specs = [tuple(claim.test) for claim in CLAIMS if claim.test is not None]
     specs.append((samples_arm(RL, 1), samples_arm(BASE, 1), "pass@k"))  # the gain itself
     return common.Analysis(

@@ -532,7 +532,7 @@ SPECS = [(SMALL, NO_GAP, "memory_ratio"), (LARGE, NO_GAP, "memory_ratio"),
          (SMALL, NO_GAP, "rss_ratio"), (LARGE, NO_GAP, "rss_ratio")]
 DEEPSEEKMATH = ("Shao et al. 2024, \"DeepSeekMath: Pushing the Limits of Mathematical Reasoning "
                 "in Open Language Models\", arXiv:2402.03300, sec. 4.1.1 (quotation)")
-TUTORIAL = ("the tutorial on policy gradient to R1 (paraphrase, as issue 57 states it); "
+TUTORIAL = ("the tutorial on policy gradient to R1 (a seed document; close paraphrase); "
             "DeepSeekMath motivates GRPO the same way (Shao et al. 2024, arXiv:2402.03300, "
             "sec. 4.1.1)")
 BURDEN = ("As the value function employed in PPO is typically another model of comparable size "
@@ -554,8 +554,8 @@ CLAIMS = (
                           "memory at the larger size, for the reasons of the claim at the "
                           "smaller size"),
     common.Claim("the value model is a major memory burden, and more so as the model grows "
-                 "(the gap grows with model size)", "a reading, not a quotation: the study's "
-                 "brief (issue 57, item 2) from the tutorial's \"the value model is a major "
+                 "(the gap grows with model size)", "a reading, not a quotation: this study's, "
+                 "from the tutorial's \"the value model is a major "
                  "memory burden\" and DeepSeekMath's critic \"of comparable size as the policy "
                  "model\" (Shao et al. 2024, arXiv:2402.03300, sec. 4.1.1); tested as PPO's "
                  "device memory over GRPO's at the larger size against at the smaller, at the "
@@ -576,7 +576,7 @@ CLAIMS = (
                           "than the shared work (the batch's log-prob passes, the optimizer's "
                           "fixed costs)"),
     common.Claim("the parameters and optimizer state of policy + critic are about twice the "
-                 "policy's", "issue 57, item 2 (the study's check); the critic is the policy "
+                 "policy's", "this study's own check; the critic is the policy "
                  "plus a scalar head (grpo_jax/rl/ppo.py), each trained with its own AdamW",
                  (SMALL, TWO_MODELS, "trainable_ratio"), "=", margin=CHECK_MARGIN, kind="check",
                  can_fail="no: the critic copies the policy's parameters and adds a scalar "

@@ -144,7 +144,7 @@ def _paired_cell(stats: dict) -> str:
 
 # ---- claims -------------------------------------------------------------------------------
 
-LECTURE = "the lecture on RL for LLMs (a seed document; quoted as issue 57 quotes it)"
+LECTURE = "the lecture on RL for LLMs (a seed document; close paraphrase)"
 
 
 def _claim(why: str, **fields) -> common.Claim:

@@ -278,7 +278,7 @@ def plot(by_step: dict, out: str) -> None:
 SPECS = [(MAIN, BASE, "pass@1"), (LAST, MAIN, "pass@1"), (LAST, BASE, f"pass@{K}"),
          (LAST, MAIN, f"pass@{K}"), (LAST, REDRAW, "only_solves_rate")]
 
-LECTURE = "the lecture on RL for LLMs (a seed document; quoted as issue 57 quotes it)"
+LECTURE = "the lecture on RL for LLMs (a seed document; close paraphrase)"
 PRORL = ("Liu et al. 2025, \"ProRL: Prolonged Reinforcement Learning Expands Reasoning "
          "Boundaries in Large Language Models\", arXiv:2505.24864, abstract")
 

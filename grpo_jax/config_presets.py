@@ -15,6 +15,8 @@ changes, so it imports nothing but the library and works from any folder:
   that swap on any main-job config (the studies' PPO and TRPO arms).
 - `code_job`, `agents_preset` (`agents_job`), `r1_pipeline_job`, `gsm8k_job`: the code,
   agents, R1 pipeline and GSM8K jobs (configs/code.py, agents.py, r1_pipeline.py, gsm8k.py).
+- `reasoning_gym_job(preset)`: the main job on reasoning-gym generators, a preset per task
+  family (configs/reasoning_gym_tasks.py).
 
 This file is itself a config file whose preset is a job's name: `--config=NAME[:preset]` on
 the command line is read as `--config=<this file>:NAME[:preset]` (`get_config`).
@@ -28,9 +30,10 @@ from ml_collections import config_dict
 
 from grpo_jax.stages import default_section
 
-__all__ = ["EVALS", "JOBS", "Job", "agents_job", "agents_preset", "code_job", "get_config",
-           "gsm8k_job", "job_config", "main_job", "ppo_job", "r1_pipeline_job", "tool_job",
-           "trpo_job", "with_ppo", "with_trpo"]
+__all__ = ["EVALS", "JOBS", "Job", "REASONING_GYM_PRESETS", "agents_job", "agents_preset",
+           "code_job", "get_config", "gsm8k_job", "job_config", "main_job", "ppo_job",
+           "r1_pipeline_job", "reasoning_gym_job", "tool_job", "trpo_job", "with_ppo",
+           "with_trpo"]
 
 
 def main_job(preset: str | None = None, *, task: str | None = None
@@ -699,6 +702,69 @@ JOBS = {
     "code": Job(code_job, ("cpu", "smoke"), "configs/code.py"),
     "gsm8k": Job(gsm8k_job, ("gpu", "tpu", "smoke"), "configs/gsm8k.py"),
 }
+
+
+# Generator settings of each preset's family (the fields of reasoning-gym's config
+# dataclasses); a mix named on the command line uses these for the datasets it shares.
+REASONING_GYM_DATASET_KWARGS = {
+    "chain_sum": {"min_terms": 2, "max_terms": 3, "min_digits": 1, "max_digits": 1},
+    "letter_counting": {"min_words": 2, "max_words": 2},
+    "spell_backward": {"min_word_len": 3, "max_word_len": 5},
+}
+REASONING_GYM_PRESETS = ("chain_sum", "letter_counting", "spell_backward", "smoke")
+
+
+def reasoning_gym_job(preset: str | None = None) -> ml_collections.ConfigDict:
+    """The main job on reasoning-gym generators (configs/reasoning_gym_tasks.py): a preset
+    per task family (chain_sum, the default; letter_counting; spell_backward) and "smoke"."""
+    preset = preset or "chain_sum"
+    if preset not in REASONING_GYM_PRESETS:
+        raise ValueError(f"unknown preset {preset!r} for configs/reasoning_gym_tasks.py; expected "
+                         f"one of {', '.join(REASONING_GYM_PRESETS)}")
+    config = main_job("smoke" if preset == "smoke" else "cpu")
+    config.task.name = "reasoning_gym"
+    # datasets: "name[:weight],..."; dataset_kwargs: each generator's settings;
+    # test_fraction: the share of each dataset's questions held out.
+    config.task.kwargs = ml_collections.ConfigDict({
+        "datasets": "chain_sum" if preset == "smoke" else preset,
+        "dataset_kwargs": REASONING_GYM_DATASET_KWARGS,
+        "test_fraction": 0.1,
+    })
+    config.task.prompt_len = 0  # measured at start-up (the generators' questions are long)
+    config.task.train_size = 4000
+    config.task.solution_error_rate = 0.3  # chance that a worked-solution step is wrong
+    config.task.format_error_rate = 0.1
+    config.model.max_seq_len = 128  # prompt bucket (<= 96) + 32 new tokens
+    # An example is 60-100 tokens (most of it the generator's question): 32 a step, unpacked.
+    config.pretrain.pack_len = 128
+    config.pretrain.batch_size = 32
+    config.pretrain.steps = 800
+    config.rl.max_new_tokens = 32
+    config.rl.fused_steps = 0  # the dataset's scorer runs on the host
+    config.rl.steps = 40
+    config.rl.checkpoint_every = 20
+    for section in (config.eval_base, config.eval_final):
+        section.max_new_tokens = 32
+    if preset == "chain_sum":
+        # 800 pretraining steps left a base of pass@1 0.15 / pass@8 0.66 that 40 or 80 GRPO
+        # steps raised by 0.07-0.09 only (docs/reasoning_gym.md, Results).
+        config.pretrain.steps = 2000
+        config.rl.steps = 80
+    if preset == "letter_counting":  # prompts up to 95 tokens, worked solutions up to 39
+        config.model.max_seq_len = config.pretrain.pack_len = 136
+        config.rl.max_new_tokens = 40
+        for section in (config.eval_base, config.eval_final):
+            section.max_new_tokens = 40
+    if preset == "smoke":
+        config.task.train_size = 64
+        config.task.eval_size = 8
+        config.rl.max_new_tokens = 24
+        config.rl.steps = 2
+        config.rl.checkpoint_every = 1
+        config.pretrain.steps = 3
+        for section in (config.eval_base, config.eval_final):
+            section.max_new_tokens = 24
+    return config
 
 
 def unknown_job(name: str) -> str:

@@ -26,7 +26,8 @@ NAMES = ("baselines", "length_bias", "difficulty_bias", "pass_at_k", "length_gro
          "language_consistency", "reward_hacking", "onpolicy_distill", "gae_lambda",
          "negative_samples", "entropy_dynamics", "rl_steps", "test_time_scaling",
          "generalization", "critic_memory", "overoptimization", "pretraining_vs_rl",
-         "forgetting", "code_rewards", "distillation_bias", "cot_faithfulness")
+         "forgetting", "code_rewards", "distillation_bias", "cot_faithfulness",
+         "replication")
 
 __all__ = ["NAMES", "get"]
 

@@ -37,8 +37,6 @@ from __future__ import annotations
 
 import dataclasses
 import functools
-import importlib.util
-import pathlib
 
 from grpo_jax.studies import (
     common,
@@ -70,23 +68,16 @@ ARMS = tuple(arm_name(f, k) for f in FAMILIES for k in KINDS)
 
 # ---- configs ------------------------------------------------------------------------------
 
-@functools.cache
-def _presets():
-    """configs/reasoning_gym_tasks.py as a module (the family presets' one source)."""
-    path = pathlib.Path(__file__).resolve().parents[2] / "configs" / "reasoning_gym_tasks.py"
-    spec = importlib.util.spec_from_file_location("_reasoning_gym_tasks", path)
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
-
-
 def family_job(tier: str, family: str):
     """The family's preset (full tier), or the smoke preset's sizes on the family's dataset
     (mini tier)."""
+    # imported when a config is built, so `list` stays light
+    from grpo_jax import config_presets
+
     if family not in FAMILIES:
         raise ValueError(f"replication: family {family!r}; expected one of "
                          f"{', '.join(FAMILIES)}")
-    config = _presets().get_config(family if tier == "full" else "smoke")
+    config = config_presets.reasoning_gym_job(family if tier == "full" else "smoke")
     config.task.kwargs.datasets = family
     return config
 

@@ -163,6 +163,14 @@ def test_a_bad_value_is_one_line_naming_the_field(value):
     assert "rl.advantage_sign: expected one of ['both', 'positive', 'negative']" in lines[0]
 
 
+def test_expert_iteration_refuses_the_negative_sign_it_would_train_nothing_on():
+    """expert_iteration's advantages are 0 or 1: the negative sign keeps no token."""
+    with pytest.raises(ConfigError, match=r"rl.advantage_sign: expert_iteration's advantages "
+                                          r"are 0 or 1, never negative"):
+        validate(smoke(advantage_sign="negative", algorithm="expert_iteration"), KINDS)
+    validate(smoke(advantage_sign="positive", algorithm="expert_iteration"), KINDS)
+
+
 def test_the_device_source_takes_it():
     """The fused program runs the learner's own iteration (its policy_loss), so validation
     lets a fused stage take either sign."""

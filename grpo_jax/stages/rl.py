@@ -115,7 +115,11 @@ def validate(check) -> None:
     check.number("entropy_coef", low=0.0)
     check.number("entropy_tokens", low=0.0, high=1.0, low_open=True)
     check.choice("entropy_side", ("top", "bottom"))
-    check.choice("advantage_sign", ADVANTAGE_SIGNS)
+    if check.choice("advantage_sign", ADVANTAGE_SIGNS) == "negative" \
+            and section.algorithm == "expert_iteration":
+        check.fail("advantage_sign", "expert_iteration's advantages are 0 or 1, never "
+                                     "negative, so 'negative' would train on nothing; "
+                                     "expected both or positive")
     check.positive("adv_eps")
     check.positive("temperature")
     check.integer("ref_reset_every", low=0)

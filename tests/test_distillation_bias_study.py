@@ -4,7 +4,6 @@ solutions, a bad value is one line; and the study's arms, wiring and arithmetic,
 
 from __future__ import annotations
 
-import hashlib
 import re
 
 import ml_collections
@@ -18,29 +17,6 @@ from grpo_jax.tasks.arithmetic import ArithmeticTask, evaluate, systematic_answe
 from grpo_jax.tasks.base import Example
 
 MAIN = {"difficulty": 1, "max_operators": 2, "error_mode": "operator"}  # the main job's draw
-
-# sha256 (first 16 hex digits) of each problem's id, clean solution and noisy solution
-# (error_rate 0.3, rng = its position), joined by lines, as drawn before the keywords existed
-# (the same table as tests/test_generalization_study.py).
-BEFORE = [(MAIN, "train", 300, "ed9d25e4ca43b0d0"), (MAIN, "test", 128, "afb4153956e204f4"),
-          ({}, "train", 300, "0d9405390e8d54ab"), ({}, "test", 128, "95d84a49be67b04b"),
-          ({"difficulty": (1, 2, 3)}, "train", 300, "b54c9be87c08265d"),
-          ({"difficulty": (1, 2, 3)}, "test", 128, "81e80a868bf0116c")]
-
-
-def _digest(task, split, n):
-    examples = task.examples(split, n, seed=0)
-    text = "\n".join(f"{e.id}|{e.solution}|{task.solution(e, rng=i, error_rate=0.3)[0]}"
-                     for i, e in enumerate(examples))
-    return hashlib.sha256(text.encode()).hexdigest()[:16]
-
-
-@pytest.mark.parametrize("kwargs,split,n,digest", BEFORE)
-def test_the_defaults_draw_what_was_drawn_before(kwargs, split, n, digest):
-    assert _digest(ArithmeticTask(**kwargs), split, n) == digest
-    assert _digest(ArithmeticTask(**kwargs, systematic_error="", style_marker=""), split,
-                   n) == digest
-
 
 def test_the_planted_answer_by_hand():
     # subtraction as addition: 7-5*3 -> 5*3=15, 7+15=22; 8-9 -> 17; 2-2*9 -> 2+18 = 20

@@ -1,5 +1,6 @@
 """Tasks: registry, templates, determinism, disjoint splits, noisy solutions."""
 
+import hashlib
 import math
 
 import numpy as np
@@ -295,3 +296,31 @@ def test_redo_word_replaces_redo_in_the_same_traces():
     for word in ("", "re do", "Wäit", 3):
         with pytest.raises(ValueError, match="redo_word"):
             get_task("arithmetic", redo_word=word)
+
+
+ARITHMETIC_MAIN = {"difficulty": 1, "max_operators": 2, "error_mode": "operator"}  # main job
+# sha256 (first 16 hex digits) of each problem's id, clean solution and noisy solution
+# (error_rate 0.3, rng = its position), joined by lines, as drawn before the keywords
+# operators, systematic_error and style_marker existed.
+ARITHMETIC_DRAWS = [
+    (ARITHMETIC_MAIN, "train", 300, "ed9d25e4ca43b0d0"),
+    (ARITHMETIC_MAIN, "test", 128, "afb4153956e204f4"),
+    ({}, "train", 300, "0d9405390e8d54ab"), ({}, "test", 128, "95d84a49be67b04b"),
+    ({"difficulty": (1, 2, 3)}, "train", 300, "b54c9be87c08265d"),
+    ({"difficulty": (1, 2, 3)}, "test", 128, "81e80a868bf0116c")]
+
+
+def _arithmetic_digest(task, split, n):
+    examples = task.examples(split, n, seed=0)
+    text = "\n".join(f"{e.id}|{e.solution}|{task.solution(e, rng=i, error_rate=0.3)[0]}"
+                     for i, e in enumerate(examples))
+    return hashlib.sha256(text.encode()).hexdigest()[:16]
+
+
+@pytest.mark.parametrize("kwargs,split,n,digest", ARITHMETIC_DRAWS)
+def test_arithmetic_keywords_at_their_defaults_draw_what_was_drawn_before(kwargs, split, n,
+                                                                           digest):
+    assert _arithmetic_digest(ArithmeticTask(**kwargs), split, n) == digest
+    # the defaults spelled out: every operator (in any order), no plant, no marker
+    spelled = ArithmeticTask(**kwargs, operators="*-+", systematic_error="", style_marker="")
+    assert _arithmetic_digest(spelled, split, n) == digest

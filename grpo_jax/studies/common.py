@@ -42,7 +42,7 @@ from grpo_jax.studies.configs import (VOLATILE_FIELDS, agents_job, config_hash, 
                                       for_tier_base, main_arm, main_base, main_job, preset,
                                       tool_job)
 from grpo_jax.studies.present import (band, bar_plot, cell, curve_panels, error_bars,
-                                      paired_cell, pyplot, save_figure)
+                                      interval_line, paired_cell, pyplot, save_figure)
 from grpo_jax.studies.publish import (experiments_dir, generated_block, index_table,
                                       publish_outputs, write_outputs)
 from grpo_jax.studies.record import (POST_HOC_MARGIN, Analysis, Claim, RunRecord, Study,
@@ -50,12 +50,13 @@ from grpo_jax.studies.record import (POST_HOC_MARGIN, Analysis, Claim, RunRecord
 from grpo_jax.studies.runs import (RunHeld, build_base, build_bases, execute, holder_of,
                                    link_run, plan, protocol_of)
 
-__all__ = ["POST_HOC_MARGIN", "VOLATILE_FIELDS", "Analysis", "ArmRows", "Claim", "RunHeld", "RunRecord", "Study",
-           "StudyRuns", "Tier", "add_base_arm", "agents_job", "arm_curves", "band", "bar_plot",
-           "build_base", "build_bases", "cell", "config_hash", "constant_arm", "curve_panels",
-           "error_bars", "eval_seed", "eval_values", "execute", "experiments_dir", "figures",
-           "for_tier", "for_tier_base", "generated_block", "holder_of", "index_table",
-           "last_stage_rows", "link_run", "load_finished", "load_run_params", "main_arm",
-           "main_base", "main_job", "measured_arm", "paired_cell", "per_seed", "plan", "preset",
-           "protocol_of", "publish_outputs", "pyplot", "save_figure", "tool_job", "training_mean",
+__all__ = ["POST_HOC_MARGIN", "VOLATILE_FIELDS", "Analysis", "ArmRows", "Claim", "RunHeld",
+           "RunRecord", "Study", "StudyRuns", "Tier", "add_base_arm", "agents_job",
+           "arm_curves", "band", "bar_plot", "build_base", "build_bases", "cell",
+           "config_hash", "constant_arm", "curve_panels", "error_bars", "eval_seed",
+           "eval_values", "execute", "experiments_dir", "figures", "for_tier", "for_tier_base",
+           "generated_block", "holder_of", "index_table", "interval_line", "last_stage_rows",
+           "link_run", "load_finished", "load_run_params", "main_arm", "main_base", "main_job",
+           "measured_arm", "paired_cell", "per_seed", "plan", "preset", "protocol_of",
+           "publish_outputs", "pyplot", "save_figure", "tool_job", "training_mean",
            "training_rows", "write_outputs"]

@@ -176,13 +176,8 @@ def plot(arms: dict, ks, out: str) -> None:
     for name in ARMS:
         if name not in arms:
             continue
-        stats = [paired(arms, name, BASE_MODEL, f"pass@{k}") for k in ks]
-        mean = np.array([s["mean"] for s in stats]) * 100
-        axes[1].plot(x, mean, marker="o", ms=3, color=colors[name], label=name)
-        if all(s["n"] > 1 for s in stats):
-            axes[1].fill_between(x, np.array([s["ci95"][0] for s in stats]) * 100,
-                                 np.array([s["ci95"][1] for s in stats]) * 100,
-                                 color=colors[name], alpha=0.15)
+        common.interval_line(axes[1], x, [paired(arms, name, BASE_MODEL, f"pass@{k}") for k in ks],
+                      color=colors[name], label=name)
     axes[1].axhline(0.0, color="gray", lw=0.8)
     axes[1].set_ylabel("arm - base model, same (base, seed) (points)")
     for ax in axes:

@@ -153,25 +153,15 @@ def plot(arms: dict, ks, out: str) -> None:
             for s, style in ((suffix, "-"), ("/ops=1", "--")) if suffix else ((suffix, "-"),):
                 stats = [interval([v for v in arms[name]["metrics"].get(f"pass@{k}{s}", [])
                                    if v is not None]) for k in ks]
-                mean = np.array([st["mean"] for st in stats]) * 100
-                ax.plot(x, mean, style, marker="o", ms=3, color=color,
-                        label=name if style == "-" else None)
-                if all(st["n"] > 1 for st in stats):
-                    ax.fill_between(x, np.array([st["ci95"][0] for st in stats]) * 100,
-                                    np.array([st["ci95"][1] for st in stats]) * 100,
-                                    color=color, alpha=0.15)
+                common.interval_line(ax, x, stats, color=color, style=style,
+                              label=name if style == "-" else None)
         ax.set_title(f"held-out pass@k, {title}", fontsize=9)
         ax.set_ylabel("pass@k (%)")
     ax = axes[2]
     for suffix, color, label in (("", "C2", "all"), ("/ops=1", "C1", "1 operator"),
                                  ("/ops=2", "C4", "2 operators")):
-        stats = [_paired(arms, f"pass@{k}{suffix}") for k in ks]
-        mean = np.array([st["mean"] for st in stats]) * 100
-        ax.plot(x, mean, marker="o", ms=3, color=color, label=label)
-        if all(st["n"] > 1 for st in stats):
-            ax.fill_between(x, np.array([st["ci95"][0] for st in stats]) * 100,
-                            np.array([st["ci95"][1] for st in stats]) * 100, color=color,
-                            alpha=0.15)
+        common.interval_line(ax, x, [_paired(arms, f"pass@{k}{suffix}") for k in ks], color=color,
+                      label=label)
     ax.axhline(0.0, color="gray", lw=0.8)
     ax.set_ylabel("RL - base model, same (base, seed) (points)")
     ax.set_title("paired difference, 95% interval", fontsize=9)

@@ -40,6 +40,21 @@ def error_bars(stats: Sequence[Mapping], scale: float = 1.0, *, key: str = "mean
     return means, halves
 
 
+def interval_line(ax, x: Sequence[float], stats: Sequence[Mapping], *, color: str,
+                  label: str | None, style: str = "-", scale: float = 100.0) -> None:
+    """A curve of intervals (`grpo_jax.stats.interval`'s or `paired_interval`'s, one per x):
+    their means times `scale`, and the band of their 95% intervals where every point has
+    one (n > 1)."""
+    import numpy as np
+
+    ax.plot(x, np.array([s["mean"] for s in stats]) * scale, style, marker="o", ms=3,
+            color=color, label=label)
+    if all(s["n"] > 1 for s in stats):
+        ax.fill_between(x, np.array([s["ci95"][0] for s in stats]) * scale,
+                        np.array([s["ci95"][1] for s in stats]) * scale, color=color,
+                        alpha=0.15)
+
+
 def band(ax, series: Sequence[Sequence[float]], *, label: str, color: str,
          x: Sequence[float] | None = None) -> None:
     """One arm's curve on `ax`: the mean over seeds with a band of ±1 standard deviation

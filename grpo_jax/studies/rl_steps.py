@@ -237,8 +237,6 @@ def table(arms: dict, by_step: dict) -> str:
 def plot(by_step: dict, out: str) -> None:
     """rl_steps.png: held-out pass@k against the RL step (k in SHOWN_KS and K, 95% bands
     over (base, seed)), and pass@k against k for the base and every checkpoint."""
-    import numpy as np
-
     if not by_step:
         return
     plt = common.pyplot()
@@ -247,12 +245,7 @@ def plot(by_step: dict, out: str) -> None:
     ax = axes[0]
     for i, k in enumerate((*SHOWN_KS, K)):
         stats = [interval([r.get(f"pass@{k}") for r in by_step[s]]) for s in steps]
-        mean = np.array([st["mean"] for st in stats]) * 100
-        ax.plot(steps, mean, marker="o", ms=3, color=f"C{i}", label=f"pass@{k}")
-        if all(st["n"] > 1 for st in stats):
-            ax.fill_between(steps, np.array([st["ci95"][0] for st in stats]) * 100,
-                            np.array([st["ci95"][1] for st in stats]) * 100,
-                            color=f"C{i}", alpha=0.15)
+        common.interval_line(ax, steps, stats, color=f"C{i}", label=f"pass@{k}")
     ax.set_xlabel("RL step (0: the base)")
     ax.set_ylabel("held-out pass@k (%)")
     ax.set_title("along the run, mean and 95% over (base, seed)", fontsize=9)

@@ -10,7 +10,6 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 import pytest
-from flax import nnx
 
 from grpo_jax.rl.rollout import Rollout
 from grpo_jax.rl.update import (ADVANTAGE_SIGNS, LossSettings, advantage_sign_tokens,
@@ -20,6 +19,7 @@ from grpo_jax.stages import KINDS
 from grpo_jax.stages import rl as rl_stage
 
 from configs import default as default_config
+from tests.test_algorithms import tiny_policy
 
 ADVANTAGES = (1.0, -1.0, 0.5, 0.0, 2.0, -0.25)  # one per row; row 3's is zero
 
@@ -29,16 +29,6 @@ def smoke(**rl):
     config.mesh.num_devices = 1
     config.rl.update(rl)
     return config
-
-
-def tiny_policy():
-    from grpo_jax.models import Transformer, named_config
-    from grpo_jax.training import Policy
-
-    model = Transformer(named_config("tiny-1m", vocab_size=12, hidden_size=32, num_layers=1,
-                                     num_heads=2, num_kv_heads=1, head_dim=16, mlp_size=64,
-                                     max_seq_len=16), rngs=nnx.Rngs(0))
-    return Policy.from_model(model)
 
 
 def tiny_batch(rows=6, prompt_len=3, new=5, seed=4):

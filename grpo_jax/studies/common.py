@@ -42,7 +42,8 @@ from grpo_jax.studies.configs import (VOLATILE_FIELDS, agents_job, config_hash, 
                                       for_tier_base, main_arm, main_base, main_job, preset,
                                       tool_job)
 from grpo_jax.studies.present import (band, bar_plot, cell, curve_panels, error_bars,
-                                      interval_line, paired_cell, pyplot, save_figure)
+                                      interval_line, k_axis, paired_cell, pyplot,
+                                      save_figure)
 from grpo_jax.studies.publish import (experiments_dir, generated_block, index_table,
                                       publish_outputs, write_outputs)
 from grpo_jax.studies.record import (POST_HOC_MARGIN, Analysis, Claim, RunRecord, Study,
@@ -55,8 +56,8 @@ __all__ = ["POST_HOC_MARGIN", "VOLATILE_FIELDS", "Analysis", "ArmRows", "Claim",
            "arm_curves", "band", "bar_plot", "build_base", "build_bases", "cell",
            "config_hash", "constant_arm", "curve_panels", "error_bars", "eval_seed",
            "eval_values", "execute", "experiments_dir", "figures", "for_tier", "for_tier_base",
-           "generated_block", "holder_of", "index_table", "interval_line", "last_stage_rows",
-           "link_run", "load_finished", "load_run_params", "main_arm", "main_base", "main_job",
-           "measured_arm", "paired_cell", "per_seed", "plan", "preset", "protocol_of",
-           "publish_outputs", "pyplot", "save_figure", "tool_job", "training_mean",
-           "training_rows", "write_outputs"]
+           "generated_block", "holder_of", "index_table", "interval_line", "k_axis",
+           "last_stage_rows", "link_run", "load_finished", "load_run_params", "main_arm",
+           "main_base", "main_job", "measured_arm", "paired_cell", "per_seed", "plan",
+           "preset", "protocol_of", "publish_outputs", "pyplot", "save_figure", "tool_job",
+           "training_mean", "training_rows", "write_outputs"]

@@ -176,14 +176,12 @@ def plot(arms: dict, ks, out: str) -> None:
     for name in ARMS:
         if name not in arms:
             continue
-        common.interval_line(axes[1], x, [paired(arms, name, BASE_MODEL, f"pass@{k}") for k in ks],
-                      color=colors[name], label=name)
+        stats = [paired(arms, name, BASE_MODEL, f"pass@{k}") for k in ks]
+        common.interval_line(axes[1], x, stats, color=colors[name], label=name)
     axes[1].axhline(0.0, color="gray", lw=0.8)
     axes[1].set_ylabel("arm - base model, same (base, seed) (points)")
     for ax in axes:
-        ax.set_xscale("log", base=2)
-        ax.set_xticks(x, [str(k) for k in ks], fontsize=7)
-        ax.set_xlabel("k (samples per problem)")
+        common.k_axis(ax, ks)
         ax.legend(fontsize=7)
     common.save_figure(fig, out, "negative_samples.png")
 

@@ -154,21 +154,19 @@ def plot(arms: dict, ks, out: str) -> None:
                 stats = [interval([v for v in arms[name]["metrics"].get(f"pass@{k}{s}", [])
                                    if v is not None]) for k in ks]
                 common.interval_line(ax, x, stats, color=color, style=style,
-                              label=name if style == "-" else None)
+                                     label=name if style == "-" else None)
         ax.set_title(f"held-out pass@k, {title}", fontsize=9)
         ax.set_ylabel("pass@k (%)")
     ax = axes[2]
     for suffix, color, label in (("", "C2", "all"), ("/ops=1", "C1", "1 operator"),
                                  ("/ops=2", "C4", "2 operators")):
-        common.interval_line(ax, x, [_paired(arms, f"pass@{k}{suffix}") for k in ks], color=color,
-                      label=label)
+        common.interval_line(ax, x, [_paired(arms, f"pass@{k}{suffix}") for k in ks],
+                             color=color, label=label)
     ax.axhline(0.0, color="gray", lw=0.8)
     ax.set_ylabel("RL - base model, same (base, seed) (points)")
     ax.set_title("paired difference, 95% interval", fontsize=9)
     for ax in axes:
-        ax.set_xscale("log", base=2)
-        ax.set_xticks(x, [str(k) for k in ks], fontsize=7)
-        ax.set_xlabel("k (samples per problem)")
+        common.k_axis(ax, ks)
         ax.legend(fontsize=7)
     common.save_figure(fig, out, "pass_at_k.png")
 

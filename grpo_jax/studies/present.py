@@ -55,6 +55,13 @@ def interval_line(ax, x: Sequence[float], stats: Sequence[Mapping], *, color: st
                         alpha=0.15)
 
 
+def k_axis(ax, ks: Sequence[int]) -> None:
+    """`ax`'s x axis as samples per problem: log2, a tick at each k of `ks`."""
+    ax.set_xscale("log", base=2)
+    ax.set_xticks(ks, [str(k) for k in ks], fontsize=7)
+    ax.set_xlabel("k (samples per problem)")
+
+
 def band(ax, series: Sequence[Sequence[float]], *, label: str, color: str,
          x: Sequence[float] | None = None) -> None:
     """One arm's curve on `ax`: the mean over seeds with a band of ±1 standard deviation

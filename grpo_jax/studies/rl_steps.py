@@ -257,9 +257,7 @@ def plot(by_step: dict, out: str) -> None:
                 for k in KS]
         ax.plot(KS, mean, marker="o", ms=3, color=cmap(i / max(1, len(steps) - 1)),
                 label="base" if step == 0 else f"step {step}")
-    ax.set_xscale("log", base=2)
-    ax.set_xticks(KS, [str(k) for k in KS], fontsize=7)
-    ax.set_xlabel("k (samples per problem)")
+    common.k_axis(ax, KS)
     ax.set_ylabel("held-out pass@k (%)")
     ax.set_title("pass@k against k, per checkpoint", fontsize=9)
     ax.legend(fontsize=7)

@@ -4,6 +4,7 @@ arm samples and trains on as many sequences as GRPO on the student samples."""
 
 import pytest
 
+from grpo_jax.studies import families
 from grpo_jax.studies import configs as configs_lib
 from grpo_jax.studies import replication as rep
 
@@ -92,8 +93,8 @@ def test_claims_are_the_originals_with_family_tests():
 
 
 def test_bad_family():
-    with pytest.raises(ValueError, match="family"):
-        rep.family_job("full", "chain_sum")
+    with pytest.raises(ValueError, match="task family 'chain_sum'"):
+        families.job("full", "chain_sum")
 
 
 def test_mini_tier_keys_distinct():

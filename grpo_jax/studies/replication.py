@@ -41,6 +41,7 @@ import functools
 from grpo_jax.studies import (
     common,
     distill_vs_rl,
+    families,
     forking_tokens,
     off_policy,
     tables,
@@ -48,8 +49,8 @@ from grpo_jax.studies import (
 )
 from grpo_jax.studies.arms import per_arm
 
-FAMILIES = ("letter_counting", "spell_backward")
-MINI_FAMILY = "spell_backward"
+FAMILIES = families.FAMILIES
+MINI_FAMILY = families.SECOND
 ALL, TOP, PPO, DECOUPLED, RL_STUDENT, DISTILL = (
     "all", "top20", "K=8,ppo-clip", "K=8,decoupled", "rl (student)", "distill")
 KINDS = (ALL, TOP, PPO, DECOUPLED, RL_STUDENT, DISTILL)
@@ -59,8 +60,7 @@ METRICS = ("pass@1", "pass@8", "format_rate")
 TEACHER = "teacher"  # a pseudo-arm: the teacher role's final evaluation
 
 
-def arm_name(family: str, kind: str) -> str:
-    return f"{family}: {kind}"
+arm_name = families.arm_name
 
 
 ARMS = tuple(arm_name(f, k) for f in FAMILIES for k in KINDS)
@@ -68,44 +68,15 @@ ARMS = tuple(arm_name(f, k) for f in FAMILIES for k in KINDS)
 
 # ---- configs ------------------------------------------------------------------------------
 
-def family_job(tier: str, family: str):
-    """The family's preset (full tier), or the smoke preset's sizes on the family's dataset
-    (mini tier)."""
-    # imported when a config is built, so `list` stays light
-    from grpo_jax import config_presets
-
-    if family not in FAMILIES:
-        raise ValueError(f"replication: family {family!r}; expected one of "
-                         f"{', '.join(FAMILIES)}")
-    config = config_presets.reasoning_gym_job(family if tier == "full" else "smoke")
-    config.task.kwargs.datasets = family
-    return config
-
-
-def family_base(tier: str, family: str, model: str = "tiny-1m"):
-    """The preset's pretraining (the student: tiny-300k, then its held-out evaluation, as
-    distill_vs_rl's student)."""
-    config = family_job(tier, family)
-    config.stages = "pretrain" if model == "tiny-1m" else "pretrain,eval_base"
-    config.model.name = model
-    return config
-
-
 def grpo_arm(tier: str, family: str, role: str = "base", stages: str = "eval_base,rl,eval_final"):
-    """The preset's GRPO stage from the family's role `role` (model.init_from holds the
-    role's name until `attach`)."""
-    config = family_job(tier, family)
-    del config.pretrain
-    config.stages = stages
-    config.model.init_from = f"{family}:{role}"
-    if role == "student":
-        config.model.name = STUDENT_MODEL
-    return config
+    """The preset's GRPO stage from the family's role `role` (the student: tiny-300k)."""
+    return families.grpo(tier, family, role, stages,
+                         model=STUDENT_MODEL if role == "student" else None)
 
 
 def _teacher(tier: str, family: str, roles: dict):
     config = grpo_arm(tier, family, stages="rl,eval_final")
-    config.model.init_from = roles[f"{family}:base"]
+    config.model.init_from = roles[families.role(family)]
     return config
 
 
@@ -113,9 +84,9 @@ def base_config(tier: str) -> dict:
     """Per family the base, the student and the teacher (the mini tier: one family's)."""
     roles = {}
     for family in (FAMILIES if tier == "full" else (MINI_FAMILY,)):
-        roles[f"{family}:base"] = family_base(tier, family)
-        roles[f"{family}:student"] = family_base(tier, family, STUDENT_MODEL)
-        roles[f"{family}:teacher"] = functools.partial(_teacher, tier, family)
+        roles[families.role(family)] = families.base(tier, family)
+        roles[families.role(family, "student")] = families.base(tier, family, STUDENT_MODEL)
+        roles[families.role(family, "teacher")] = functools.partial(_teacher, tier, family)
     return roles
 
 

@@ -4,8 +4,8 @@ arm samples and trains on as many sequences as GRPO on the student samples."""
 
 import pytest
 
-from grpo_jax.studies import families
 from grpo_jax.studies import configs as configs_lib
+from grpo_jax.studies import families
 from grpo_jax.studies import replication as rep
 
 

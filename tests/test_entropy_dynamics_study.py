@@ -1,6 +1,9 @@
 """entropy_dynamics: the fit of R = -a exp(H) + b against hand-computed values and data made
-from known a and b, the curve's figures on constructed training rows, and the arms' configs
-(one field apart, the shared runs' hashes)."""
+from known a and b, the curve's figures on constructed training rows, the arms' configs (one
+field apart, the shared runs' hashes; the arithmetic arms' keys as published; the
+spell_backward arms validating as the runner validates a config), the base set and `attach`
+(each family's arms from its own role), the twinned claims, and the analysis of constructed
+runs of both families against hand-computed contrasts (no training)."""
 
 from __future__ import annotations
 
@@ -131,3 +134,222 @@ def test_plot_fits_draws_each_arms_points_and_fit(tmp_path):
     study.plot_fits(points, str(tmp_path))
     assert (tmp_path / "fit.png").stat().st_size > 0
     study.plot_fits({}, str(tmp_path / "none"))  # no arm: no figure, no error
+
+
+# ---- the second task family (spell_backward): configs, roles, claims, analysis ---------------
+
+# The arithmetic arms' config keys as the README's design block publishes them: a change
+# orphans their finished full-tier runs (and those of forking_tokens and updates_per_batch).
+ARITHMETIC_KEYS = {study.GRPO: "c814934f84", study.BONUS: "959f84ccdb",
+                   study.PASSES: "c9fa7d9aa2", study.CLIP_HIGHER: "832a452037"}
+
+
+def _diff(a, b) -> dict:
+    left, right = _flat(a), _flat(b)
+    return {k: (left.get(k), right.get(k)) for k in set(left) | set(right)
+            if left.get(k) != right.get(k)}
+
+
+def test_arithmetic_arms_keep_their_configs():
+    from grpo_jax.studies import configs as configs_lib
+
+    configs = study.arm_configs("full")
+    assert {arm: configs_lib.config_key(configs[arm]) for arm in study.MAIN_ARMS} == \
+        ARITHMETIC_KEYS
+    assert all(configs[arm].model.init_from == "" for arm in study.MAIN_ARMS)
+    assert configs_lib.config_key(study.base_config("full")["base"]) == "70090ef410"
+
+
+def test_family_arms_differ_in_one_change_and_share_replications_run():
+    from grpo_jax.studies import families, replication
+
+    configs = study.arm_configs("full")
+    sb = {kind: configs[study.named(study.FAMILY, kind)] for kind in study.KINDS}
+    grpo = sb[study.GRPO]
+    assert study.FAMILY == "spell_backward" == grpo.task.kwargs.datasets
+    assert grpo.task.name == "reasoning_gym" and grpo.model.init_from == "spell_backward:base"
+    assert grpo.stages == "eval_base,rl,eval_final" and int(grpo.rl.steps) == 40
+    assert common.config_hash(grpo) == common.config_hash(
+        replication.arm_config("full", "spell_backward", replication.ALL))
+    assert common.config_hash(grpo) == common.config_hash(families.grpo("full", study.FAMILY))
+    # the multi-pass change, by hand: updates_per_batch's mu=4, lr=1e-3 arm makes the main
+    # job's 2e-4 five times larger and takes 4 updates per batch; the preset's 2e-4 likewise
+    assert study.lr_factor("full") == pytest.approx(1e-3 / 2e-4) == pytest.approx(5.0)
+    assert float(grpo.rl.lr) == pytest.approx(2e-4) and int(grpo.rl.fused_steps) == 0
+    assert _diff(sb[study.PASSES], grpo) == {"rl.num_iterations": (4, 1),
+                                             "rl.lr": (pytest.approx(1e-3), 2e-4)}
+    assert _diff(sb[study.BONUS], grpo) == {"rl.entropy_coef": (study.ENTROPY_COEF, 0.0)}
+    assert _diff(sb[study.CLIP_HIGHER], sb[study.PASSES]) == {
+        "rl.epsilon_high": (study.EPSILON_HIGH, None)}
+
+
+def test_every_family_arm_validates_as_the_runner_validates_it():
+    """The full tier's spell_backward configs (and the family's base) pass the runner's
+    validation; `model.init_from` (the role name, a directory once attached) is cleared, as
+    no base is built here."""
+    from grpo_jax.pipeline import KINDS, validate
+
+    configs = study.arm_configs("full")
+    roles = study.base_config("full")
+    for config in (*(configs[arm] for arm in study.FAMILY_ARMS), roles["spell_backward:base"]):
+        config.mesh.num_devices = 1  # the suite's 8 virtual CPU devices
+        config.model.init_from = ""
+        inputs = validate(config, KINDS)
+        assert inputs.task is not None
+        assert config.task.prompt_len + config.rl.max_new_tokens <= config.model.max_seq_len
+
+
+def test_base_set_and_attach_send_each_arm_to_its_familys_role():
+    from grpo_jax.studies import configs as configs_lib
+
+    full = study.base_config("full")
+    assert set(full) == {"base", "spell_backward:base"}
+    assert configs_lib.config_key(full["base"]) == configs_lib.config_key(
+        common.main_base("full"))
+    assert full["spell_backward:base"].stages == "pretrain"
+    assert full["spell_backward:base"].task.kwargs.datasets == "spell_backward"
+    # the mini tier: the main base alone, the arithmetic arms only
+    mini = study.base_config("mini")
+    assert not isinstance(mini, dict)
+    assert configs_lib.config_key(mini) == configs_lib.config_key(common.main_base("mini"))
+    assert study.STUDY.tiers["mini"].arms == study.MAIN_ARMS
+    assert study.STUDY.tiers["full"].arms is None
+    fake = {"roles": {"base": "/bases/main", "spell_backward:base": "/bases/spell"}}
+    for arm, config in study.arm_configs("full").items():
+        study.STUDY.attach(config, fake)
+        expected = "/bases/spell" if arm in study.FAMILY_ARMS else "/bases/main"
+        assert config.model.init_from == expected, arm
+    for arm in study.MAIN_ARMS:  # a mini tier's base: one role
+        config = study.arm_config(arm, "mini")
+        study.STUDY.attach(config, {"roles": {"base": "/bases/toy"}})
+        assert config.model.init_from == "/bases/toy"
+
+
+def test_every_claim_has_its_twin_on_the_family():
+    originals, twins = study.ARITHMETIC_CLAIMS, study.FAMILY_CLAIMS
+    assert len(originals) == len(twins) == 6 and study.CLAIMS == (*originals, *twins)
+    for original, twin in zip(originals, twins):
+        assert (twin.text, twin.expect, twin.margin, twin.kind) == (
+            original.text, original.expect, original.margin, original.kind)
+        assert twin.source == original.source + "; rerun on reasoning-gym's spell_backward"
+        a, b, metric = original.test
+        assert twin.test == (f"spell_backward: {a}", f"spell_backward: {b}", metric)
+        assert twin.test in study.SPECS and original.test in study.SPECS
+        assert twin.can_fail and twin.can_fail != original.can_fail
+        assert "spell_backward" in twin.can_fail or "0.10" in twin.can_fail
+    # each contrast within one family; the Holm family holds both
+    assert len(study.SPECS) == 12
+    for a, b, _ in study.SPECS:
+        assert a.startswith("spell_backward: ") == b.startswith("spell_backward: ")
+
+
+# Constructed runs of both families: entropy constant within each window of 10 steps (the
+# window means keep the values exactly), offset o = 0.01 x (2 base + seed) per (base, seed).
+OFFSETS = {("b0", 0): 0.0, ("b0", 1): 0.01, ("b1", 0): 0.02, ("b1", 1): 0.03}
+A, B = 0.5, 1.4  # the family GRPO's training pass@1 follows R = B - A exp(H)
+
+
+def _windows(arm: str, o: float) -> tuple[list[float], list[float] | None]:
+    """(each window's entropy, each window's training pass@1; None: 0.3 + 0.5 H, rising
+    with the entropy, so the fit is R² 0)."""
+    sb = "spell_backward: "
+    return {
+        study.GRPO: ([1.0, 0.95, 0.9, 0.9, 0.85, 0.85, 0.8, 0.8], None),
+        study.BONUS: ([1.0, 0.98, 0.96, 0.95, 0.94, 0.92, 0.9, 0.9], None),
+        study.PASSES: ([1.0, 0.8, 0.7, 0.6, 0.5, 0.45, 0.4, 0.4], None),
+        study.CLIP_HIGHER: ([1.0, 0.8, 0.7, 0.6, 0.5, 0.5, 0.45, 0.45 + o], None),
+        sb + study.GRPO: (h := [1.0, 0.7, 0.6, 0.5 + o], [B - A * math.exp(x) for x in h]),
+        sb + study.BONUS: ([1.0, 0.95, 0.9, 0.9], None),
+        sb + study.PASSES: ([1.0, 0.6, 0.4, 0.3], None),
+        sb + study.CLIP_HIGHER: ([1.0, 0.8, 0.7, 0.6 + 2 * o], None),
+    }[arm]
+
+
+HELD_OUT = {study.GRPO: lambda o: 0.5 + o, study.BONUS: lambda o: 0.52 + o,
+            study.PASSES: lambda o: 0.6, study.CLIP_HIGHER: lambda o: 0.58 + o,
+            "spell_backward: " + study.GRPO: lambda o: 0.8,
+            "spell_backward: " + study.BONUS: lambda o: 0.7 + o,
+            "spell_backward: " + study.PASSES: lambda o: 0.85,
+            "spell_backward: " + study.CLIP_HIGHER: lambda o: 0.9 + o}
+
+
+def _runs(tmp_path) -> common.StudyRuns:
+    import ml_collections
+
+    records = []
+    for arm in study.ARMS:
+        for (base, seed), o in OFFSETS.items():
+            entropy, accuracy = _windows(arm, o)
+            accuracy = accuracy or [0.3 + 0.5 * h for h in entropy]
+            rows = [{"stage": "rl", "stage_step": 10 * w + k, "step": 10 * w + k,
+                     "reward_mean": accuracy[w], "entropy": entropy[w],
+                     "pass@1": accuracy[w], "clip_frac": 0.01, "kl_ref": 0.001}
+                    for w in range(len(entropy)) for k in range(10)]
+            rows += [{"stage": "eval_base", "step": 0, "pass@1": 0.1, "format_rate": 0.5},
+                     {"stage": "eval_final", "step": len(rows), "pass@1": HELD_OUT[arm](o),
+                      "format_rate": 0.9}]
+            workdir = tmp_path / f"{len(records)}"
+            workdir.mkdir(parents=True)
+            (workdir / "metrics.jsonl").write_text("\n".join(json.dumps(r) for r in rows) + "\n")
+            (workdir / "report.json").write_text("{}")
+            records.append(common.RunRecord(arm, base, seed, str(workdir),
+                                            ml_collections.ConfigDict()))
+    return common.StudyRuns(study.STUDY, "full", str(tmp_path), records, {})
+
+
+def test_analysis_of_both_families_gives_the_hand_computed_contrasts(tmp_path):
+    from grpo_jax.studies import summary as summary_lib
+
+    analysis = study.analyze(_runs(tmp_path / "runs"))
+    arms = analysis.arms
+    sb = "spell_backward: "
+    for family in ("", sb):
+        assert arms[family + "base"]["metrics"]["pass@1"] == [0.1] * 4
+        assert arms[family + study.NO_CHANGE]["metrics"]["entropy_ratio"] == [1.0] * 4
+        assert arms[family + study.NO_FIT]["metrics"]["fit_r2"] == [0.0] * 4
+    assert arms[sb + study.GRPO]["metrics"]["fit_points"] == [4] * 4  # 40 steps: 4 windows
+    assert arms[study.GRPO]["metrics"]["fit_points"] == [8] * 4  # 80 steps: 8 windows
+    assert arms[sb + study.GRPO]["metrics"]["fit_a"] == pytest.approx([A] * 4)
+    mean_o = 0.015  # the offsets' mean
+    expected = {
+        # arithmetic: ratios 0.8, 0.45 + o against 0.4, 0.9 against 0.8; the fit rises with
+        # the entropy (R² 0); held-out pass@1 0.58 + o against 0.6, 0.52 + o against 0.5 + o
+        (study.GRPO, study.NO_CHANGE, "entropy_ratio"): 0.8 - 1.0,
+        (study.CLIP_HIGHER, study.PASSES, "entropy_ratio"): 0.45 + mean_o - 0.4,
+        (study.BONUS, study.GRPO, "entropy_ratio"): 0.9 - 0.8,
+        (study.GRPO, study.NO_FIT, "fit_r2"): 0.0,
+        (study.CLIP_HIGHER, study.PASSES, "pass@1"): 0.58 + mean_o - 0.6,
+        (study.BONUS, study.GRPO, "pass@1"): 0.02,
+        # spell_backward: ratios 0.5 + o, 0.6 + 2 o against 0.3, 0.9 against 0.5 + o; the fit
+        # exact (R² 1); held-out pass@1 0.9 + o against 0.85, 0.7 + o against 0.8
+        (sb + study.GRPO, sb + study.NO_CHANGE, "entropy_ratio"): 0.5 + mean_o - 1.0,
+        (sb + study.CLIP_HIGHER, sb + study.PASSES, "entropy_ratio"): 0.6 + 2 * mean_o - 0.3,
+        (sb + study.BONUS, sb + study.GRPO, "entropy_ratio"): 0.9 - (0.5 + mean_o),
+        (sb + study.GRPO, sb + study.NO_FIT, "fit_r2"): 1.0,
+        (sb + study.CLIP_HIGHER, sb + study.PASSES, "pass@1"): 0.9 + mean_o - 0.85,
+        (sb + study.BONUS, sb + study.GRPO, "pass@1"): 0.7 + mean_o - 0.8,
+    }
+    contrasts = summary_lib.contrasts(arms, analysis.specs)
+    got = {(c["a"], c["b"], c["metric"]): c["diff"] for c in contrasts}
+    assert set(got) == set(expected) == set(study.SPECS)
+    for spec, diff in expected.items():
+        assert got[spec] == pytest.approx(diff, abs=1e-9), spec
+    assert "| spell_backward: GRPO | 4 |" in analysis.table
+    (tmp_path / "out").mkdir()
+    analysis.plots(str(tmp_path / "out"))
+    assert {p.name for p in (tmp_path / "out").iterdir()} >= {
+        "curves.png", "fit.png", "curves_spell_backward.png", "fit_spell_backward.png"}
+
+
+def test_analysis_without_family_runs_is_the_arithmetic_one(tmp_path):
+    """The mini tier's case: no spell_backward run, so no family arm, contrast or figure."""
+    runs = _runs(tmp_path / "runs")
+    runs.runs = [r for r in runs.runs if r.arm in study.MAIN_ARMS]
+    analysis = study.analyze(runs)
+    assert not any(arm.startswith("spell_backward") for arm in analysis.arms)
+    from grpo_jax.studies import summary as summary_lib
+
+    assert len(summary_lib.contrasts(analysis.arms, analysis.specs)) == 6
+    (tmp_path / "out").mkdir()
+    analysis.plots(str(tmp_path / "out"))
+    assert {p.name for p in (tmp_path / "out").iterdir()} == {"curves.png", "fit.png"}

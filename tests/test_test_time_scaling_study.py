@@ -1,6 +1,9 @@
 """test_time_scaling's own arithmetic against hand-computed values (the crossing of a curve
-in log2 k, the exchange estimate, the per-problem curves and the geometric summary), and its
-configs: the runs and bases it shares with pass_at_k and budget_forcing are theirs."""
+in log2 k, the exchange estimate, the per-problem curves and the geometric summary), its
+configs (the runs and bases it shares with pass_at_k, budget_forcing and replication are
+theirs), and its samples part on reasoning-gym's spell_backward without training: the family
+arm's config validates, `attach` sends each arm to its role, a spelled word's votes are
+graded alike, and the analysis of constructed draws gives the family's contrasts by hand."""
 
 from __future__ import annotations
 
@@ -97,20 +100,20 @@ def _resolved(config, init_from: str, seed: int = 0):
 
 
 def test_the_rl_arm_is_pass_at_k_run_and_the_bases_are_budget_forcing_ones():
-    base = {"roles": {"main": "/w/bases/main", "wait_redo": "/w/bases/wait"}}
+    base = {"roles": {"base": "/w/bases/main", "wait_redo": "/w/bases/wait"}}
     rl = tts.arm_config("full", tts.RL)
     tts.attach(rl, base)
     assert rl.model.init_from == "/w/bases/main"
     assert _resolved(rl, rl.model.init_from) == _resolved(pass_at_k.arm_config("full"),
                                                          "/w/bases/main")
-    roles = budget_forcing.base_config("full")
-    mine = tts.base_config("full")
-    for role in ("main", "wait_redo"):
-        assert common.config_hash(mine[role]) == common.config_hash(roles[role])
+    for tier in ("full", "mini"):
+        roles, mine = budget_forcing.base_config(tier), tts.base_config(tier)
+        assert common.config_hash(mine["base"]) == common.config_hash(roles["main"])
+        assert common.config_hash(mine["wait_redo"]) == common.config_hash(roles["wait_redo"])
 
 
 def test_the_e3_arm_is_budget_forcings_wait_seen_arm_at_the_training_budget():
-    base = {"roles": {"main": "/w/bases/main", "wait_redo": "/w/bases/wait"}}
+    base = {"roles": {"base": "/w/bases/main", "wait_redo": "/w/bases/wait"}}
     e3 = tts.arm_config("full", tts.E3)
     tts.attach(e3, base)
     assert e3.model.init_from == "/w/bases/wait"
@@ -122,7 +125,7 @@ def test_the_e3_arm_is_budget_forcings_wait_seen_arm_at_the_training_budget():
 
 
 def test_a_bad_arm_is_one_line():
-    with pytest.raises(ValueError, match="arm rl or e3, got 'nope'"):
+    with pytest.raises(ValueError, match="arm rl, e3, spell_backward: rl; got 'nope'"):
         tts.arm_config("full", "nope")
 
 
@@ -158,3 +161,218 @@ def test_the_table_pairs_each_condition_with_its_models_reference(tmp_path):
     assert "-10.0" in rows[("wait base", "budget=32")]
     tts.plot(arms, tts.KS, str(tmp_path))
     assert (tmp_path / "test_time_scaling.png").exists()
+
+
+# ---- the samples part on reasoning-gym's spell_backward ---------------------------------------
+
+FAMILY_ROLES = {"base": "/w/bases/main", "wait_redo": "/w/bases/wait",
+                "spell_backward:base": "/w/bases/spell"}
+
+
+def test_attach_sends_each_arm_to_its_role():
+    """rl from the main base, e3 from the "Wait" base, the family arm from the family's base
+    of the same base set."""
+    expected = {tts.RL: "/w/bases/main", tts.E3: "/w/bases/wait",
+                tts.FAMILY_RL: "/w/bases/spell"}
+    for arm, config in tts.arm_configs("full").items():
+        tts.attach(config, {"roles": FAMILY_ROLES})
+        assert config.model.init_from == expected[arm], arm
+
+
+def test_the_family_arm_and_base_are_replications_and_the_mini_tier_is_arithmetic():
+    """The family arm is replication's `spell_backward: all` run and its role replication's
+    base (one run each in a shared workdir); the full tier's base set is `with_family`'s
+    plus the "Wait" base; the mini tier builds and runs arithmetic only."""
+    from grpo_jax.studies import configs as configs_lib
+    from grpo_jax.studies import families, replication
+
+    arm = tts.arm_config("full", tts.FAMILY_RL)
+    assert arm.model.init_from == "spell_backward:base"
+    assert arm.task.kwargs.datasets == "spell_backward"
+    assert configs_lib.config_key(arm) == configs_lib.config_key(
+        replication.arm_configs("full")[families.arm_name("spell_backward", replication.ALL)])
+    full = tts.base_config("full")
+    assert list(full) == ["base", "wait_redo", "spell_backward:base"]
+    assert common.config_hash(full["spell_backward:base"]) == common.config_hash(
+        replication.base_config("full")["spell_backward:base"])
+    assert list(tts.base_config("mini")) == ["base", "wait_redo"]
+    assert tts.STUDY.tiers["mini"].arms == (tts.RL, tts.E3)
+    assert tts.STUDY.tiers["full"].arms is None and tts.FAMILY_RL in tts.STUDY.arms
+
+
+@pytest.mark.parametrize("which", ["arm", "base"])
+def test_the_family_configs_validate_as_the_runner_validates_them(which):
+    """The full tier's family arm (its base role left out: a fresh model of the preset's
+    size) and the family's base pass the runner's start-up validation, so the prompt bucket
+    and the evaluation's token limit fit the preset's context; the sampling uses the
+    evaluation's limit."""
+    from grpo_jax.pipeline import KINDS, validate
+
+    config = (tts.arm_config("full", tts.FAMILY_RL) if which == "arm"
+              else tts.base_config("full")["spell_backward:base"])
+    config.model.init_from = ""
+    config.mesh.num_devices = 1
+    inputs = validate(config, KINDS)
+    assert inputs.prompt_len + config.eval_final.max_new_tokens <= config.model.max_seq_len
+    assert config.eval_final.max_new_tokens == 32 and config.task.eval_size == 128
+
+
+def _spell_task():
+    from grpo_jax.studies import families
+    from grpo_jax.tasks import get_task
+
+    config = families.job("full", "spell_backward")
+    return get_task(config.task.name, **config.task.kwargs.to_dict())
+
+
+def test_a_spelled_words_votes_are_graded_alike():
+    """spell_backward's scorer compares lower-cased strings exactly; the normalised answers
+    merge "olleh" and "olleh." (graded apart), so a vote is the answer with its grade: every
+    vote's samples then share one grade, and maj@4 of (right, right., right., wrong) is the
+    majority's "olleh." (wrong), not the first sample's grade of the merged answer."""
+    from grpo_jax.studies import measure as measure_lib
+
+    task = _spell_task()
+    example = task.examples("test", 1, seed=0)[0]
+    right = example.answer
+    wrong = right[:-1] + ("a" if right[-1] != "a" else "b")
+    texts = [right, right.upper(), right + ".", wrong, f" {right} "]
+    answers = [measure_lib.answer_key(task.extract_answer(f"<answer>{t}</answer>"))
+               for t in texts]
+    flags = [task.accuracy_reward(f"<answer>{t}</answer>", example) >= 1.0 for t in texts]
+    assert flags == [True, True, False, False, True]
+    assert answers[0] == answers[1] == answers[2] == answers[4] != answers[3]
+    graded = {}
+    for vote, ok in zip(tts.vote_keys(answers, flags), flags):
+        graded.setdefault(vote, set()).add(ok)
+    assert all(len(g) == 1 for g in graded.values()) and len(graded) == 3
+    picked = [0, 2, 2, 3]  # right, right., right., wrong
+    problems = tts.reduce_problems([_problem([answers[i] for i in picked],
+                                             [flags[i] for i in picked], 20)], max_k=4)
+    assert problems[0]["distinct"] == 3
+    assert problems[0]["maj"]["1"] == pytest.approx(0.25)
+    assert problems[0]["maj"]["4"] == pytest.approx(0.0)
+
+
+N = 256  # samples per problem at the full tier
+
+
+def _draw(correct, maj=None, tokens=8):
+    """A reduced draw (`reduce_problems`' format) of problems with `correct` of N right,
+    maj@k per problem constant in k unless `maj` gives {k: value} per problem."""
+    problems = []
+    for i, c in enumerate(correct):
+        m = {str(k): (maj[i].get(k, c / N) if maj else c / N) for k in tts.KS
+             if k <= tts.MAJ_MAX_K}
+        problems.append({"operators": 0, "samples": N, "correct": c, "formatted": N,
+                         "tokens": tokens * N, "distinct": 1, "maj": m})
+    return {"problems": problems}
+
+
+def _finished(path, draw):
+    import json
+
+    path.mkdir(parents=True, exist_ok=True)
+    (path / "report.json").write_text("{}")
+    (path / tts.SAMPLES_FILE).write_text(json.dumps(draw))
+
+
+def _write(path, draw):
+    import json
+
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_text(json.dumps(draw))
+
+
+def test_the_analysis_gives_the_familys_contrasts_by_hand(tmp_path):
+    """Two base sets, one seed: the family's base model and RL policy draws (and arithmetic's,
+    with other figures) give the family's contrasts by hand, within the family, and the
+    exchange estimate of the family's base curve."""
+    from grpo_jax.studies import summary as summary_lib
+    from grpo_jax.studies.record import RunRecord, StudyRuns
+
+    root = tmp_path / "study"
+    bases = {b: {"seed": 0, "roles": {}} for b in ("b0", "b1")}
+    records = []
+    # family: base b0 solves problem 2 always and problem 1 never (pass@k 0.5 at every k);
+    # base b1 problem 1 in 64 of 256, problem 2 always; its maj@64 on problem 1 is 0.9
+    family_base = {"b0": _draw([0, N]), "b1": _draw([64, N], maj=[{64: 0.9}, {}])}
+    family_rl = {"b0": _draw([128, N], tokens=6), "b1": _draw([96, N], tokens=6)}
+    arithmetic = _draw([N, N])  # arithmetic's base and RL policy: every sample right
+    for b in bases:
+        for arm, draw in ((tts.FAMILY_RL, family_rl[b]), (tts.RL, arithmetic)):
+            workdir = tmp_path / "runs" / f"{b}-{arm.replace(':', '').replace(' ', '_')}"
+            _finished(workdir, draw)
+            records.append(RunRecord(arm, b, 0, str(workdir), None))
+        _write(root / "spell_backward_base_model" / f"{b},seed=0,{tts.SAMPLES_FILE}",
+               family_base[b])
+        _write(root / "base_model" / f"{b},seed=0,{tts.SAMPLES_FILE}", arithmetic)
+    runs = StudyRuns(tts.STUDY, "full", str(root), records, bases)
+    analysis = tts.analyze(runs)
+    arms = analysis.arms
+    family = {(c["a"], c["b"], c["metric"]): c
+              for c in summary_lib.contrasts(arms, analysis.specs)}
+    base1, rl1, base64 = (tts.samples_arm(tts.FAMILY_BASE, 1), tts.samples_arm(tts.FAMILY_RL, 1),
+                          tts.samples_arm(tts.FAMILY_BASE, 64))
+    # pass@1: base b0 (0 + 1) / 2 = 0.5, b1 (0.25 + 1) / 2 = 0.625; RL b0 0.75, b1 0.6875
+    assert arms[base1]["metrics"]["pass@k"] == pytest.approx([0.5, 0.625])
+    assert arms[rl1]["metrics"]["pass@k"] == pytest.approx([0.75, 0.6875])
+    gain = family[(rl1, base1, "pass@k")]
+    assert gain["diff"] == pytest.approx((0.25 + 0.0625) / 2)
+    # maj@64 - maj@1 of the family base: b0 0, b1 ((0.9 - 0.25) + 0) / 2 = 0.325
+    assert family[(base64, base1, "maj@k")]["diff"] == pytest.approx(0.325 / 2)
+    # the pass@k check: b0 0; b1 problem 1 pass@64 = 1 - C(192, 64) / C(256, 64)
+    pass64 = (1 - math.comb(N - 64, 64) / math.comb(N, 64) + 1) / 2
+    assert family[(base64, base1, "pass@k")]["diff"] == pytest.approx((pass64 - 0.625) / 2)
+    # arithmetic's contrasts stay on arithmetic's draws (every sample right: no gain)
+    assert family[(tts.samples_arm(tts.RL, 1), tts.samples_arm(tts.BASE, 1), "pass@k")][
+        "diff"] == pytest.approx(0.0)
+    # exchange: b0's base curve stays at 0.5 < 0.75 (not reached); b1's crosses 0.6875
+    # between k = 1 (0.625) and k = 2 ((1 - C(192, 2) / C(256, 2) + 1) / 2), linear in log2 k
+    pass2 = (1 - math.comb(N - 64, 2) / math.comb(N, 2) + 1) / 2
+    metrics = arms[tts.FAMILY_GAIN]["metrics"]
+    assert metrics["k_pass"][0] is None
+    crossing = 2 ** ((0.6875 - 0.625) / (pass2 - 0.625))
+    assert metrics["k_pass"][1] == pytest.approx(crossing)
+    assert metrics["tokens_pass"][1] == pytest.approx(crossing * 8)
+    assert metrics["rl_tokens"] == pytest.approx([6.0, 6.0])
+    summary = analysis.extra["exchange"]["spell_backward"]
+    assert (summary["pass"]["reached"], summary["pass"]["not_reached"]) == (1, 1)
+    assert "Samples on spell_backward" in analysis.table
+    analysis.plots(str(tmp_path))
+    assert (tmp_path / "test_time_scaling.png").exists()
+
+
+def test_the_family_claims_twin_the_samples_claims():
+    """Each claim of the samples part has a twin on spell_backward: the same text, margin,
+    kind and expectation, its source said rerun there, its test on the family's arms (in the
+    Holm family) and a can-fail statement of its own; the thinking-budget claims have none."""
+    samples = [c for c in tts.ARITHMETIC_CLAIMS if c.test[2] in ("pass@k", "maj@k")]
+    assert len(tts.FAMILY_CLAIMS) == len(samples) == 3
+    for original, twin in zip(samples, tts.FAMILY_CLAIMS):
+        assert (twin.text, twin.margin, twin.kind, twin.expect) == (
+            original.text, original.margin, original.kind, original.expect)
+        assert twin.source == f"{original.source}; rerun on reasoning-gym's spell_backward"
+        assert twin.test == (f"spell_backward: {original.test[0]}",
+                             f"spell_backward: {original.test[1]}", original.test[2])
+        assert twin.test in tts.SPECS and "spell_backward" in twin.can_fail
+        assert twin.can_fail != original.can_fail
+    assert len(tts.SPECS) == len(tts.CLAIMS) + 2  # and each family's RL pass@1 gain
+
+
+def test_a_family_runs_held_out_setup_gets_the_prompt_bucket_its_run_measured(monkeypatch):
+    """A reasoning-gym run's config.json keeps task.prompt_len 0 (measured at start-up), which
+    the sampler cannot encode with: `held_out` sets the bucket the runner measures."""
+    import types
+
+    from grpo_jax.pipeline import KINDS, validate
+    from grpo_jax.studies import measure as measure_lib
+
+    config = tts.base_config("full")["spell_backward:base"]
+    config.mesh.num_devices = 1
+    inputs = validate(config, KINDS)
+    assert config.task.prompt_len == 0 and inputs.prompt_len > 0
+    run = types.SimpleNamespace(config=config, task=inputs.task, tokenizer=inputs.tokenizer)
+    monkeypatch.setattr(measure_lib, "held_out",
+                        lambda path, problems=None: measure_lib.HeldOut(run, [], 0))
+    assert tts.held_out("/w/bases/spell").run.config.task.prompt_len == inputs.prompt_len

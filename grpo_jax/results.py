@@ -132,7 +132,8 @@ class FinishedRun:
     @functools.cached_property
     def policy(self) -> TrainedPolicy:
         """The config, task, tokenizer, policy and final parameters, built as the run built
-        them (`runner.model_init.load_run_policy`); loaded once, when first asked for.
+        them (`runner.model_init.load_run_policy`), the config's prompt bucket the one the run
+        measured where it left it to the start-up; loaded once, when first asked for.
 
         Raises:
           FileNotFoundError: `workdir` is not a grpo_jax run directory, or has no checkpoint.
@@ -150,6 +151,12 @@ class FinishedRun:
                                     "config.json with stages and no checkpoints/)")
         task = build_task(config)
         tokenizer = build_tokenizer(config, task, self.workdir)
+        if not config.task.get("prompt_len"):
+            # The config left the prompt bucket to the start-up (task.prompt_len 0, e.g. the
+            # reasoning-gym presets): measured again as the run measured it, for the sampler.
+            from grpo_jax.runner.inputs import prompt_bucket
+
+            config.task.prompt_len = prompt_bucket(config, task, tokenizer)
         _, model, _, _ = load_run_policy(self.workdir, tokenizer=tokenizer)
         policy, params = Policy.from_model(model)
         return TrainedPolicy(config, task, tokenizer, policy, params)

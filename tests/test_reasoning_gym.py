@@ -256,3 +256,14 @@ def test_a_grpo_smoke_run_on_the_task_has_real_gradients(tmp_path):
     assert len(rows) == 2 and all("reward/accuracy" in r for r in rows)
     assert any(r["reward_std"] > 0 for r in rows) and any(r["grad_norm"] > 0 for r in rows)
     assert all(r["reward_errors"] == 0 for r in rows)  # the scorer's guard counts, logged
+    # The preset leaves the prompt bucket to the start-up (task.prompt_len 0) and the run's
+    # config.json keeps the 0; the finished run's policy carries the bucket the run measured,
+    # so a study can sample it after the fact.
+    from grpo_jax.results import FinishedRun
+    from grpo_jax.runner.inputs import prompt_bucket
+
+    run = FinishedRun(str(tmp_path))
+    assert run.config.task.prompt_len == 0
+    policy = run.policy
+    assert policy.config.task.prompt_len == prompt_bucket(
+        run.config, policy.task, policy.tokenizer) > 0

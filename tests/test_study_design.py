@@ -38,6 +38,34 @@ def test_replace_design_is_idempotent_and_keeps_the_prose():
     assert publish.committed_design(twice) == "block 2\n"
 
 
+def test_differing_fields_are_compared_among_the_configs_that_run_their_stage():
+    """A field of a stage only some arms run differs among those arms (here `rl.steps`
+    between the two RL arms); the distillation arm, which runs no `rl`, is left out of it."""
+    import ml_collections
+
+    def arm(stages, **sections):
+        return ml_collections.ConfigDict({"stages": stages, "seed": 0, **sections})
+
+    arms = {"short": arm("rl", rl={"steps": 60, "lr": 1.0}),
+            "long": arm("rl", rl={"steps": 180, "lr": 1.0}),
+            "distill": arm("distill", distill={"steps": 5})}
+    assert publish._differing(arms) == {"rl.steps": {"short": 60, "long": 180}}
+    assert publish._differing({"a": arms["short"], "b": arms["short"]}) == {}
+
+
+def test_arms_are_grouped_by_task_and_its_datasets():
+    import ml_collections
+
+    def arm(name, datasets=None):
+        task = {"name": name, **({"kwargs": {"datasets": datasets}} if datasets else {})}
+        return ml_collections.ConfigDict({"task": task})
+
+    groups = publish._task_groups({"a": arm("arithmetic"), "b": arm("reasoning_gym", "x"),
+                                   "c": arm("arithmetic"), "d": arm("reasoning_gym", "y")})
+    assert groups == {"`arithmetic`": ["a", "c"], "`reasoning_gym` (`x`)": ["b"],
+                      "`reasoning_gym` (`y`)": ["d"]}
+
+
 def test_design_command_check(capsys):
     from grpo_jax.studies.__main__ import main
 

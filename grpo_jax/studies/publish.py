@@ -260,9 +260,18 @@ def design_block(study: Study, tier: str = "full") -> str:
                  f"{_count(len(arms), 'arm')} x "
                  f"{_count(len(spec.bases) if study.base_config else 1, 'base')} x "
                  f"{_count(len(spec.seeds), 'seed')} = {runs} runs.")
-    first = next(iter(arms.values()))
-    lines.append(f"- **Held-out set**: {first.task.eval_size} problems of `{first.task.name}`, "
-                 f"eval seed {first.task.eval_seed}.")
+    groups = _task_groups(arms)
+    if len(groups) == 1:
+        first = next(iter(arms.values()))
+        lines.append(f"- **Held-out set**: {first.task.eval_size} problems of "
+                     f"`{first.task.name}`, eval seed {first.task.eval_seed}.")
+    else:
+        lines.append("- **Held-out sets**, one per task; each arm is compared within its "
+                     "task:")
+        for task, members in groups.items():
+            first = arms[members[0]]
+            lines.append(f"  - {task}: {first.task.eval_size} problems, eval seed "
+                         f"{first.task.eval_seed}; {_count(len(members), 'arm')}.")
     summaries = {a: {s: _stage(c, s) for s in c.stages.split(",")} for a, c in arms.items()}
     stage_names = list(dict.fromkeys(s for per in summaries.values() for s in per))
     shared = [s for s in stage_names
@@ -284,15 +293,22 @@ def design_block(study: Study, tier: str = "full") -> str:
     if shared and len(arms) > 1:
         lines.append("- **Stages alike in every arm**:")
         lines += [f"  - {summaries[names[0]][s]}" for s in shared]
-    differ = _differing(arms)
-    lines += ["", "| arm | stages | differs from the other arms in |", "|---|---|---|"]
+    differ = {}  # within each task: the fields in which an arm differs from its task's arms
+    for members in groups.values():
+        for key, values in _differing({a: arms[a] for a in members}).items():
+            differ.setdefault(key, {}).update(values)
+    header = "differs from the other arms" + (" of its task" if len(groups) > 1 else "") + " in"
+    lines += ["", f"| arm | stages | {header} |", "|---|---|---|"]
     for arm, config in arms.items():
         stages = "; ".join(f"`{s}`" if s in shared and len(arms) > 1 else summaries[arm][s]
                            for s in config.stages.split(","))
-        fields = [f"`{key}` = {_value(values[arm])}" for key, values in differ.items()]
+        fields = [f"`{key}` = {_value(values[arm])}" for key, values in differ.items()
+                  if arm in values]
         if len(fields) > _MAX_FIELDS:
             fields = fields[:_MAX_FIELDS] + [f"{len(fields) - _MAX_FIELDS} more fields"]
-        cell = ", ".join(fields) or ("-" if len(arms) == 1 else "its stages")
+        alone = next(len(m) == 1 for m in groups.values() if arm in m)
+        cell = ", ".join(fields) or ("-" if len(arms) == 1 else
+                                     "its task's only arm" if alone else "its stages")
         row = (arm, stages, cell)
         lines.append("| " + " | ".join(c.replace("|", "\\|") for c in row) + " |")
     keys = [f"{role} `{configs_lib.config_key(c)}`" for role, c in built.items()]
@@ -300,6 +316,17 @@ def design_block(study: Study, tier: str = "full") -> str:
     lines += ["", "Config keys (each config's hash before a base and seed are set: a change means "
               "the finished runs of that config are not reused): " + "; ".join(keys) + "."]
     return "\n".join(lines).rstrip() + "\n"
+
+
+def _task_groups(arms: dict) -> dict[str, list[str]]:
+    """{task label: arm names} in the arms' order; the label names the task and, for a task of
+    several datasets (reasoning-gym), its datasets."""
+    groups: dict[str, list[str]] = {}
+    for arm, config in arms.items():
+        datasets = config.task.get("kwargs", {}).get("datasets")
+        label = f"`{config.task.name}`" + (f" (`{datasets}`)" if datasets else "")
+        groups.setdefault(label, []).append(arm)
+    return groups
 
 
 def _count(n: int, word: str) -> str:
@@ -382,17 +409,25 @@ def _flat(config, prefix: str = "") -> dict:
 
 def _differing(configs: dict) -> dict:
     """{field: {name: value}} for the fields not alike in every config (a field a config
-    lacks reads "unset"), but for those of stages not every config runs."""
+    lacks reads "unset"); a field of a stage not every config runs is compared among the
+    configs that run it, and named for those only."""
     flats = {name: _flat(c) for name, c in configs.items()}
     if len(flats) < 2:
         return {}
-    every = set.intersection(*(set(c.stages.split(",")) for c in configs.values()))
-    stages = set.union(*(set(c.stages.split(",")) for c in configs.values()))
+    runs = {name: set(c.stages.split(",")) for name, c in configs.items()}
+    every = set.intersection(*runs.values())
+    stages = set.union(*runs.values())
     order = list(dict.fromkeys(k for f in flats.values() for k in f))
     unset = _Unset()
-    return {k: {name: f.get(k, unset) for name, f in flats.items()} for k in order
-            if k.split(".")[0] not in stages - every
-            and len({repr(f.get(k, unset)) for f in flats.values()}) > 1}
+    differ = {}
+    for k in order:
+        section = k.split(".")[0]
+        among = ([n for n in flats if section in runs[n]] if section in stages - every
+                 else list(flats))
+        values = {n: flats[n].get(k, unset) for n in among}
+        if len(values) > 1 and len({repr(v) for v in values.values()}) > 1:
+            differ[k] = values
+    return differ
 
 
 class _Unset:

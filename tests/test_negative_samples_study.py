@@ -407,54 +407,83 @@ def test_views_give_each_family_its_base_runs_and_draws(tmp_path):
 
 
 def test_measure_samples_each_family_from_its_own_base(tmp_path, monkeypatch):
-    """`measure` hands one view per family with runs to its measurement (arithmetic:
-    `measure_samplings` itself; the family: `measure_family`): the family's base role as
-    the base (so its held-out problems, task and token limit are the family's) and the
-    family's own folder for the base draws."""
+    """`measure` hands each family's view with runs to `measure.measure_samplings` (pass_at_k's
+    file and sizes): the family's base role as the base (so its held-out problems, task and
+    token limit are the family's) and the family's own folder for the base draws."""
     from grpo_jax.studies import measure as measure_lib
     from grpo_jax.studies import negative_samples as ns
     from grpo_jax.studies import pass_at_k
 
     calls = []
     monkeypatch.setattr(measure_lib, "measure_samplings",
-                        lambda runs, sizes, file: calls.append(("main", runs, sizes, file)))
-    monkeypatch.setattr(ns, "measure_family",
-                        lambda runs, sizes: calls.append(("family", runs, sizes, ns.FILE)))
+                        lambda runs, sizes, file: calls.append((runs, sizes, file)))
     runs = _runs(tmp_path)
     ns.measure(runs)
-    assert [c[0] for c in calls] == ["main", "family"]
-    assert all(c[3] == pass_at_k.FILE for c in calls)
-    assert all(c[2] == pass_at_k.measurement_sizes("full") for c in calls)
-    main, family = calls[0][1], calls[1][1]
+    assert len(calls) == 2
+    assert all(file == pass_at_k.FILE for _, _, file in calls)
+    assert all(sizes == pass_at_k.measurement_sizes("full") for _, sizes, _ in calls)
+    main, family = calls[0][0], calls[1][0]
     assert {r.arm for r in main.runs} == set(ns.ARMS)
     assert {r.arm for r in family.runs} == set(ns.FAMILY_ARMS)
-    assert family.bases["b1"]["workdir"].endswith("b1-sb")
-    assert family.root.endswith("negative_samples/spell_backward")
+    for key in ("b0", "b1"):
+        assert main.bases[key]["workdir"] == str(tmp_path / "bases" / f"{key}-main")
+        assert family.bases[key]["workdir"] == str(tmp_path / "bases" / f"{key}-sb")
+    assert main.root == runs.root
+    assert family.root == f"{runs.root}/spell_backward"
     calls.clear()
-    ns.measure(_runs(tmp_path / "mini", "mini", families_on=False))
-    assert [c[0] for c in calls] == ["main"] and calls[0][1].root.endswith("negative_samples")
+    mini = _runs(tmp_path / "mini", "mini", families_on=False)
+    ns.measure(mini)
+    assert len(calls) == 1 and calls[0][0].root == mini.root
+    assert {r.arm for r in calls[0][0].runs} == set(ns.ARMS)
 
 
-def test_held_out_measures_the_prompt_bucket_a_family_base_leaves_to_start_up(monkeypatch):
-    """A reasoning-gym base's config.json keeps task.prompt_len 0: `held_out` sets the bucket
-    the runner measures (`runner.validate`'s) before sampling; a set bucket is kept."""
+def test_the_family_measurement_writes_where_the_analysis_reads(tmp_path, monkeypatch):
+    """`measure_samplings` on the family's view (sampling stubbed) samples the family's base
+    and writes its draws and the family runs' files where `add_family_rows` reads them
+    (`measure.base_problems` of the view, the run's pass_at_k file); the arithmetic draws,
+    already there, are not made again."""
+    import os
     import types
 
-    from grpo_jax.studies import families
+    import ml_collections
+
+    from grpo_jax.studies import common, pass_at_k
     from grpo_jax.studies import measure as measure_lib
     from grpo_jax.studies import negative_samples as ns
 
-    config = families.base("full", ns.FAMILY)
-    config.seed = 0
-    assert config.task.prompt_len == 0
-    inputs = validate(config.copy_and_resolve_references(), KINDS)
-    assert inputs.prompt_len > 0
-    run = types.SimpleNamespace(config=config, task=inputs.task, tokenizer=inputs.tokenizer)
-    monkeypatch.setattr(measure_lib, "held_out",
-                        lambda workdir, problems: measure_lib.HeldOut(run, [], 0))
-    assert ns.held_out("/w/bases/sb", 128).run.config.task.prompt_len == inputs.prompt_len
-    config.task.prompt_len = 120
-    assert ns.held_out("/w/bases/sb", 128).run.config.task.prompt_len == 120
+    runs = _runs(tmp_path)
+    family = ns.view(runs, ns.FAMILY)
+    for record in family.runs:
+        os.remove(os.path.join(record.workdir, pass_at_k.FILE))
+    for key in family.bases:
+        os.remove(measure_lib.base_path(family, key, 0))
+    bases = []
+
+    def held_out(workdir, problems=None, *, config=None):
+        bases.append((workdir, problems))
+        config = ml_collections.ConfigDict({"eval_final": {"max_new_tokens": 32}})
+        run = types.SimpleNamespace(config=config, params=f"params of {workdir}",
+                                    tokenizer="tokenizer")
+        return measure_lib.HeldOut(run, [], 7)
+
+    def sample_problems(setup, params, **kwargs):
+        return [{"params": params, "seed": kwargs["seed"]}]
+
+    monkeypatch.setattr(measure_lib, "held_out", held_out)
+    monkeypatch.setattr(measure_lib, "sample_problems", sample_problems)
+    monkeypatch.setattr(common, "load_run_params", lambda workdir, tokenizer: workdir)
+    ns.measure(runs)
+    problems = pass_at_k.measurement_sizes("full")["problems"]
+    assert sorted(bases) == [(str(tmp_path / "bases" / f"{key}-sb"), problems)
+                             for key in ("b0", "b1")]
+    for key in family.bases:
+        draw = measure_lib.base_problems(ns.view(runs, ns.FAMILY), key, 0)
+        assert draw == [{"params": f"params of {tmp_path}/bases/{key}-sb", "seed": 0}]
+        assert os.path.dirname(measure_lib.base_path(family, key, 0)) == \
+            f"{runs.root}/spell_backward/base_model"
+    for record in family.runs:
+        path = os.path.join(record.workdir, pass_at_k.FILE)
+        assert measure_lib.load_problems(path) == [{"params": record.workdir, "seed": 0}]
 
 
 def _pass_at(n, c, k):

@@ -136,27 +136,6 @@ def test_every_full_tier_arm_validates_on_its_base():
         assert prompt_bucket(base, inputs.task, inputs.tokenizer) == inputs.prompt_len
 
 
-def test_the_measurements_prompt_bucket_is_measured_where_the_config_leaves_it(monkeypatch):
-    """A finished run's config.json holds task.prompt_len as given (0 in the reasoning-gym
-    presets: measured at start-up); the measurement measures it as the run did."""
-    import types
-
-    import ml_collections
-
-    from grpo_jax.runner import inputs as inputs_lib
-    from grpo_jax.studies import measure as measure_lib
-
-    def setup(prompt_len):
-        config = ml_collections.ConfigDict({"task": {"prompt_len": prompt_len}})
-        run = types.SimpleNamespace(config=config, task="task", tokenizer="tokenizer")
-        return measure_lib.HeldOut(run, [], 0)
-
-    monkeypatch.setattr(inputs_lib, "prompt_bucket", lambda config, task, tokenizer: 96)
-    for given, used in ((0, 96), (64, 64)):
-        monkeypatch.setattr(measure_lib, "held_out", lambda *a, g=given: setup(g))
-        assert rl_steps._held_out("/bases/x", 4).run.config.task.prompt_len == used
-
-
 def _draw(*correct):
     """A draw of len(correct) problems, K completions each: `correct` of them correct."""
     return [_problem(rl_steps.K, c, rl_steps.K, 4 * rl_steps.K) for c in correct]

@@ -358,21 +358,3 @@ def test_the_family_claims_twin_the_samples_claims():
         assert twin.test in tts.SPECS and "spell_backward" in twin.can_fail
         assert twin.can_fail != original.can_fail
     assert len(tts.SPECS) == len(tts.CLAIMS) + 2  # and each family's RL pass@1 gain
-
-
-def test_a_family_runs_held_out_setup_gets_the_prompt_bucket_its_run_measured(monkeypatch):
-    """A reasoning-gym run's config.json keeps task.prompt_len 0 (measured at start-up), which
-    the sampler cannot encode with: `held_out` sets the bucket the runner measures."""
-    import types
-
-    from grpo_jax.pipeline import KINDS, validate
-    from grpo_jax.studies import measure as measure_lib
-
-    config = tts.base_config("full")["spell_backward:base"]
-    config.mesh.num_devices = 1
-    inputs = validate(config, KINDS)
-    assert config.task.prompt_len == 0 and inputs.prompt_len > 0
-    run = types.SimpleNamespace(config=config, task=inputs.task, tokenizer=inputs.tokenizer)
-    monkeypatch.setattr(measure_lib, "held_out",
-                        lambda path, problems=None: measure_lib.HeldOut(run, [], 0))
-    assert tts.held_out("/w/bases/spell").run.config.task.prompt_len == inputs.prompt_len

@@ -539,19 +539,6 @@ def base_path(runs: common.StudyRuns, key: str, seed: int, task: str = MAIN) -> 
     return storage.join(runs.root, "base_model", f"cot,{tag}{key},seed={seed}.json")
 
 
-def _held_out(workdir: str, tier: str) -> measure_lib.HeldOut:
-    """`measure.held_out` of a base, its prompt bucket measured where its config leaves it
-    to the start-up (task.prompt_len 0: the reasoning-gym presets; a finished run's
-    config.json keeps the 0)."""
-    setup = measure_lib.held_out(workdir, PROBLEMS[tier])
-    config = setup.run.config
-    if not config.task.prompt_len:
-        from grpo_jax.runner.inputs import prompt_bucket
-
-        config.task.prompt_len = prompt_bucket(config, setup.run.task, setup.run.tokenizer)
-    return setup
-
-
 def measure(runs: common.StudyRuns) -> None:
     """FILE in every finished run without one, and the base model's measurement on each task
     family its arms run on, for each (base, seed) (`base_path`); a finished measurement is
@@ -574,7 +561,7 @@ def measure(runs: common.StudyRuns) -> None:
                          if not storage.isfile(base_path(runs, key, s, task))]
             if not todo and not base_todo:
                 continue
-            setup = _held_out(roles[role], tier)
+            setup = measure_lib.held_out(roles[role], PROBLEMS[tier])
             run = setup.run
 
             def draw(params, seed, arm, task=task, base_seed=base["seed"], run=run,

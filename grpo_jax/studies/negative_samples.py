@@ -42,11 +42,7 @@ temperature 1. Each family is measured through its own view of the runs (`view`)
 set's role of that family as the base, that family's arms, and its own folder for the base
 model's draws (the arithmetic one: `<study>/base_model/`; the family's:
 `<study>/spell_backward/base_model/`), since `measure_samplings` samples a base set's first
-role and keys the base model's draw by the set's key alone. Arithmetic goes through
-`measure_samplings` itself; the family through `measure_family`, the same sampling and file
-with the base's prompt bucket measured (`held_out`: the reasoning-gym presets leave
-task.prompt_len 0 to the start-up, and a finished run's config.json keeps the 0, which
-`measure.held_out` passes to the sampler as it is). The analysis computes each
+role and keys the base model's draw by the set's key alone. The analysis computes each
 policy's pass@k (the unbiased estimator) for k = 1, 2, ..., 256, the share of problems it
 never solves and those it solves and its family's base-model draw never does, and, from the
 training logs, the policy's token entropy on its own samples over the last steps
@@ -155,68 +151,16 @@ def view(runs: common.StudyRuns, family: str | None) -> common.StudyRuns:
         runs=[r for r in runs.runs if r.arm in arms and r.base in bases], bases=bases)
 
 
-def held_out(workdir: str, problems: int) -> measure_lib.HeldOut:
-    """`measure.held_out` of a base, its prompt bucket measured where its config leaves it
-    to the start-up (task.prompt_len 0: the reasoning-gym presets; a finished run's
-    config.json keeps the 0, and the sampler needs the bucket)."""
-    setup = measure_lib.held_out(workdir, problems)
-    config = setup.run.config
-    if not config.task.prompt_len:
-        from grpo_jax.runner.inputs import prompt_bucket
-
-        config.task.prompt_len = prompt_bucket(config, setup.run.task, setup.run.tokenizer)
-    return setup
-
-
-def measure_family(runs: common.StudyRuns, sizes: dict) -> None:
-    """`measure.measure_samplings` of a family's view (`view`), the base's prompt bucket
-    measured (`held_out`): pass_at_k's file in every finished run without one and the
-    family base model's draw with each seed's key, in measure_samplings' format."""
-    import json
-    import time
-
-    study = runs.study.name
-    for key, base, todo, base_todo in measure_lib.pending(
-            runs, measure_lib.has_file(FILE), measure_lib.base_path):
-        setup = held_out(base["workdir"], sizes["problems"])
-        max_new = int(setup.run.config.eval_final.max_new_tokens)
-
-        def write(path, params, seed, model, setup=setup, max_new=max_new):
-            problems = measure_lib.sample_problems(
-                setup, params, samples=sizes["samples"], seed=seed, max_new_tokens=max_new,
-                batch_rows=sizes["batch_rows"])
-            storage.write_text(path, json.dumps(
-                {"model": model, "seed": seed, "key": measure_lib.KEY,
-                 "eval_seed": setup.eval_seed, "problems": problems}, indent=1))
-
-        storage.makedirs(storage.join(runs.root, "base_model"))
-        for seed in base_todo:
-            t0 = time.time()
-            write(measure_lib.base_path(runs, key, seed), setup.run.params, seed,
-                  base["workdir"])
-            print(f"[studies] {study}: {named(FAMILY, BASE_MODEL)} {key} seed={seed} sampled "
-                  f"in {time.time() - t0:.0f}s", flush=True)
-        for record in todo:
-            t0 = time.time()
-            params = common.load_run_params(record.workdir, setup.run.tokenizer)
-            write(storage.join(record.workdir, FILE), params, record.seed, record.workdir)
-            print(f"[studies] {study}: {record.arm} {key} seed={record.seed} sampled in "
-                  f"{time.time() - t0:.0f}s", flush=True)
-
-
 def measure(runs: common.StudyRuns) -> None:
     """pass_at_k's measurement (`pass_at_k.FILE`) of every finished run without one, and the
-    base model's draw with each seed's key, family by family (`view`: the family's base,
-    task, held-out problems and token limit): arithmetic by `measure.measure_samplings`
-    itself, the family by `measure_family`."""
+    base model's draw with each seed's key, family by family: `measure.measure_samplings` of
+    the family's view (`view`: the family's base, task, held-out problems and token limit,
+    and its own folder for the base model's draws)."""
     sizes = pass_at_k.measurement_sizes(runs.tier)
-    main = view(runs, None)
-    if main.runs:
-        measure_lib.measure_samplings(main, sizes, FILE)
-    for family in GROUPS[1:]:
+    for family in GROUPS:
         mine = view(runs, family)
         if mine.runs:
-            measure_family(mine, sizes)
+            measure_lib.measure_samplings(mine, sizes, FILE)
 
 
 # ---- the analysis -----------------------------------------------------------------------------

@@ -164,19 +164,6 @@ def _base_model(base: dict, task: str) -> str:
     return roles[_role(task)]
 
 
-def _held_out(model: str, problems: int) -> measure_lib.HeldOut:
-    """`measure.held_out` of the base model in `model`, its config's prompt bucket the one
-    its runs measure at start-up where the config leaves it to be measured (task.prompt_len
-    = 0: the reasoning-gym presets; a finished run's config.json holds it as given)."""
-    from grpo_jax.runner.inputs import prompt_bucket
-
-    setup = measure_lib.held_out(model, problems)
-    run = setup.run
-    if not run.config.task.prompt_len:
-        run.config.task.prompt_len = prompt_bucket(run.config, run.task, run.tokenizer)
-    return setup
-
-
 def measure(runs: common.StudyRuns) -> None:
     """Per family with runs: the family's base model's draw with each seed's key, and for
     every finished run each kept checkpoint's draw with the run's seed's key, on the family's
@@ -194,7 +181,7 @@ def measure(runs: common.StudyRuns) -> None:
         view = dataclasses.replace(runs, runs=records)
         for key, base, todo, base_todo in measure_lib.pending(view, complete, base_file):
             model = _base_model(base, task)
-            setup = _held_out(model, sizes["problems"])
+            setup = measure_lib.held_out(model, sizes["problems"])
             max_new = int(setup.run.config.eval_final.max_new_tokens)
 
             def draw(params, seed, setup=setup, max_new=max_new):

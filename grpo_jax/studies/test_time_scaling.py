@@ -308,19 +308,6 @@ def _lazy(make):
     return get
 
 
-def held_out(path: str, problems: int | None = None) -> measure_lib.HeldOut:
-    """`measure.held_out`, its prompt bucket measured as the run measured it at start-up
-    where its config asks for that (task.prompt_len 0: the reasoning-gym presets; the
-    run's config.json keeps the 0, which the sampler cannot encode with)."""
-    from grpo_jax.runner.inputs import prompt_bucket
-
-    setup = measure_lib.held_out(path, problems)
-    config = setup.run.config
-    if not int(config.task.prompt_len):
-        config.task.prompt_len = prompt_bucket(config, setup.run.task, setup.run.tokenizer)
-    return setup
-
-
 def _measure_family(runs: common.StudyRuns, key: str, roles: dict, seeds: list[int],
                     sizes: dict) -> None:
     """The family's samples draws on base set `key`: its base model with each seed's key
@@ -330,7 +317,7 @@ def _measure_family(runs: common.StudyRuns, key: str, roles: dict, seeds: list[i
     if not records:
         return
     path = roles[families.role(FAMILY)]
-    family = _lazy(lambda: held_out(path))
+    family = _lazy(lambda: measure_lib.held_out(path))
     for seed in seeds:
         _draw_samples(_model_path(runs, FAMILY_BASE, key, seed, SAMPLES_FILE), family,
                       lambda: family().run.params, seed, sizes,

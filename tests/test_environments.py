@@ -128,7 +128,8 @@ def test_the_agents_smoke_job_plays_with_real_gradients(tmp_path):
     """GRPO, then PPO (GAE over the environment's per-turn rewards), on the guessing game
     played with JSON calls of the game and of the python tool in the miniature chat
     template, with a SentencePiece vocabulary learned on the traces (configs/agents.py:
-    smoke; the tag format's job runs in the env_feedback study's mini tier)."""
+    smoke, at one layer: its episodes and gradients at a third of the four layers' CPU
+    time; the tag format's job runs in the env_feedback study's mini tier)."""
     from configs import agents
     from grpo_jax.metrics import read_metrics
     from grpo_jax.pipeline import train_and_evaluate
@@ -136,6 +137,7 @@ def test_the_agents_smoke_job_plays_with_real_gradients(tmp_path):
 
     config = agents.get_config("smoke")
     config.mesh.num_devices = 1
+    config.model.num_layers = 1
     config.ppo = default_section("ppo")
     config.ppo.update({field: config.rl[field] for field in (
         "tools", "max_turns", "max_observation_tokens", "max_new_tokens", "num_prompts",

@@ -211,10 +211,13 @@ def test_tool_record_counts_calls_errors_and_observation_share():
 
 @pytest.fixture(scope="module")
 def smoke(tmp_path_factory):
-    """`python -m grpo_jax.main --config=configs/tools.py:smoke`, in process."""
+    """`python -m grpo_jax.main --config=configs/tools.py:smoke --config.model.num_layers=1`,
+    in process (one layer: the episodes and gradients of the smoke job at a third of its
+    CPU time; the runs started from it take its shape)."""
     workdir = tmp_path_factory.mktemp("tools_smoke")
     config = tools_config.get_config("smoke")
     config.mesh.num_devices = 1  # the tests' 8 virtual CPU devices would each do it all
+    config.model.num_layers = 1
     train_and_evaluate(config, str(workdir))
     return workdir
 
@@ -318,13 +321,14 @@ class _Flaky(Environment):
 
 
 def _tool_run(tmp_path, monkeypatch, name, factory, rewards):
-    """A 2-step RL run from a random tiny policy (no pretraining, no evaluations, no
+    """A 2-step RL run from a random one-layer policy (no pretraining, no evaluations, no
     checkpoints) whose calls `tools.ENVIRONMENTS[name]` answers; its rl metrics rows."""
     from grpo_jax import tools
 
     monkeypatch.setitem(tools.ENVIRONMENTS, name, factory)
     config = tools_config.get_config("smoke")
     config.mesh.num_devices = 1
+    config.model.num_layers = 1  # as the smoke run's: the same programs
     config.stages = "rl"
     config.rl.update(tools=name, rewards=rewards, checkpoint_every=0)
     train_and_evaluate(config, str(tmp_path))

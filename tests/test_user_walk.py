@@ -226,15 +226,17 @@ def test_a_new_task_on_the_main_job_gets_no_arithmetic_settings(capsys):
 
 @pytest.fixture(scope="module")
 def char_run(tmp_path_factory):
-    """A tiny run whose policy ends its answers with EOS: 200 pretraining steps of a 105k
-    parameter model on the arithmetic task (the character tokenizer)."""
+    """A tiny run whose policy ends its answers with EOS: 200 pretraining steps of a 56k
+    parameter model (one layer; tests/test_hf.py exports two) on the arithmetic task (the
+    character tokenizer), on one device."""
     from grpo_jax.pipeline import train_and_evaluate
 
     config = api.config("smoke")
     config.stages = "pretrain"
     config.loggers = ""
     config.pretrain.update(steps=200, batch_size=16, lr=1e-2)
-    config.model.update(hidden_size=64, num_layers=2, mlp_size=128)
+    config.model.update(hidden_size=64, num_layers=1, mlp_size=128)
+    config.mesh.num_devices = 1
     workdir = str(tmp_path_factory.mktemp("char_run"))
     printed = io.StringIO()
     with warnings.catch_warnings(record=True) as caught, contextlib.redirect_stdout(printed):

@@ -336,10 +336,12 @@ def test_readme_recipe_runs_from_a_folder_outside_the_checkout(tmp_path):
     command = recipe["command"].split()
     assert command[:3] == ["python", "-m", "grpo_jax.main"]
     assert sum(_held_out(r["question"]) for r in ROWS) * 4 >= 8
-    # The prompts fit the smoke preset's 16-token bucket and the eval its 8 problems, so the
-    # programs are the main smoke job's (shared through the session's compilation cache).
+    # The prompts fit the smoke preset's 16-token bucket and the eval its 8 problems. One
+    # layer on one device: a third of the CPU time of the smoke job's four layers on the
+    # tests' 8 virtual devices, even with those programs in the session's compilation cache.
     tiny = ["--config.stages=pretrain,rl,eval_final", "--config.rl.steps=1",
-            "--config.pretrain.steps=1", "--config.task.eval_size=8"]
+            "--config.pretrain.steps=1", "--config.task.eval_size=8",
+            "--config.model.num_layers=1", "--config.mesh.num_devices=1"]
     done = subprocess.run([sys.executable, *command[1:], *tiny], cwd=tmp_path,
                           capture_output=True, text=True, timeout=600, check=False)
     assert done.returncode == 0, done.stderr[-3000:]

@@ -154,7 +154,7 @@ def test_r1_pipeline_smoke_runs_end_to_end(tmp_path):
 def test_distill_from_another_runs_teacher_into_a_pretrained_student(tmp_path, monkeypatch):
     """teacher: another finished run's final policy (here after RL) samples the traces;
     student_init_from: the student is a finished run's final policy (here a pretrained
-    tiny-1m), not a fresh init; a run of another size is refused with one line."""
+    tiny-300k), not a fresh init; a run of another size is refused with one line."""
     import jax
 
     from grpo_jax.results import FinishedRun
@@ -162,17 +162,19 @@ def test_distill_from_another_runs_teacher_into_a_pretrained_student(tmp_path, m
     from grpo_jax.stages import distill as distill_stage
     from grpo_jax.training import Policy
 
-    def pretrained(name, **model):
+    def pretrained(workdir, **model):
         config = default_config.get_config("smoke")
+        config.mesh.num_devices = 1
         config.pretrain.steps = 1
         config.model.update(model)
-        run_stage(config, "pretrain", tmp_path / name)
-        return str(tmp_path / name)
+        run_stage(config, "pretrain", tmp_path / workdir)
+        return str(tmp_path / workdir)
 
-    student_dir = pretrained("student")
+    student_dir = pretrained("student", name="tiny-300k")
     # The teacher: another run's final policy after RL (its checkpoints also hold the RL
     # stage's state), of another shape than the student and the run's own model.
     teacher = default_config.get_config("smoke")
+    teacher.mesh.num_devices = 1
     teacher.model.num_layers = 2
     teacher.rl.steps = 1
     teacher_run = run_stage(teacher, "rl", tmp_path / "teacher")
@@ -188,11 +190,12 @@ def test_distill_from_another_runs_teacher_into_a_pretrained_student(tmp_path, m
 
     def distill_config(student_from):
         config = default_config.get_config("smoke")
-        config.model.num_layers = 1  # the teacher (the run's model); the student is tiny-1m
+        config.mesh.num_devices = 1
+        config.model.num_layers = 1  # the teacher (the run's model); the student tiny-300k
         config.distill = default_section("distill")
         config.distill.update(dict(num_problems=8, num_samples=2, sample_batch_size=16,
                                    max_new_tokens=24, steps=1, batch_size=8,
-                                   student_model="tiny-1m", student_init_from=student_from,
+                                   student_model="tiny-300k", student_init_from=student_from,
                                    teacher=str(tmp_path / "teacher")))
         config.stages = "distill"
         return config
@@ -215,9 +218,9 @@ def test_distill_from_another_runs_teacher_into_a_pretrained_student(tmp_path, m
     _, expected = Policy.from_model(model)
     jax.tree.map(lambda a, b: np.testing.assert_array_equal(np.asarray(a), np.asarray(b)),
                  started[0], jax.device_get(expected))
-    one_layer = pretrained("one_layer", num_layers=1)  # tiny-1m has 4
+    # The teacher's run as the student: tiny-1m's shape at 2 layers, not tiny-300k's.
     with pytest.raises(ConfigError, match=r"distill\.student_init_from: .* another shape"):
-        run_stage(distill_config(one_layer), "distill", tmp_path / "refused")
+        run_stage(distill_config(str(tmp_path / "teacher")), "distill", tmp_path / "refused")
     config = distill_config(str(tmp_path / "nowhere"))
     with pytest.raises(ConfigError, match=r"distill\.student_init_from: .* \(no checkpoints/\)"):
         validate(config, KINDS)

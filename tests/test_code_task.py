@@ -69,7 +69,7 @@ def test_the_code_smoke_job_runs_the_tests_with_real_gradients(tmp_path):
 
     config = code.get_config("smoke")
     config.mesh.num_devices = 1
-    config.model.num_layers = 1  # the format after 150 steps as with four, in a third the time
+    config.model.num_layers = 1  # the format after 150 steps as with four, in half the time
     config.stages = "pretrain,rl"
     train_and_evaluate(config, str(tmp_path))
     rows = [r for r in read_metrics(tmp_path / "metrics.jsonl") if r["stage"] == "rl"]

@@ -128,7 +128,7 @@ def test_the_agents_smoke_job_plays_with_real_gradients(tmp_path):
     """GRPO, then PPO (GAE over the environment's per-turn rewards), on the guessing game
     played with JSON calls of the game and of the python tool in the miniature chat
     template, with a SentencePiece vocabulary learned on the traces (configs/agents.py:
-    smoke, at one layer: its episodes and gradients at a third of the four layers' CPU
+    smoke, at one layer: its episodes and gradients in under half the four layers' CPU
     time; the tag format's job runs in the env_feedback study's mini tier)."""
     from configs import agents
     from grpo_jax.metrics import read_metrics

@@ -212,7 +212,7 @@ def test_tool_record_counts_calls_errors_and_observation_share():
 @pytest.fixture(scope="module")
 def smoke(tmp_path_factory):
     """`python -m grpo_jax.main --config=configs/tools.py:smoke --config.model.num_layers=1`,
-    in process (one layer: the episodes and gradients of the smoke job at a third of its
+    in process (one layer: the episodes and gradients of the smoke job in under half its
     CPU time; the runs started from it take its shape)."""
     workdir = tmp_path_factory.mktemp("tools_smoke")
     config = tools_config.get_config("smoke")

@@ -16,7 +16,7 @@ from grpo_jax.tasks import Example
 
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 # Appended to README's commands: a one-layer model on one device (not the tests' 8 virtual
-# ones) runs the same stages, rewards and task code at a third of the CPU time of the smoke
+# ones) runs the same stages, rewards and task code in under half the CPU time of the smoke
 # preset's four layers on 8 devices (the main job's smoke tests run those).
 ONE_LAYER = ("--config.model.num_layers=1", "--config.mesh.num_devices=1")
 

@@ -2,7 +2,8 @@
 point: a short pipeline is killed at each of its checkpoint saves (during the save, so the
 checkpoint is never written), and after each eval stage's save with that checkpoint then
 damaged (so that the resume falls back past it), and resumed; its logs equal an
-uninterrupted run's."""
+uninterrupted run's. The runs' report plots are not drawn (they read the logs and write
+none; tests/test_evals.py draws them)."""
 
 from __future__ import annotations
 
@@ -48,6 +49,10 @@ class Killed(KeyboardInterrupt):
 
 @pytest.mark.slow
 def test_every_kill_point_leaves_each_line_logged_once(tmp_path, monkeypatch):
+    from grpo_jax.evals import report
+
+    for plot in ("_plot_series", "_plot_at_k"):  # 10 reports' plots: a third of the test
+        monkeypatch.setattr(report, plot, lambda *args, **kwargs: None)
     config = _config()
     saves = []
     original = Run.save

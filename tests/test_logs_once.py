@@ -51,7 +51,7 @@ class Killed(KeyboardInterrupt):
 def test_every_kill_point_leaves_each_line_logged_once(tmp_path, monkeypatch):
     from grpo_jax.evals import report
 
-    for plot in ("_plot_series", "_plot_at_k"):  # 10 reports' plots: a third of the test
+    for plot in ("_plot_series", "_plot_at_k"):  # 10 reports' plots: about 5 CPU s
         monkeypatch.setattr(report, plot, lambda *args, **kwargs: None)
     config = _config()
     saves = []

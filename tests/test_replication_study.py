@@ -1,6 +1,9 @@
 """The replication study's configs: each arm differs from its family's `all` arm in the
 fields of the result it reruns, starts from its own family's roles, and the distillation
-arm samples and trains on as many sequences as GRPO on the student samples."""
+arm samples and trains on as many sequences as GRPO on the student samples; and its analysis
+of every arm of a family on hand-made runs."""
+
+import functools
 
 import pytest
 
@@ -100,3 +103,73 @@ def test_bad_family():
 def test_mini_tier_keys_distinct():
     keys = {configs_lib.config_key(c) for c in rep.arm_configs("mini").values()}
     assert len(keys) == len(rep.ARMS)
+
+
+# pass@1 per arm kind, before (eval_base) and after (eval_final) its stage; the seed adds
+# its offset to every figure, so each paired difference is the same at both seeds
+PASS = {rep.ALL: (0.2, 0.5), rep.TOP: (0.2, 0.6), rep.PPO: (0.2, 0.4),
+        rep.DECOUPLED: (0.2, 0.45), rep.RL_STUDENT: (0.1, 0.3), rep.DISTILL: (0.1, 0.35)}
+OFFSETS = {0: 0.0, 1: 0.02}
+
+
+def _runs(tmp_path, family="spell_backward"):
+    """Finished runs of every arm of `family` on one base at two seeds, written by hand (its
+    metrics.jsonl and report.json), and the base's teacher role."""
+    import json
+
+    import ml_collections
+
+    from grpo_jax.studies import common
+
+    def write(workdir, rows):
+        workdir.mkdir(parents=True)
+        (workdir / "metrics.jsonl").write_text("".join(json.dumps(r) + "\n" for r in rows))
+        (workdir / "report.json").write_text("{}")
+        return str(workdir)
+
+    teacher = write(tmp_path / "teacher", [{"stage": "eval_final", "step": 2, "pass@1": 0.7,
+                                            "pass@8": 0.9, "format_rate": 1.0}])
+    bases = {"b0": {"seed": 0, "roles": {f"{family}:teacher": teacher}}}
+    records = []
+    for kind, (before, after) in PASS.items():
+        for seed, o in OFFSETS.items():
+            training = [{"stage": "rl", "stage_step": s, "step": s, "reward_mean": 0.1,
+                         **({"token_frac": 0.2 + 0.1 * s} if kind == rep.TOP else {})}
+                        for s in (1, 2)]
+            rows = [{"stage": "eval_base", "step": 0, "pass@1": before + o, "pass@8": 0.5,
+                     "format_rate": 0.8}, *training,
+                    {"stage": "eval_final", "step": 3, "pass@1": after + o, "pass@8": 0.6,
+                     "format_rate": 0.9}]
+            workdir = write(tmp_path / f"{len(records)}", rows)
+            records.append(common.RunRecord(rep.arm_name(family, kind), "b0", seed, workdir,
+                                            ml_collections.ConfigDict()))
+    return common.StudyRuns(rep.STUDY, "full", str(tmp_path), records, bases)
+
+
+def test_analysis_of_one_family_gives_the_hand_computed_contrasts(tmp_path):
+    """Every claim's contrast of a family (the mini tier runs distill - rl (student) only),
+    the base, student and teacher rows and the share of tokens top20 trained, on hand-made
+    runs."""
+    from grpo_jax.studies import summary as summary_lib
+
+    family = "spell_backward"
+    analysis = rep.analyze(_runs(tmp_path, family))
+    arms = analysis.arms
+    name = functools.partial(rep.arm_name, family)
+    assert list(arms) == [name(k) for k in ("base", "student", *rep.KINDS, rep.TEACHER)]
+    assert arms[name("base")]["metrics"]["pass@1"] == pytest.approx([0.2, 0.22])
+    assert arms[name("student")]["metrics"]["pass@1"] == pytest.approx([0.1, 0.12])
+    assert arms[name(rep.TEACHER)]["metrics"]["pass@1"] == [0.7, 0.7]  # one run, each seed
+    assert arms[name(rep.TOP)]["metrics"]["token_frac"] == pytest.approx([0.35, 0.35])
+    assert "token_frac" not in arms[name(rep.ALL)]["metrics"]
+    contrasts = {(c["a"], c["b"], c["metric"]): c
+                 for c in summary_lib.contrasts(arms, analysis.specs)}
+    expected = {rep.TOP: 0.1, rep.PPO: -0.1, rep.DECOUPLED: 0.05, rep.DISTILL: 0.05}
+    for claim in rep.CLAIMS:
+        if not claim.test[0].startswith(family):
+            assert claim.test not in contrasts  # the other family's arms: not run
+            continue
+        kind = claim.test[0][len(family) + 2:]
+        assert contrasts[claim.test]["diff"] == pytest.approx(expected[kind])
+        assert contrasts[claim.test]["n"] == 2
+    assert "tokens trained" in analysis.table and "35.0" in analysis.table

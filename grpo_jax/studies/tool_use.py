@@ -54,6 +54,9 @@ VALIDATION_STAGE = "eval_valid"
 VALIDATION_BAR = 0.10
 ROUNDS = 3  # at most this many rounds of the job's pretraining steps
 ROUND_ROLES = ("base", *(f"base round {k}" for k in range(2, ROUNDS + 1)))
+# a mini-tier round's pretraining steps (of the smoke preset's sizes): enough to run the
+# rounds' chain end to end; no toy round reaches the bar at this size or at the preset's 60
+MINI_STEPS = 10
 
 # eval stage -> summary arm, per run arm
 STAGES = {RUN: {"eval_base": "before, with the tool", "eval_base_no_tool": "before, without",
@@ -83,17 +86,21 @@ SPECS = [(a, b, metric) for _, a, b, metric in CONTRASTS]
 def _former(config, tier: str):
     """The former configuration's task and pretraining on a tool job config (configs/tools.py
     at ea5240e^): operands of 3-5 digits, half the worked solutions calling, 30% disturbed,
-    1000 pretraining steps (24 at the mini tier, in proportion to the smoke preset's 60)."""
+    1000 pretraining steps (at the mini tier a round's `MINI_STEPS`, so that it runs the
+    rounds' compiled programs)."""
     config.task.kwargs = ml_collections.ConfigDict({"difficulty": (1, 2, 3), "tool_rate": 0.5})
     config.task.solution_error_rate = 0.3
     if "pretrain" in config:
-        config.pretrain.steps = 1000 if tier == "full" else 24
+        config.pretrain.steps = 1000 if tier == "full" else MINI_STEPS
     return config
 
 
 def _pretrain(tier: str):
+    """The tool job's pretraining (the mini tier: `MINI_STEPS` of the smoke preset's)."""
     config = common.tool_job(common.preset(tier))
     config.stages = "pretrain"
+    if tier != "full":
+        config.pretrain.steps = MINI_STEPS
     return config
 
 
@@ -139,9 +146,9 @@ def _later_round(tier: str, k: int):
 
 
 def base_config(tier: str) -> dict:
-    """The rounds of the tool job's pretraining (2500 steps each; the smoke preset's 60 at
-    the mini tier), each built only while none before it passed the bar, and the former
-    configuration's pretraining (1000 steps; 24)."""
+    """The rounds of the tool job's pretraining (2500 steps each; `MINI_STEPS` at the mini
+    tier), each built only while none before it passed the bar, and the former
+    configuration's pretraining (1000 steps; `MINI_STEPS`)."""
     rounds = {ROUND_ROLES[0]: _round(tier, 1)}
     rounds.update({ROUND_ROLES[k - 1]: _later_round(tier, k) for k in range(2, ROUNDS + 1)})
     return {**rounds, "former": _former(_pretrain(tier), tier)}
@@ -406,10 +413,10 @@ STUDY = common.Study(
              "660 s + 265 s) = 31-75 min, the former base pro rata "
              "1000/2500 steps; 12 runs of 60 GRPO steps with their "
              "evaluations, about 35 min)",
-        mini="about 2 min on 2 cores (measured: 111 s under a load of "
-             "about 14: three toy rounds of 60 steps, none at the bar, "
-             "the former toy base of 24, 4 toy runs)",
-        mini_seeds=(0, 1)),
+        mini="about 25 s of CPU on 2 cores, measured (23-24 s for its test alone, which "
+             "compiles every program itself; 30 s wall): three toy rounds of 10 steps, "
+             "none at the bar, the former toy base of 10, one seed of the 2 arms' toy "
+             "runs"),
     arms=(RUN, FORMER), base_config=base_config, arm_configs=arm_configs, analyze=analyze,
     attach=attach, claims=CLAIMS,
 )

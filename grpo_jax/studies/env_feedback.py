@@ -41,6 +41,9 @@ METRICS = ("pass@1", "pass@1_blind", "pass@1_gain", "turns_to_success", "tool_ca
 CURVES = ("reward/environment", "tool_calls", "reward_std")
 PASS_MARGIN = 0.03  # 3 points of pass@1 (or of its gain)
 TURNS_MARGIN = 0.1  # a tenth of a guess per successful episode
+# the mini tier's pretraining steps (the smoke preset's 60 cost more than the runs): enough
+# for the toy base to guess in the environment's format, so the episodes have turns
+MINI_STEPS = 10
 
 SPECS = [
     (GRPO_FEEDBACK, BASE, "pass@1"),
@@ -53,9 +56,12 @@ SPECS = [
 
 
 def base_config(tier: str):
-    """The agents job's pretraining (1500 steps; the smoke preset's 60 at the mini tier)."""
+    """The agents job's pretraining (1500 steps; `MINI_STEPS` of the smoke preset's sizes at
+    the mini tier)."""
     config = common.agents_job(common.preset(tier))
     config.stages = "pretrain"
+    if tier != "full":
+        config.pretrain.steps = MINI_STEPS
     return config
 
 
@@ -198,7 +204,10 @@ STUDY = common.Study(
     tiers=tiers.standard(
         full="about 35 min on 2 cores (estimated: 2 bases of 1500 steps, "
              "about 6 min each; 12 runs of 60 GRPO steps with four "
-             "evaluations, about 2 min each)"),
+             "evaluations, about 2 min each)",
+        mini="about 20 s of CPU on 2 cores, measured (18-20 s for its test alone, which "
+             "compiles every program itself): a toy base of 10 steps, one seed of the 2 "
+             "arms' toy runs"),
     arms=(FEEDBACK, BLIND), base_config=base_config, arm_configs=arm_configs, analyze=analyze,
     claims=CLAIMS,
 )

@@ -40,6 +40,12 @@ REWARDS = {TRUE: {"accuracy": 1.0, "format": 0.2}, FORMAT: {"format": 1.0},
 CLIPPED, UNCLIPPED = "random, mu=4", "random, mu=4, no clip"
 UPDATES = {CLIPPED: (RANDOM, 4, None, 1e-3), UNCLIPPED: (RANDOM, 4, 1e6, 1e-3)}
 ARMS = (*REWARDS, *UPDATES)
+# The mini tier's arms: the ground truth, a spurious reward scored on the host and the
+# clipped passes. The format and incorrect rewards take the random reward's path (a host
+# reward by name; their scorers: tests/test_spurious_rewards.py) and the unclipped passes
+# the clipped one's with another epsilon (updates_per_batch's mini tier runs an unclipped
+# arm); their contrasts are the same code.
+MINI_ARMS = (TRUE, RANDOM, CLIPPED)
 METRICS = ("pass@1", "format_rate", "mean_length")
 PASS_MARGIN = 0.03
 
@@ -146,6 +152,10 @@ STUDY = common.Study(
              "steps, shared with the other studies of the main base; 24 "
              "runs of the main job's GRPO stage on host rewards with two "
              "evaluations, 40 min; 12 runs of four passes per batch, "
-             "about 8 min each as updates_per_batch's mu = 4, 1.6 hours)"),
+             "about 8 min each as updates_per_batch's mu = 4, 1.6 hours)",
+        mini="about 20 s of CPU on 2 cores, measured (18-19 s for its test alone, which "
+             "compiles every program itself): one toy base, one seed of the ground truth, "
+             "random and random mu=4 arms",
+        mini_arms=MINI_ARMS),
     arms=ARMS, base_config=base_config, arm_configs=arm_configs, analyze=analyze, claims=CLAIMS,
 )

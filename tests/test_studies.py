@@ -184,14 +184,19 @@ def workdir(tmp_path_factory):
 
 
 # The mini tiers run in two xdist groups (pytest.ini's --dist loadgroup), one worker each
-# when there are two: the first eleven studies with the sharing checks after them (which
-# see those studies' runs in one workdir), and the later ones.
+# when there are two: the first eleven studies, the later ones that ask for their runs
+# (REUSING: one workdir makes those runs once) and the sharing checks after them (which see
+# those studies' runs in one workdir); and the other later ones.
 STUDIES_GROUP = pytest.mark.xdist_group("studies")
 FIRST = studies.NAMES[:studies.NAMES.index("tool_use") + 1]
+# sharpening and test_time_scaling sample pass_at_k's runs; onpolicy_distill and
+# distillation_bias start from distill_vs_rl's bases, and their GRPO arm (and
+# onpolicy_distill's R1 arm) is distill_vs_rl's run
+REUSING = ("sharpening", "onpolicy_distill", "test_time_scaling", "distillation_bias")
 
 
 def _grouped(name):
-    group = "studies" if name in FIRST else "studies_later"
+    group = "studies" if name in FIRST + REUSING else "studies_later"
     return pytest.param(name, marks=pytest.mark.xdist_group(group), id=name)
 
 
@@ -229,11 +234,11 @@ def test_mini_tier(name, workdir):
 
 
 def _run_here(workdir) -> tuple[str, ...]:
-    """The studies whose mini tier ran in this workdir (skips unless the first eleven
-    did)."""
+    """The studies whose mini tier ran in this workdir (skips unless the first eleven and
+    REUSING did)."""
     ran = tuple(n for n in studies.NAMES
                 if os.path.exists(os.path.join(workdir, n, "out", "summary.json")))
-    if not set(FIRST) <= set(ran):
+    if not set(FIRST + REUSING) <= set(ran):
         pytest.skip("needs the first studies' mini tiers above in the same process")
     return ran
 
@@ -260,7 +265,7 @@ def test_studies_asking_for_one_base_config_share_it(workdir):
 def test_studies_asking_for_one_run_share_it(workdir):
     """After the mini tiers above: every run directory is keyed by its config and asked for
     by some study, and a run two studies ask for (length_growth's redo arm is length_bias's
-    grpo arm) is made once."""
+    grpo arm; onpolicy_distill's GRPO arm is distill_vs_rl's rl arm) is made once."""
     users: dict[str, set] = {}
     for name in _run_here(workdir):
         path = os.path.join(workdir, name, "out", "summary.json")
@@ -271,6 +276,7 @@ def test_studies_asking_for_one_run_share_it(workdir):
             users.setdefault(os.path.basename(record.workdir), set()).add(name)
     assert sorted(os.listdir(os.path.join(workdir, "runs"))) == sorted(users)
     assert any({"length_bias", "length_growth"} <= names for names in users.values())
+    assert any({"distill_vs_rl", "onpolicy_distill"} <= names for names in users.values())
 
 
 def test_cold_start_arms_share_their_rl_prompts_and_keys_per_seed(tmp_path):

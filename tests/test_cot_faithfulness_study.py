@@ -30,17 +30,15 @@ def test_the_arms_are_update_sparsitys_runs():
 def test_the_family_arms_are_the_presets_grpo_and_its_sft():
     """The family's GRPO arm is the preset's GRPO stage from the family base (replication's
     `all` run: one config, so one run); its SFT arm is built from it as update_sparsity
-    builds its SFT arm from its GRPO arm (`sft_like` on the main arm gives update_sparsity's
-    SFT config exactly): the same steps, sequences per step and learning rate."""
-    from grpo_jax.studies import common, families, replication
+    builds its SFT arm from its GRPO arm (`update_sparsity.sft_of`): the same steps,
+    sequences per step and learning rate."""
+    from grpo_jax.studies import families, replication
 
     configs = cot.arm_configs("full")
     grpo, sft = configs["letter_counting: grpo"], configs["letter_counting: sft"]
     assert config_key(grpo) == config_key(families.grpo("full", "letter_counting"))
     assert config_key(grpo) == config_key(
         replication.arm_config("full", "letter_counting", replication.ALL))
-    assert config_key(cot.sft_like(common.main_arm("full", ""))) == config_key(
-        update_sparsity.arm_config(update_sparsity.SFT, "full"))
     assert (grpo.task.kwargs.datasets, grpo.model.init_from) == (
         "letter_counting", "letter_counting:base")
     assert sft.model.init_from == "letter_counting:base" and "rl" not in sft

@@ -22,7 +22,7 @@ policies, named "letter_counting: <policy>" and started from that role (`familie
 * `letter_counting: base model`: the family base's own parameters;
 * `letter_counting: sft`: supervised fine-tuning on the family's clean worked solutions,
   built from the family's GRPO arm as update_sparsity builds its SFT arm from its RL arm
-  (`sft_like`: the same steps, sequences per step and learning rate);
+  (`update_sparsity.sft_of`: the same steps, sequences per step and learning rate);
 * `letter_counting: grpo`: the preset's GRPO stage (`families.grpo`; replication's
   `letter_counting: all` run).
 
@@ -145,27 +145,12 @@ def base_config(tier: str):
     return families.with_family(main, tier, FAMILY) if tier == "full" else main
 
 
-def sft_like(config):
-    """A GRPO arm's config turned into update_sparsity's SFT arm: supervised fine-tuning on
-    the task's clean worked solutions, the same steps, sequences per step (prompts x group)
-    and learning rate, between the same evaluations."""
-    from grpo_jax.stages import default_section
-
-    sequences = config.rl.num_prompts * config.rl.group_size
-    config.sft = default_section("sft")
-    config.sft.update(steps=config.rl.steps, batch_size=sequences, lr=config.rl.lr,
-                      num_examples=config.rl.steps * sequences, error_rate=0.0)
-    config.stages = "eval_base,sft,eval_final"
-    del config.rl
-    return config
-
-
 def arm_config(arm: str, tier: str = "full"):
     """One arm's run from its base (model.init_from; `attach` sets it). Arithmetic:
     update_sparsity's arm (its GRPO run, or its SFT of the same steps, sequences per step
     and learning rate on clean worked solutions), one config each, so the runs are shared.
     The family: the preset's GRPO stage from the family's base (`families.grpo`), or its
-    SFT built from it as update_sparsity builds its own (`sft_like`)."""
+    SFT built from it as update_sparsity builds its own (`update_sparsity.sft_of`)."""
     if arm not in ARMS:
         raise ValueError(f"cot_faithfulness: unknown arm {arm!r}; expected one of "
                          f"{', '.join(ARMS)}")
@@ -173,7 +158,7 @@ def arm_config(arm: str, tier: str = "full"):
         return update_sparsity.arm_config(
             update_sparsity.RL if arm == GRPO else update_sparsity.SFT, tier)
     config = families.grpo(tier, FAMILY)
-    return config if arm == named(FAMILY, GRPO) else sft_like(config)
+    return config if arm == named(FAMILY, GRPO) else update_sparsity.sft_of(config)
 
 
 def arm_configs(tier: str) -> dict:
@@ -182,6 +167,19 @@ def arm_configs(tier: str) -> dict:
 
 # ---- traces: parse, corrupt, follow ------------------------------------------------------------
 
+def _thinking(text: str):
+    """(the index in `text` where the thinking's first step starts, its space-separated
+    steps) of the text between the first "<think>" and the "</think>" after it; None when
+    either tag is missing."""
+    open_tag, close_tag = "<think>", "</think>"
+    begin = text.find(open_tag)
+    finish = text.find(close_tag, begin + 1) if begin >= 0 else -1
+    if begin < 0 or finish < 0:
+        return None
+    position = begin + len(open_tag)
+    return position, text[position:finish].split(" ")
+
+
 def parse_trace(text: str, operands: Sequence[int], operators: Sequence[str]):
     """The steps of a completion's thinking as [(start, end, written)] (`end`: the index in
     `text` just after the written result), when every step is "a op b = c" with the inputs
@@ -189,15 +187,13 @@ def parse_trace(text: str, operands: Sequence[int], operators: Sequence[str]):
     else the leftmost operator) and there is one step per operator; else None."""
     from grpo_jax.tasks.arithmetic import _next_step
 
-    open_tag, close_tag = "<think>", "</think>"
-    begin = text.find(open_tag)
-    finish = text.find(close_tag, begin + 1) if begin >= 0 else -1
-    if begin < 0 or finish < 0:
+    thinking = _thinking(text)
+    if thinking is None:
         return None
-    position = begin + len(open_tag)
+    position, tokens = thinking
     values, ops = list(operands), list(operators)
     steps = []
-    for token in text[position:finish].split(" "):
+    for token in tokens:
         match = STEP.fullmatch(token)
         if match is None or not ops:
             return None
@@ -318,13 +314,10 @@ def parse_counts(text: str, words: Sequence[str]):
     written)] (`end`: the index in `text` just after the written count), when the thinking
     is "word:count" for each of `words` (the problem's text) in order, one step each (a
     written count may be wrong); else None."""
-    open_tag, close_tag = "<think>", "</think>"
-    begin = text.find(open_tag)
-    finish = text.find(close_tag, begin + 1) if begin >= 0 else -1
-    if begin < 0 or finish < 0:
+    thinking = _thinking(text)
+    if thinking is None:
         return None
-    position = begin + len(open_tag)
-    tokens = text[position:finish].split(" ")
+    position, tokens = thinking
     if len(tokens) != len(words):
         return None
     steps = []

@@ -36,12 +36,19 @@ base_config = common.main_base
 def arm_config(arm: str, tier: str = "full"):
     """One arm's run from the base in model.init_from: the held-out evaluation, GRPO (rl) or
     SFT of the same steps, sequences per step and learning rate, the evaluation again."""
-    from grpo_jax.stages import default_section
-
     config = common.main_arm(tier, "")  # its stages below
     if arm == RL:
         config.stages = "eval_base,rl,eval_final"
         return config
+    return sft_of(config)
+
+
+def sft_of(config):
+    """A GRPO arm's config (`config.rl`) turned into its SFT arm, in place: supervised
+    fine-tuning on the task's clean worked solutions with the same steps, sequences per step
+    (prompts x group) and learning rate, between the same evaluations."""
+    from grpo_jax.stages import default_section
+
     sequences = config.rl.num_prompts * config.rl.group_size
     config.sft = default_section("sft")
     config.sft.update(steps=config.rl.steps, batch_size=sequences, lr=config.rl.lr,

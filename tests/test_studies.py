@@ -98,6 +98,31 @@ def test_a_run_another_process_holds_is_skipped_and_said(tmp_path, capsys, monke
                                     "created" in err, err
 
 
+def test_a_failing_study_is_said_and_the_ones_after_it_run(tmp_path, capsys, monkeypatch):
+    """`run A B C` with B raising: A and C still run, B's error is named on stderr with its
+    traceback, and the exit status is 1; `run B` alone raises as it is."""
+    first, failing, last = studies.NAMES[:3]
+    called = []
+
+    def execute(study, tier, workdir, **kwargs):
+        called.append(study.name)
+        if study.name == failing:
+            raise RuntimeError("a mended bug")
+        return None  # as when another process holds its runs: said by execute, skipped
+
+    monkeypatch.setattr(common, "execute", execute)
+    code = cli.main(["run", first, failing, last, "--tier=mini", f"--workdir={tmp_path}"])
+    assert (code, called) == (1, [first, failing, last])
+    err = capsys.readouterr().err
+    assert "Traceback" in err and "RuntimeError: a mended bug" in err
+    assert f"[studies] {failing} failed: RuntimeError: a mended bug; the studies after it " \
+           "go on" in err
+    assert err.rstrip().splitlines()[-1] == (
+        f"error: run: 1 of 3 studies failed: {failing} (each one's traceback above)")
+    with pytest.raises(RuntimeError, match="a mended bug"):
+        cli.main(["run", failing, "--tier=mini", f"--workdir={tmp_path}"])
+
+
 def test_a_field_at_its_listed_neutral_value_leaves_the_hash_as_it_was(monkeypatch):
     from grpo_jax.studies import configs
 

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import argparse
 import sys
+import traceback
 
 from grpo_jax import studies
 
@@ -94,7 +95,8 @@ def main(argv: list[str] | None = None) -> int:
     run = commands.add_parser("run", help="build, run, analyse studies, one after another")
     run.add_argument("names", nargs="+", metavar="NAME",
                      help=f"a study ({', '.join(studies.NAMES)}) or all (in that order; "
-                          "shared bases are built once)")
+                          "shared bases are built once; a study that fails is said, with its "
+                          "traceback, and the ones after it go on; the exit status is 1)")
     run.add_argument("--tier", default="full", choices=("full", "mini"))
     run.add_argument("--workdir", required=True,
                      help="runs, shared bases and outputs (DIR/bases, DIR/NAME)")
@@ -123,10 +125,25 @@ def main(argv: list[str] | None = None) -> int:
         print(f"error: --workdir: {problem}; expected a directory this process can write "
               "(existing, or created when missing)", file=sys.stderr)
         return 2
+    failed = []
     for name in names:
-        stopped = _run_one(name, args, argv)
-        if stopped is not None:  # an error, or a signal: the studies after it do not start
+        try:
+            stopped = _run_one(name, args, argv)
+        except Exception as err:  # one study's error: said, and the studies after it go on
+            if len(names) == 1:
+                raise
+            traceback.print_exc()
+            print(f"[studies] {name} failed: {type(err).__name__}: {err}; the studies after "
+                  "it go on (its finished runs are kept: `run NAME` again once mended)",
+                  file=sys.stderr, flush=True)
+            failed.append(name)
+            continue
+        if stopped is not None:  # a bad name, or a signal: the studies after it do not start
             return stopped
+    if failed:
+        print(f"error: run: {len(failed)} of {len(names)} studies failed: "
+              f"{', '.join(failed)} (each one's traceback above)", file=sys.stderr)
+        return 1
     return 0
 
 

@@ -73,3 +73,30 @@ def test_the_measuring_processes_rebuild_each_runs_config(tmp_path):
         rebuilt = cm.run_config(record.arm, "full", record.seed, record.config.model.init_from)
         assert common.config_hash(rebuilt) == common.config_hash(record.config)
         assert record.config.model.init_from == ("/l" if "large" in record.arm else "/s")
+
+
+def test_the_timed_rounds_balance_which_arm_goes_first():
+    # ABBA: P G | G P | P G ...; a round's first arm follows its own step of the round before
+    assert cm.schedule(["P", "G"], 1, 2) == [["P", "G"], ["G", "P"], ["P", "G"]]
+    for warmup, timed in cm.TIMING.values():
+        rounds = cm.schedule(["P", "G"], warmup, timed)[warmup:]
+        assert len(rounds) == timed
+        assert sum(r[0] == "P" for r in rounds) == sum(r[0] == "G" for r in rounds)
+    with pytest.raises(ValueError, match="even number"):
+        cm.schedule(["P", "G"], 1, 7)
+
+
+def test_the_growth_claim_is_not_testable_when_the_small_ratio_nears_two():
+    from grpo_jax.studies import summary
+
+    (claim,) = [c for c in cm.CLAIMS if c.test == (cm.LARGE, cm.SMALL, "memory_ratio")]
+    arms = {cm.SMALL: {"bases": ["a", "b"], "seeds": [0, 0],
+                       "metrics": {"memory_ratio": [1.95, 1.95]}}}
+    headroom = summary.headroom_of(claim, arms)
+    assert headroom == pytest.approx(0.05)
+    contrast = {"metric": "memory_ratio", "diff": -0.02, "ci95": [-0.02, -0.02], "p": 0.0,
+                "p_holm": 0.0, "per_base": {}}
+    assert summary.verdict_of(claim, contrast, headroom)[0] == "not testable here"
+    arms[cm.SMALL]["metrics"]["memory_ratio"] = [1.5, 1.5]  # room to grow: tested
+    assert summary.verdict_of(claim, contrast, summary.headroom_of(claim, arms))[0] == \
+        "not reproduced"

@@ -133,6 +133,82 @@ def test_values_read_the_evaluations_and_training_means(tmp_path):
     values = code_rewards._values(record)
     expected = {"pass@1": 0.2, "tests": 0.5, "format_rate": 0.9, "base_pass@1": 0.1,
                 "base_tests": 0.3, "base_format_rate": 0.8, "train_zero_std_groups": 0.375,
-                "train_tests": 0.3, "train_accuracy": 0.0625}
+                "train_tests": 0.3, "train_accuracy": 0.0625,
+                "pass@1_formatted": 0.2 / 0.9, "base_pass@1_formatted": 0.1 / 0.8}
     assert set(values) == set(expected)
     np.testing.assert_allclose([values[k] for k in expected], list(expected.values()))
+
+
+def test_the_pass_rate_of_the_well_formed_answers_by_hand():
+    assert code_rewards.formatted_pass(0.3, 0.75) == pytest.approx(0.4)
+    assert code_rewards.formatted_pass(0.0, 0.5) == 0.0
+    for missing in ((None, 0.5), (0.1, None), (0.0, 0.0)):  # no well-formed answer: None
+        assert code_rewards.formatted_pass(*missing) is None
+
+
+def test_a_malformed_answer_fails_every_test():
+    """The format gates pass@1: the pretraining's malformation (the closing answer tag
+    dropped) of a right expression passes no hidden test and is not well formed."""
+    from grpo_jax.rewards.format import is_strict_format
+
+    task = get_task("code_expression", **code_rewards.TASK)
+    example = task.examples("test", 1, seed=0)[0]
+    right = example.solution
+    malformed = right.replace("</answer>", "")
+    assert task.tests_passed(right, example) == 1.0 and is_strict_format(right)
+    assert task.tests_passed(malformed, example) == 0.0 and not is_strict_format(malformed)
+
+
+def _arms(base_format: float) -> dict:
+    """Two bases x two seeds: the base's pass@1 0.3 at `base_format`; the format-only arm
+    repairs the format (format rate 1) and keeps the well-formed answers' pass rate."""
+    bases, seeds = ["b0", "b0", "b1", "b1"], [0, 1, 0, 1]
+    base_pass = [0.30, 0.28, 0.32, 0.30]
+    arms = {"base": {"pass@1": base_pass, "format_rate": [base_format] * 4}}
+    arms["format_only"] = {"pass@1": [p / base_format for p in base_pass],
+                           "format_rate": [1.0] * 4}
+    arms["partial"] = {"pass@1": [0.60, 0.58, 0.62, 0.64], "format_rate": [1.0] * 4}
+    arms["all_or_nothing"] = {"pass@1": [0.50, 0.52, 0.55, 0.51], "format_rate": [1.0] * 4}
+    out = {}
+    for name, metrics in arms.items():
+        metrics[code_rewards.FORMATTED] = [code_rewards.formatted_pass(p, f) for p, f in
+                                           zip(metrics["pass@1"], metrics["format_rate"])]
+        out[name] = {"seeds": seeds, "bases": bases, "metrics": metrics}
+    return out
+
+
+def test_the_claims_read_the_contrasts_that_take_the_format_gate_out():
+    """The tests reward is judged against the format-only control (the format term both
+    carry); the format-only bound on the well-formed answers' pass rate, so that repairing
+    the format alone (plain pass@1 up by the base's malformed share) does not refute it; its
+    ceiling: a base that misses the format on fewer answers than the margin is not
+    testable."""
+    from grpo_jax.studies import summary
+
+    specs = [tuple(s) for s in code_rewards.SPECS]
+    assert len(specs) == len(set(specs))
+    tests = {c.text[:20]: c for c in code_rewards.CLAIMS}
+    assert tests["a reward computed by"].test == ("partial", "format_only", "pass@1")
+    bound = tests["a reward that carrie"]
+    assert bound.test == ("format_only", "base", code_rewards.FORMATTED)
+    assert bound.headroom == ("base", "format_rate", 1.0) and bound.expect == "<="
+    assert ("format_only", "base", "pass@1") in specs  # reported beside it, no claim
+
+    def verdicts(base_format):
+        built = summary.build(study="code_rewards", tier="full", provenance={
+            k: None for k in ("commit", "dirty", "python", "jax", "flax", "argv",
+                              "wall_time_s")}, protocol={
+            k: None for k in ("eval_seed", "problems", "samples_per_problem",
+                              "problems_fixed_across_seeds")},
+            arms=_arms(base_format), specs=code_rewards.SPECS, claims=code_rewards.CLAIMS)
+        found = {(c["a"], c["b"], c["metric"]): c["diff"] for c in built["contrasts"]}
+        return {v["claim"][:20]: v["verdict"] for v in built["verdicts"]}, found
+
+    outcome, found = verdicts(0.85)
+    # plain pass@1 rises by the repaired 15% (0.3 / 0.85 - 0.3), the well-formed rate not
+    assert found[("format_only", "base", "pass@1")] == pytest.approx(0.3 / 0.85 - 0.3)
+    assert found[("format_only", "base", code_rewards.FORMATTED)] == pytest.approx(0.0)
+    assert outcome["a reward that carrie"] == "reproduced"
+    assert outcome["a reward computed by"] == "reproduced"
+    outcome, _ = verdicts(0.98)  # 2% malformed: below the 3-point margin
+    assert outcome["a reward that carrie"] == "not testable here"

@@ -25,7 +25,12 @@ logged in every arm):
 Every arm evaluates before and after the GRPO stage on the same held-out problems
 (`eval_base`, `eval_final`): pass@1 (all six hidden tests, from the accuracy reward) and
 the tests-passed fraction (the mean of the tests reward over the samples), and the format
-rate. The base's figures are the partial-credit runs' evaluations before GRPO. From the
+rate. A malformed answer (the closing answer tag missing: the pretraining corpus's one
+malformation) is never run, so it fails every test: the format gates pass@1, and a reward
+that only teaches the format raises pass@1 wherever a repaired answer holds a right
+expression. So beside pass@1, `pass@1_formatted` = pass@1 / format rate: the pass rate of
+the well-formed answers, as long as every passing answer is well formed (a passing answer
+has its closing tag; one with text after it would pass and not be well formed). The base's figures are the partial-credit runs' evaluations before GRPO. From the
 training rows: the share of groups whose rewards are all equal (`zero_std_groups`: no
 gradient from them) and the training tests fraction, averaged over the steps.
 """
@@ -51,6 +56,8 @@ PROMPT_LEN, MAX_NEW_TOKENS = 36, 28
 EVAL_SIZE, EVAL_SAMPLES = 64, 16
 RL_STEPS, RL_PROMPTS = 60, 16
 EVAL_METRICS = ("pass@1", "reward/tests", "format_rate")
+# pass@1 over the well-formed answers (pass@1 / format_rate), the format gate taken out
+FORMATTED = "pass@1_formatted"
 TRAIN_METRICS = ("zero_std_groups", "reward/tests", "reward/accuracy")
 PASS_MARGIN = 0.03  # held-out pass@1, as the other studies
 # the mini tier: the base's pretraining steps (a third of the smoke preset's 150, still
@@ -59,8 +66,8 @@ MINI_STEPS, MINI_EVAL_SIZE = 50, 16
 # the mini tier's arm: partial credit against the base (all_or_nothing and format_only take
 # its path with other reward weights; their contrasts are the same code)
 MINI_ARMS = (PARTIAL,)
-SPECS = [(PARTIAL, "base", "pass@1"), (PARTIAL, BINARY, "pass@1"), (FORMAT, "base", "pass@1"),
-         (BINARY, "base", "pass@1")]
+SPECS = [(PARTIAL, FORMAT, "pass@1"), (PARTIAL, BINARY, "pass@1"), (FORMAT, "base", FORMATTED),
+         (PARTIAL, "base", "pass@1"), (BINARY, "base", "pass@1"), (FORMAT, "base", "pass@1")]
 
 
 def _task(config, tier: str):
@@ -112,9 +119,22 @@ def arm_configs(tier: str) -> dict:
 
 def _values(record) -> dict:
     values = common.eval_values(record, EVAL_METRICS)
+    for prefix in ("", "base_"):
+        values[prefix + FORMATTED] = formatted_pass(values[prefix + "pass@1"],
+                                                    values[prefix + "format_rate"])
     values.update({f"train_{k}": v for k, v in
                    training_means(record, TRAIN_METRICS, skip=0).items()})
     return {_short(k): v for k, v in values.items()}
+
+
+def formatted_pass(pass_at_1: float | None, format_rate: float | None) -> float | None:
+    """pass@1 over the well-formed answers: pass@1 / format rate (a passing answer has its
+    closing answer tag, which the strict format also asks for; the ratio counts a passing
+    answer outside the strict layout too); None without a well-formed answer or without
+    either figure."""
+    if pass_at_1 is None or format_rate is None or not format_rate > 0:
+        return None
+    return pass_at_1 / format_rate
 
 
 def _short(name: str) -> str:
@@ -124,7 +144,7 @@ def _short(name: str) -> str:
 
 def analyze(runs: common.StudyRuns) -> common.Analysis:
     arms = per_arm(runs, _values, ARMS)
-    common.add_base_arm(arms, PARTIAL, [_short(m) for m in EVAL_METRICS])
+    common.add_base_arm(arms, PARTIAL, [_short(m) for m in EVAL_METRICS] + [FORMATTED])
     curves = common.arm_curves(runs, ARMS)
     return common.Analysis(arms=arms, specs=SPECS, table=table(arms, runs.runs[0].config),
                            plots=lambda out: plot(arms, curves, out))
@@ -133,11 +153,12 @@ def analyze(runs: common.StudyRuns) -> common.Analysis:
 def table(arms: dict, config) -> str:
     return tables.arm_table(
         arms, ("base", *ARMS),
-        ("pass@1", "tests passed", "format rate", "zero-std groups (training)",
-         "tests passed (training)", "accuracy (training)"),
-        tables.metric_row("pass@1", "tests", "format_rate", "train_zero_std_groups",
+        ("pass@1", "pass@1 of well-formed", "tests passed", "format rate",
+         "zero-std groups (training)", "tests passed (training)", "accuracy (training)"),
+        tables.metric_row("pass@1", FORMATTED, "tests", "format_rate", "train_zero_std_groups",
                           "train_tests", "train_accuracy"),
-        "Held-out pass@1 (all six hidden tests pass), the tests-passed fraction (the mean "
+        "Held-out pass@1 (all six hidden tests pass), pass@1 of the well-formed answers "
+        "(pass@1 / format rate), the tests-passed fraction (the mean "
         "share of the six hidden tests a sample passes) and the format rate, in %, over "
         f"{tables.rl_caption(config)} on each reward (the base: before); from the training "
         "rows, averaged over the GRPO steps: the share of groups whose rewards were all "
@@ -167,12 +188,16 @@ CLAIMS = (
     common.Claim("a reward computed by running the policy's code on tests trains the "
                  "policy to write correct code", TUTORIAL + "; tested as held-out pass@1 "
                  "after GRPO on the tests reward (partial credit, the code job's) against "
-                 "the base", (PARTIAL, "base", "pass@1"), ">", margin=PASS_MARGIN,
-                 can_fail="fails unless partial lies above base in held-out pass@1 by at "
-                          "least 3.0 points (point estimate), Holm p < 0.05 that way, and "
+                 "GRPO on the format term alone, which both rewards carry: a malformed "
+                 "answer fails every test, so against the base the gain would hold what the "
+                 "format term alone gives", (PARTIAL, FORMAT, "pass@1"), ">",
+                 margin=PASS_MARGIN,
+                 can_fail="fails unless partial lies above format_only in held-out pass@1 by "
+                          "at least 3.0 points (point estimate), Holm p < 0.05 that way, and "
                           "no base goes the other way; held-out functions are ones the "
                           "base never saw, so GRPO on the training problems may sharpen "
-                          "what the base memorised without moving held-out pass@1"),
+                          "what the base memorised without moving held-out pass@1 beyond "
+                          "what repairing the format gives"),
     common.Claim("Mainstream pass/fail outcome rewards enforce functional correctness via "
                  "executing unit tests, but the resulting sparsity limits potential "
                  "performance gains", VERPO + "; tested as held-out pass@1 after GRPO at "
@@ -195,24 +220,31 @@ CLAIMS = (
                  "held-out pass@1", "this study's control (the premise of the tutorial's "
                  "verifiable rewards: the reward must check the answer); " + SPURIOUS
                  + ", abstract, report the opposite for a format-only reward on "
-                 "Qwen2.5-Math; tested as GRPO on the format reward alone against the base, "
-                 "bounded by the margin", (FORMAT, "base", "pass@1"), "<=",
-                 margin=PASS_MARGIN,
+                 "Qwen2.5-Math; tested as GRPO on the format reward alone against the base "
+                 "in pass@1 of the well-formed answers (pass@1 / format rate), bounded by "
+                 "the margin: a malformed answer fails every test, so the format reward "
+                 "carries correctness through that gate alone, and plain pass@1 rises with "
+                 "the format rate whatever the well-formed answers do (that contrast is "
+                 "reported beside it)", (FORMAT, "base", FORMATTED), "<=",
+                 margin=PASS_MARGIN, headroom=("base", "format_rate", 1.0),
                  can_fail="fails if the 95% interval of format_only - base in held-out "
-                          "pass@1 reaches +3.0 points: GRPO on the format alone still "
-                          "moves the policy (towards well-formed answers the base already "
-                          "writes, and by the KL and sampling drift), which can sharpen the "
-                          "base's likely answers, as Shao et al. report; the test is "
-                          "one-sided, so a drop of pass@1 does not refute it"),
+                          "pass@1 of the well-formed answers reaches +3.0 points: GRPO on "
+                          "the format alone still moves the policy (by the KL and sampling "
+                          "drift, and by what the well-formed samples it reinforces have "
+                          "in common), which can sharpen the base's likely answers, as "
+                          "Shao et al. report; the test is one-sided, so a drop does not "
+                          "refute it; not testable here when the base misses the format on "
+                          "fewer than 3% of its answers (the reward is then nearly constant "
+                          "and leaves the policy where it was by construction)"),
 )
 
 STUDY = common.Study(
     name="code_rewards",
     question="does GRPO on a reward from running the policy's code on hidden tests raise "
-             "held-out pass@1 over the base; does partial credit (the fraction of tests "
-             "passed) beat all-or-nothing at equal steps; and does a format-only reward, "
-             "which carries no correctness, leave pass@1 where the base has it, paired by "
-             "seed?",
+             "held-out pass@1 over GRPO on the format term alone; does partial credit (the "
+             "fraction of tests passed) beat all-or-nothing at equal steps; and does a "
+             "format-only reward, which carries no correctness, leave the pass rate of the "
+             "well-formed answers where the base has it, paired by seed?",
     tiers=tiers.standard(
         full="about 1.5-2 hours on 2 cores, estimated, not yet run: 4 code-job bases of "
              "1500 pretraining steps, the main base's model and batch, so its 6-9 min each "

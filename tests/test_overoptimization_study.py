@@ -153,3 +153,17 @@ def test_arms_share_reward_hackings_run_and_differ_only_in_beta():
         reward_hacking.arm_config(reward_hacking.MODEL))
     with pytest.raises(ValueError, match="unknown arm"):
         study.arm_config("beta=7")
+
+
+def test_gold_matched_short_of_the_first_window_reads_from_the_first_step():
+    # 8 rows, windows of 2: the first step at d = 0 (kl_ref 0) with gold 0.2, the second at
+    # d = 1 with gold 0.6, then d = 2 with gold 0.4. The first window is (d 0.5, gold 0.4); the
+    # matched d 0.25 lies between the first step and it: 0.2 + 0.2 x 0.25 / 0.5 = 0.3 (the
+    # window points alone would give the first window's 0.4)
+    rows = [{"kl_ref": 0.0, "completion_length": 10.0, study.GOLD: 0.2, study.PROXY: 0.0},
+            {"kl_ref": 0.1, "completion_length": 10.0, study.GOLD: 0.6, study.PROXY: 0.0}]
+    rows += [{"kl_ref": 0.4, "completion_length": 10.0, study.GOLD: 0.4, study.PROXY: 0.0}] * 6
+    values = study.curve_values(rows, d_match=0.25)
+    assert values["gold_start"] == pytest.approx(0.2)
+    assert values["gold_matched"] == pytest.approx(0.3)
+    assert values["gain_matched"] == pytest.approx(0.1)

@@ -40,9 +40,9 @@ each window's mean d and mean gold:
   after it inside the observed range (0 when it is monotone there). `fit_r2_bon`: R² of the
   best-of-n form g0 + d (alpha - beta d) on the same points, descriptive;
 * `gold_matched`: the gold at the matched distance d_match of its (base, seed), the smallest
-  of the arms' d_max (the farthest distance every arm reached), read off the run's window
-  points by linear interpolation at the first crossing (`gold_at`); `gain_matched` is it less
-  the run's first-step gold (`gold_start`);
+  of the arms' d_max (the farthest distance every arm reached), read off the run's points
+  (its first step's d and gold, then its window points) by linear interpolation at the first
+  crossing (`gold_at`); `gain_matched` is it less the run's first-step gold (`gold_start`);
 * `d_final`: the last window's mean d; `rm_gain` and `gold_gain`: the change of the proxy and
   of the gold from the first step to the last window;
 * held-out pass@1 (the final gold on held-out problems) and the format rate, from the run's
@@ -270,7 +270,9 @@ def curve_values(rows: Sequence[dict], d_match: float = math.nan) -> dict:
     start = float(start) if _finite(start) else math.nan
     proxy_start = rows[0].get(PROXY)
     proxy_start = float(proxy_start) if _finite(proxy_start) else math.nan
-    matched = gold_at(d, gold, d_match)
+    # the first step (d near 0: the policy is the reference) before the window points, so a
+    # matched distance short of the first window's mean d is read between the two
+    matched = gold_at(distances(rows[:1]) + d, [start] + gold, d_match)
     values = {"fit_g0": fit["g0"], "fit_alpha": fit["alpha"], "fit_beta_g": fit["beta_g"],
               "fit_r2": fit["r2"], "fit_r2_bon": fit_bon_r2(d, gold), "d_max": fit["d_max"],
               "d_star": fit["d_star"], "gain_star": fit["gain_star"],
@@ -407,9 +409,10 @@ CLAIMS = (
                           "past the last step gives 0",
                  note="the gold is the rule's accuracy on the training completions (Gao et "
                       "al.'s is a larger gold reward model's score)"),
-    common.Claim("this relationship follows a different functional form depending on the "
-                 "method of optimization", ABSTRACT + "; for RL the form R(d) = d (alpha - "
-                 "beta log d), d = sqrt(KL) (sec. 3); tested per run as the R² of that form "
+    common.Claim("for reinforcement learning, R_RL(d) = d(α_RL − β_RL log d)", GAO + ", sec. 1 "
+                 "(quotation; d = sqrt(KL(π ‖ π_init)), R the gold score's gain; the abstract's "
+                 "\"a different functional form depending on the method of optimization\", of "
+                 "which only the RL half is tested here); tested per run as the R² of that form "
                  "(with the initial gold fitted) over windows of steps, against no fit (R² "
                  "0), the margin the bar the mean R² must reach",
                  (LOW, NO_FIT, "fit_r2"), ">", margin=R2_BAR,

@@ -91,6 +91,7 @@ def test_curve_values_on_rows_made_from_the_law():
     assert values["entropy_ratio"] == pytest.approx(end / 0.4)
     early = sum(entropy[0:10]) / 10  # the window ending at a third of the steps
     assert values["entropy_drop_early"] == pytest.approx((early - 0.4) / (end - 0.4))
+    assert values["entropy_ratio_early"] == pytest.approx(early / 0.4)
     assert values["ceiling_gap"] == pytest.approx(
         b - a - sum(r["pass@1"] for r in rows[-10:]) / 10)
     assert study.curve_values([]) == {}
@@ -306,23 +307,29 @@ def test_analysis_of_both_families_gives_the_hand_computed_contrasts(tmp_path):
     for family in ("", sb):
         assert arms[family + "base"]["metrics"]["pass@1"] == [0.1] * 4
         assert arms[family + study.NO_CHANGE]["metrics"]["entropy_ratio"] == [1.0] * 4
+        assert arms[family + study.NO_CHANGE]["metrics"]["entropy_ratio_early"] == [1.0] * 4
         assert arms[family + study.NO_FIT]["metrics"]["fit_r2"] == [0.0] * 4
     assert arms[sb + study.GRPO]["metrics"]["fit_points"] == [4] * 4  # 40 steps: 4 windows
     assert arms[study.GRPO]["metrics"]["fit_points"] == [8] * 4  # 80 steps: 8 windows
     assert arms[sb + study.GRPO]["metrics"]["fit_a"] == pytest.approx([A] * 4)
     mean_o = 0.015  # the offsets' mean
     expected = {
-        # arithmetic: ratios 0.8, 0.45 + o against 0.4, 0.9 against 0.8; the fit rises with
-        # the entropy (R² 0); held-out pass@1 0.58 + o against 0.6, 0.52 + o against 0.5 + o
-        (study.GRPO, study.NO_CHANGE, "entropy_ratio"): 0.8 - 1.0,
+        # arithmetic: GRPO's early ratio, the window ending at a third of 80 steps (rows
+        # 17-26: three of 0.95, seven of 0.9) over 1.0; ratios 0.45 + o against 0.4, 0.9
+        # against 0.8; the fit rises with the entropy (R² 0); held-out pass@1 0.58 + o
+        # against 0.6, 0.52 + o against 0.5 + o
+        (study.GRPO, study.NO_CHANGE, "entropy_ratio_early"): (3 * 0.95 + 7 * 0.9) / 10 - 1.0,
         (study.CLIP_HIGHER, study.PASSES, "entropy_ratio"): 0.45 + mean_o - 0.4,
         (study.BONUS, study.GRPO, "entropy_ratio"): 0.9 - 0.8,
         (study.GRPO, study.NO_FIT, "fit_r2"): 0.0,
         (study.CLIP_HIGHER, study.PASSES, "pass@1"): 0.58 + mean_o - 0.6,
         (study.BONUS, study.GRPO, "pass@1"): 0.02,
-        # spell_backward: ratios 0.5 + o, 0.6 + 2 o against 0.3, 0.9 against 0.5 + o; the fit
-        # exact (R² 1); held-out pass@1 0.9 + o against 0.85, 0.7 + o against 0.8
-        (sb + study.GRPO, sb + study.NO_CHANGE, "entropy_ratio"): 0.5 + mean_o - 1.0,
+        # spell_backward: GRPO's early ratio, the window ending at a third of 40 steps (rows
+        # 4-13: six of 1.0, four of 0.7) over 1.0; ratios 0.6 + 2 o against 0.3, 0.9 against
+        # 0.5 + o; the fit exact (R² 1); held-out pass@1 0.9 + o against 0.85, 0.7 + o
+        # against 0.8
+        (sb + study.GRPO, sb + study.NO_CHANGE, "entropy_ratio_early"):
+            (6 * 1.0 + 4 * 0.7) / 10 - 1.0,
         (sb + study.CLIP_HIGHER, sb + study.PASSES, "entropy_ratio"): 0.6 + 2 * mean_o - 0.3,
         (sb + study.BONUS, sb + study.GRPO, "entropy_ratio"): 0.9 - (0.5 + mean_o),
         (sb + study.GRPO, sb + study.NO_FIT, "fit_r2"): 1.0,

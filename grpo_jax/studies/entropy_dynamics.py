@@ -55,10 +55,12 @@ loop (`rl.batch.rollout_record`'s pass@1 from the task's `is_correct`; the learn
 * `entropy_start`: the first step's entropy (the base's, on its own samples);
   `entropy_end`: the mean over the last window of `WINDOW` steps (a third of the steps
   when there are fewer than three windows);
-  `entropy_ratio` = end / start (1: nothing spent; the collapse claim's metric);
-* `entropy_drop_early`: the share of the drop (start -> end) already spent by the window
-  ending at a third of the steps, and `pass@1_gain_early` the same share of the training
-  pass@1 gain (descriptive: Cui et al.'s "early");
+  `entropy_ratio` = end / start (1: nothing spent; the clip-higher and bonus claims'
+  metric);
+* `entropy_ratio_early` = the mean over the window ending at a third of the steps / start
+  (the collapse claim's metric: Cui et al.'s drop "at the early training stage");
+  `entropy_drop_early`: the share of the drop (start -> end) already spent by that window,
+  and `pass@1_gain_early` the same share of the training pass@1 gain (descriptive);
 * the fit of R = -a exp(H) + b over the run's training curve: the steps cut into
   consecutive windows of `WINDOW` steps, each window's mean entropy H and mean training
   pass@1 R, least squares of R on exp(H) with a >= 0 (`fit_entropy_law`): `fit_a`, `fit_b`,
@@ -123,7 +125,7 @@ KEEP_MARGIN = 0.1  # entropy_ratio: a tenth of the starting entropy kept
 R2_BAR = 0.8  # fit_r2: the fit explains at least four-fifths of the curve's variance
 
 # the contrasts of one family, named as on arithmetic
-KIND_SPECS = [(GRPO, NO_CHANGE, "entropy_ratio"), (CLIP_HIGHER, PASSES, "entropy_ratio"),
+KIND_SPECS = [(GRPO, NO_CHANGE, "entropy_ratio_early"), (CLIP_HIGHER, PASSES, "entropy_ratio"),
               (BONUS, GRPO, "entropy_ratio"), (GRPO, NO_FIT, "fit_r2"),
               (CLIP_HIGHER, PASSES, "pass@1"), (BONUS, GRPO, "pass@1")]
 
@@ -283,6 +285,8 @@ def curve_values(rows) -> dict:
     pass_early = _mean(early_rows, "pass@1")
     values = {"entropy_start": start, "entropy_end": end,
               "entropy_ratio": end / start if start and math.isfinite(start) else math.nan,
+              "entropy_ratio_early": (early / start if start and math.isfinite(start)
+                                      else math.nan),
               "entropy_drop_early": early_share(start, early, end),
               "pass@1_gain_early": early_share(pass_start, pass_early, pass_end),
               "train_pass@1_end": pass_end,
@@ -342,11 +346,12 @@ def figure_name(stem: str, family: str) -> str:
 
 def add_pseudo_arms(arms: dict) -> None:
     """Per family, from its `GRPO` runs: its base (their evaluation before training) and the
-    fixed bars `no change` (entropy ratio 1) and `no fit` (R² 0)."""
+    fixed bars `no change` (entropy ratios 1) and `no fit` (R² 0)."""
     for family in FAMILIES:
         grpo = named(family, GRPO)
         common.add_base_arm(arms, grpo, METRICS, name=named(family, "base"))
-        common.constant_arm(arms, grpo, named(family, NO_CHANGE), "entropy_ratio", 1.0)
+        for metric in ("entropy_ratio", "entropy_ratio_early"):
+            common.constant_arm(arms, grpo, named(family, NO_CHANGE), metric, 1.0)
         common.constant_arm(arms, grpo, named(family, NO_FIT), "fit_r2", 0.0)
 
 
@@ -379,23 +384,25 @@ def analyze(runs: common.StudyRuns) -> common.Analysis:
         protocol={"notes": "entropy and training pass@1 as the RL stage logs them per step; "
                            f"the fit over windows of {WINDOW} steps; contrasts within a "
                            f"family (arithmetic, {FAMILY})"},
-        plots=plots, scales={"entropy_ratio": (1.0, 3), "fit_r2": (1.0, 3)})
+        plots=plots, scales={"entropy_ratio": (1.0, 3), "entropy_ratio_early": (1.0, 3),
+                             "fit_r2": (1.0, 3)})
 
 
 def table(arms: dict) -> str:
     order = [named(family, arm) for family in FAMILIES for arm in (*KINDS, "base")]
     return tables.arm_table(
         arms, order,
-        ("pass@1", "entropy start", "entropy end", "end / start", "drop spent by a third",
-         "gain made by a third", "fit R²", "fit a", "fit b", "ceiling b - a",
-         "ceiling - final train pass@1", "clip fraction"),
+        ("pass@1", "entropy start", "entropy end", "end / start", "a third / start",
+         "drop spent by a third", "gain made by a third", "fit R²", "fit a", "fit b",
+         "ceiling b - a", "ceiling - final train pass@1", "clip fraction"),
         tables.metric_row("pass@1", ("entropy_start", 1.0, 3), ("entropy_end", 1.0, 3),
-                          ("entropy_ratio", 1.0, 2), "entropy_drop_early",
-                          "pass@1_gain_early", ("fit_r2", 1.0, 2), ("fit_a", 1.0, 3),
-                          ("fit_b", 1.0, 3), "fit_ceiling", "ceiling_gap",
+                          ("entropy_ratio", 1.0, 2), ("entropy_ratio_early", 1.0, 2),
+                          "entropy_drop_early", "pass@1_gain_early", ("fit_r2", 1.0, 2),
+                          ("fit_a", 1.0, 3), ("fit_b", 1.0, 3), "fit_ceiling", "ceiling_gap",
                           ("clip_frac", 100.0, 2)),
         "held-out pass@1 in %; entropy in nats per token of the training samples (start: the "
-        "first step, the base's; end: the mean of the last steps); the shares, the ceiling "
+        "first step, the base's; end: the mean of the last steps; a third: the mean of the "
+        "window ending at a third of the steps); the shares, the ceiling "
         "and the clip fraction in %; the fit of training pass@1 R against the entropy H, "
         f"R = -a exp(H) + b with a >= 0, over windows of {WINDOW} steps, per run; mean ± "
         f"95% half-width over (base, seed) runs. Arms named \"{FAMILY}: ...\" run on "
@@ -415,13 +422,16 @@ READING = (" (the study's reading: an intervention that keeps entropy should rai
 ARITHMETIC_CLAIMS = (
     common.Claim("the policy entropy dropped sharply at the early training stage",
                  ABSTRACT + ", of RL runs \"without entropy intervention\"; tested as the "
-                 "entropy of the last steps over the first step's, GRPO against no change",
-                 (GRPO, NO_CHANGE, "entropy_ratio"), "<", margin=COLLAPSE_MARGIN,
-                 can_fail="fails unless GRPO's end / start entropy lies at least 0.2 below 1 "
-                          "(Holm p < 0.05, no base above 1): the main job's KL penalty to the "
-                          "base (β in the design block) pulls the policy back towards the "
-                          "base's entropy, and a reward that also pays the format leaves "
-                          "the entropy free to stay or rise",
+                 "entropy of the window ending at a third of the steps over the first step's, "
+                 "GRPO against no change",
+                 (GRPO, NO_CHANGE, "entropy_ratio_early"), "<", margin=COLLAPSE_MARGIN,
+                 can_fail="fails unless GRPO's entropy at a third of the steps (the mean of "
+                          "the window ending there) over its first step's lies at least 0.2 "
+                          "below 1 (Holm p < 0.05, no base above 1): the main job's KL penalty "
+                          "to the base (β in the design block) pulls the policy back towards "
+                          "the base's entropy, a reward that also pays the format leaves the "
+                          "entropy free to stay or rise, and an entropy that falls late in the "
+                          "run, not early, fails it too",
                  note="the main job has a KL penalty to the base (the paper's runs had "
                       "none)"),
     common.Claim("the upper clip can restrict the exploration of the policy; Clip-Higher "
@@ -457,11 +467,21 @@ ARITHMETIC_CLAIMS = (
                  "its exhaustion", ABSTRACT + READING + "; the paper's own interventions are "
                  "Clip-Cov and KL-Cov; tested on clip-higher at four passes per batch, "
                  "held-out pass@1", (CLIP_HIGHER, PASSES, "pass@1"), ">",
-                 margin=PASS_MARGIN),
+                 margin=PASS_MARGIN,
+                 can_fail=f"fails unless clip-higher's held-out pass@1 lies at least "
+                          f"{100 * PASS_MARGIN:.0f} points above the symmetric clip's at the "
+                          "same four passes (Holm p < 0.05, no base the other way): the "
+                          "entropy it keeps may buy nothing within the run's steps, or cost "
+                          "accuracy, as a token kept uncertain can be a wrong digit"),
     common.Claim("the policy performance is traded from policy entropy, thus bottlenecked by "
                  "its exhaustion", ABSTRACT + READING + "; the paper reports the entropy "
                  "loss sensitive to its coefficient; tested on the entropy bonus, held-out "
-                 "pass@1", (BONUS, GRPO, "pass@1"), ">", margin=PASS_MARGIN),
+                 "pass@1", (BONUS, GRPO, "pass@1"), ">", margin=PASS_MARGIN,
+                 can_fail=f"fails unless the entropy bonus's held-out pass@1 lies at least "
+                          f"{100 * PASS_MARGIN:.0f} points above GRPO's (Holm p < 0.05, no "
+                          "base the other way): kept entropy may buy nothing within the run's "
+                          "steps, and the bonus spends loss on uncertainty at tokens that "
+                          "should be certain (the digits of an answer)"),
 )
 
 
@@ -469,13 +489,15 @@ ARITHMETIC_CLAIMS = (
 COVERAGE = ("the base is far from its coverage ceiling (pass@1 0.10, pass@8 0.55 in "
             "docs/reasoning_gym.md's Results)")
 WHY = {
-    (GRPO, NO_CHANGE, "entropy_ratio"):
+    (GRPO, NO_CHANGE, "entropy_ratio_early"):
         "a spell_backward completion is a few letters (the worked reversal and the answer) "
         "between tags that are near-certain from the start, so the mean token entropy has "
         "little to spend beyond the letters; the preset's GRPO stage keeps a KL penalty to "
         "the base (β in the design block) and lasts 40 steps, half the main job's; and "
         f"{COVERAGE}, with a partial-credit reward that keeps reward spread within groups "
-        "after the first right spellings, so the entropy may stay while GRPO still explores",
+        "after the first right spellings, so the entropy may stay while GRPO still explores; "
+        "at a third of the preset's 40 steps the window is steps 5-14, so a drop that comes "
+        "later in the run does not count",
     (CLIP_HIGHER, PASSES, "entropy_ratio"):
         "the upper clip binds only on tokens whose ratio passes 1.2 with a positive "
         "advantage (the table's clip fraction says on how many); the partial-credit reward "
@@ -508,7 +530,7 @@ CHECK_WHY = ("a check, not a claim: the loss rewards entropy, so the arm keeps m
              "fail, and on spell_backward the policy gradient it must hold against is strong: "
              f"{COVERAGE}, and the partial-credit reward pays every letter in place")
 NOTES = {
-    (GRPO, NO_CHANGE, "entropy_ratio"):
+    (GRPO, NO_CHANGE, "entropy_ratio_early"):
         "the preset's GRPO stage has a KL penalty to the base, as the main job's (the "
         "paper's runs had none)",
     (GRPO, NO_FIT, "fit_r2"):

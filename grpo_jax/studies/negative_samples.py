@@ -336,40 +336,84 @@ SIGN_NOTE = ("here an arm keeps the tokens whose group-relative advantage (of ac
 CEILING = ("the base model solves nearly every problem at the largest k here (about 98% in "
            "pass_at_k): the headroom test says whether an arm can rise by the margin")
 
+# Why each arithmetic claim's test could fail here, by its test (the rule's own statement
+# follows it in `can_fail`).
+WHY = {
+    (NEGATIVE, BASE_MODEL, "pass@1"): (
+        "negative-only updates only push probability off the sampled wrong completions; where "
+        "that mass goes is up to the model, and it may go to other wrong answers (the base's "
+        "operator confusions), leaving pass@1 flat; and a formatted wrong answer above its "
+        "group's mean is a positive sample the negative arm never touches"),
+    (NEGATIVE, BASE_MODEL, f"pass@{MID_K}"): (
+        f"not testable here when the base's pass@{MID_K} lies within the margin of 1 (the "
+        "headroom, from the base model's draw); otherwise mass pushed off the wrong "
+        f"completions may only move among other wrong answers, so that no more problems get a "
+        f"correct one among {MID_K} samples"),
+    (NEGATIVE, BASE_MODEL, f"pass@{LARGE_K}"): (
+        f"the base solves nearly every problem at k = {LARGE_K} (pass_at_k), so the headroom "
+        "(from the base model's draw) may leave less than the margin: then not testable here; "
+        "otherwise the short stage of negative-only updates may not reach the few problems "
+        "the base never solves"),
+    (NEGATIVE, BOTH, "pass@1"): (
+        "GRPO on both signs may gain far more at k = 1 than the negative arm: the positive term "
+        "is what sharpens a correct answer the base samples rarely, and the negative arm, "
+        "without it, may fall below `both` by more than the margin"),
+    (NEGATIVE, BOTH, f"pass@{MID_K}"): (
+        f"at k = {MID_K} the sharpened `both` may still lead the negative arm by more than the "
+        "margin, where the base's own coverage does not close the gap"),
+    (POSITIVE, BASE_MODEL, "pass@1"): (
+        "positive-only updates are zero on every group whose completions all score alike (all "
+        "wrong on a problem the base rarely solves), so the arm may learn little there; and a "
+        "formatted wrong answer above its group's mean is reinforced too"),
+    (POSITIVE, BASE_MODEL, f"pass@{LARGE_K}"): (
+        f"the base solves nearly every problem at k = {LARGE_K}, and a short stage may sharpen "
+        f"too little to lose a problem from every one of {LARGE_K} samples: the interval may "
+        "sit inside the margin"),
+    (POSITIVE, BASE_MODEL, "entropy"): (
+        "the positive arm's gradient covers a share of the tokens (`sign_frac`), the stage is "
+        "short and the KL penalty pulls towards the base: its entropy may stay within the "
+        "margin of the base's"),
+}
+
+
+def _claim(**fields) -> common.Claim:
+    """An arithmetic claim whose can_fail is why its test could fail here (`WHY`), then the
+    rule's own statement."""
+    claim = common.Claim(**fields)
+    return dataclasses.replace(claim, can_fail=f"{WHY[claim.test]}; {claim.failure()}")
+
+
 CLAIMS_MAIN = (
-    common.Claim(text=NSR, source=SOURCE + " (quoted); tested at k = 1",
-                 test=(NEGATIVE, BASE_MODEL, "pass@1"), expect=">", margin=PASS_MARGIN,
-                 note=SIGN_NOTE),
-    common.Claim(text=NSR, source=SOURCE + f" (quoted); tested at k = {MID_K}",
-                 test=(NEGATIVE, BASE_MODEL, f"pass@{MID_K}"), expect=">",
-                 margin=PASS_MARGIN, headroom=(BASE_MODEL, f"pass@{MID_K}", 1.0)),
-    common.Claim(text=NSR, source=SOURCE + f" (quoted); tested at k = {LARGE_K}",
-                 test=(NEGATIVE, BASE_MODEL, f"pass@{LARGE_K}"), expect=">",
-                 margin=LARGE_MARGIN, headroom=(BASE_MODEL, f"pass@{LARGE_K}", 1.0),
-                 note=CEILING),
-    common.Claim(text=MATCHING, source=SOURCE + " (quoted, of negative-only training); "
-                 "tested against GRPO on both signs (no PPO arm) at k = 1: not below it by "
-                 "the margin", test=(NEGATIVE, BOTH, "pass@1"), expect=">=",
-                 margin=PASS_MARGIN),
-    common.Claim(text=MATCHING, source=SOURCE + " (quoted, of negative-only training); "
-                 f"tested against GRPO on both signs (no PPO arm) at k = {MID_K}: not below "
-                 "it by the margin", test=(NEGATIVE, BOTH, f"pass@{MID_K}"), expect=">=",
-                 margin=PASS_MARGIN),
-    common.Claim(text="reinforcing only correct responses improves Pass@1",
-                 source=SOURCE + " (quoted)", test=(POSITIVE, BASE_MODEL, "pass@1"),
-                 expect=">", margin=PASS_MARGIN, note=SIGN_NOTE),
-    common.Claim(text="but degrades performance at higher k",
-                 source=SOURCE + f" (quoted, of positive-only training); tested at k = "
-                 f"{LARGE_K}, below the base model", test=(POSITIVE, BASE_MODEL,
-                                                           f"pass@{LARGE_K}"),
-                 expect="<", margin=LARGE_MARGIN),
-    common.Claim(text="due to reduced diversity",
-                 source=SOURCE + " (quoted, of positive-only training); tested as the "
-                 "policy's token entropy on its own samples over the last training steps, "
-                 "below the base model's (the first step's)",
-                 test=(POSITIVE, BASE_MODEL, "entropy"), expect="<", margin=ENTROPY_MARGIN,
-                 note="the token entropy of the training samples is one measure of "
-                      "diversity; the answers' diversity is not measured"),
+    _claim(text=NSR, source=SOURCE + " (quoted); tested at k = 1",
+           test=(NEGATIVE, BASE_MODEL, "pass@1"), expect=">", margin=PASS_MARGIN,
+           note=SIGN_NOTE),
+    _claim(text=NSR, source=SOURCE + f" (quoted); tested at k = {MID_K}",
+           test=(NEGATIVE, BASE_MODEL, f"pass@{MID_K}"), expect=">", margin=PASS_MARGIN,
+           headroom=(BASE_MODEL, f"pass@{MID_K}", 1.0)),
+    _claim(text=NSR, source=SOURCE + f" (quoted); tested at k = {LARGE_K}",
+           test=(NEGATIVE, BASE_MODEL, f"pass@{LARGE_K}"), expect=">", margin=LARGE_MARGIN,
+           headroom=(BASE_MODEL, f"pass@{LARGE_K}", 1.0), note=CEILING),
+    _claim(text=MATCHING, source=SOURCE + " (quoted, of negative-only training); tested "
+           "against GRPO on both signs (no PPO arm) at k = 1: not below it by the margin",
+           test=(NEGATIVE, BOTH, "pass@1"), expect=">=", margin=PASS_MARGIN),
+    _claim(text=MATCHING, source=SOURCE + " (quoted, of negative-only training); tested "
+           f"against GRPO on both signs (no PPO arm) at k = {MID_K}: not below it by the "
+           "margin", test=(NEGATIVE, BOTH, f"pass@{MID_K}"), expect=">=",
+           margin=PASS_MARGIN),
+    _claim(text="reinforcing only correct responses improves Pass@1",
+           source=SOURCE + " (quoted)", test=(POSITIVE, BASE_MODEL, "pass@1"), expect=">",
+           margin=PASS_MARGIN, note=SIGN_NOTE),
+    _claim(text="but degrades performance at higher k",
+           source=SOURCE + f" (quoted, of positive-only training); tested at k = {LARGE_K}, "
+           "below the base model", test=(POSITIVE, BASE_MODEL, f"pass@{LARGE_K}"),
+           expect="<", margin=LARGE_MARGIN),
+    _claim(text="due to reduced diversity",
+           source=SOURCE + " (quoted, of positive-only training); tested as the policy's "
+           "token entropy on its own samples over the last training steps, below the base "
+           "model's (the first step's)",
+           test=(POSITIVE, BASE_MODEL, "entropy"), expect="<", margin=ENTROPY_MARGIN,
+           note="the token entropy of the training samples is one measure of diversity; the "
+                "answers' diversity is not measured"),
 )
 
 # The family's base (docs/reasoning_gym.md, Results): pass@1 0.10, pass@8 0.55, far from its

@@ -216,3 +216,31 @@ def test_claims_test_contrasts_of_the_family():
     specs = {tuple(s) for s in study.SPECS}
     assert all(tuple(c.test) in specs for c in study.CLAIMS)
     assert all(c.margin == study.PASS_MARGIN and c.can_fail for c in study.CLAIMS)
+
+
+def test_the_gap_arm_pairs_by_base_and_seed_and_sets_the_last_claims_headroom():
+    from grpo_jax.studies import summary
+    from grpo_jax.studies import pretraining_vs_rl as study
+
+    arms = {study.BASE_FULL: {"bases": ["a", "a", "b"], "seeds": [0, 1, 0],
+                              "metrics": {"pass@1": [0.30, 0.32, 0.28]}},
+            study.BASE_QUARTER: {"bases": ["b", "a", "a"], "seeds": [0, 1, 0],
+                                 "metrics": {"pass@1": [0.27, 0.31, None]}}}
+    gap = study.gap_arm(arms)
+    assert list(zip(gap["bases"], gap["seeds"])) == [("a", 0), ("a", 1), ("b", 0)]
+    assert gap["metrics"][study.GAP_METRIC] == pytest.approx([None, 0.01, 0.01])
+    assert study.gap_arm({study.BASE_FULL: arms[study.BASE_FULL]}) is None
+    (claim,) = [c for c in study.CLAIMS if c.test == (study.QUARTER, study.BASE_FULL, "pass@1")]
+    headroom = summary.headroom_of(claim, {study.GAP: gap})
+    assert headroom == pytest.approx(0.01)  # the bases 1 point apart: below the 3-point margin
+    contrast = {"metric": "pass@1", "diff": 0.02, "ci95": [0.01, 0.03], "p": 0.01,
+                "p_holm": 0.01, "per_base": {}}
+    assert summary.verdict_of(claim, contrast, headroom)[0] == "not testable here"
+
+
+def test_the_zero_share_contrast_is_a_check():
+    from grpo_jax.studies import pretraining_vs_rl as study
+
+    kinds = {c.test: c.kind for c in study.CLAIMS}
+    assert kinds[(study.BASE_QUARTER, study.BASE_NONE, "pass@1")] == "check"
+    assert sum(kind == "claim" for kind in kinds.values()) == 3

@@ -8,6 +8,7 @@ graded alike, and the analysis of constructed draws gives the family's contrasts
 from __future__ import annotations
 
 import copy
+import dataclasses
 import math
 
 import pytest
@@ -358,3 +359,13 @@ def test_the_family_claims_twin_the_samples_claims():
         assert twin.test in tts.SPECS and "spell_backward" in twin.can_fail
         assert twin.can_fail != original.can_fail
     assert len(tts.SPECS) == len(tts.CLAIMS) + 2  # and each family's RL pass@1 gain
+
+
+def test_every_claim_says_how_its_test_could_fail_here():
+    """Each claim's can_fail is its own statement with the rule's appended (a check's says
+    why it cannot fail), not the rule's alone."""
+    for claim in tts.CLAIMS:
+        assert claim.can_fail, claim.test
+        if claim.kind == "claim":
+            rule = dataclasses.replace(claim, can_fail="").failure()
+            assert claim.can_fail.endswith(f"; {rule}") and claim.can_fail != rule

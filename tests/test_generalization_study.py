@@ -4,7 +4,6 @@ is one line; and the study's arms and its arithmetic, by hand."""
 
 from __future__ import annotations
 
-
 import ml_collections
 import pytest
 
@@ -84,3 +83,8 @@ def test_gain_gap_by_hand():
     # a drop out of the slice widens the gap: 0.20 - (0.10 - 0.20) = 0.30
     assert generalization.gain_gap(0.5, 0.3, 0.1, 0.2) == pytest.approx(0.30)
     assert generalization.gain_gap(0.5, None, 0.1, 0.2) is None
+
+
+def test_every_testable_claim_says_how_its_test_could_fail_here():
+    for claim in generalization.CLAIMS:
+        assert claim.can_fail or claim.untestable, claim.test

@@ -211,7 +211,14 @@ CLAIMS = (
                  "across both rule-based textual and visual variants", SOURCE +
                  " (quoted); tested as GRPO's out-of-distribution pass@1 above the base's",
                  (GRPO, BASE, "pass@1_ood"), ">", margin=PASS_MARGIN,
-                 headroom=(BASE, "pass@1_ood", 1.0)),
+                 headroom=(BASE, "pass@1_ood", 1.0),
+                 can_fail="fails unless GRPO's pass@1 on products lies above the base's by the "
+                          "margin (Holm p < 0.05, no base the other way): when what GRPO "
+                          "sharpens on sums and differences (choosing the written operator "
+                          "over a confused one) does not reach the product steps, or moves the "
+                          "shared trace layout against them; not testable when the base's "
+                          "pass@1 on products leaves less than the margin below 1 (the "
+                          "headroom, from the base arm)"),
     common.Claim("SFT, in contrast, tends to memorize training data and struggles to "
                  "generalize out-of-distribution scenarios", SOURCE + " (quoted); tested as "
                  "SFT's out-of-distribution pass@1 not above the base's by the margin or more",

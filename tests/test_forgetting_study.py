@@ -115,10 +115,11 @@ def test_the_law_arms_by_hand():
     assert law[0] == pytest.approx(1.0)
     assert law[1] == pytest.approx(3 / math.sqrt(2 * 42 / 9))
     assert arms["no relation"]["metrics"]["r_drop_kl"] == [0.0, 0.0]
-    # the SFT runs of b0: kl 3, 2, 2, 3 against drop 0.03, 0.02, 0.01, 0.03:
-    # sum(kl * drop) = 0.09 + 0.04 + 0.02 + 0.09 = 0.24, sum(kl^2) = 26: b = 0.24 / 26
-    assert slopes["b0"] == pytest.approx(0.24 / 26)
+    # each (base, seed) fits its own line to its two SFT runs: seed 0 kl 3, 2 against drop
+    # 0.03, 0.02: sum(kl * drop) = 0.09 + 0.04 = 0.13, sum(kl^2) = 13: b = 0.01; seed 1 kl
+    # 2, 3 against drop 0.01, 0.03: 0.02 + 0.09 = 0.11 over 13
+    assert slopes == pytest.approx({"b0,seed=0": 0.01, "b0,seed=1": 0.11 / 13})
     assert arms["sft law at grpo's kl"]["metrics"]["pass@1_old_drop"] == pytest.approx(
-        [0.24 / 26, 0.24 / 26])  # grpo's kl is 1 on both seeds
+        [0.01, 0.11 / 13])  # grpo's kl is 1 on both seeds
     assert arms["base"]["metrics"]["pass@1_old"] == [0.5, 0.5]
     assert "base_pass@1_old" not in arms["grpo"]["metrics"]

@@ -34,8 +34,11 @@ Measured (`measure`, after training; every sampling at temperature 1 with its ow
 From those, per (base, seed): `r_drop_kl`, the Pearson correlation of `pass@1_old_drop`
 with `kl_forward` over that pair's runs of all arms (the pseudo-arm `forgetting law`;
 `no relation` holds 0); and the pseudo-arm `sft law at grpo's kl`: the forgetting that a
-line through the origin fitted to the base's SFT runs (both SFT arms, every seed) predicts
-at the grpo run's `kl_forward` (`law_slope`).
+line through the origin fitted to that pair's SFT runs (its two SFT arms) predicts at its
+grpo run's `kl_forward` (`law_slope`). Each (base, seed) fits its own line, so the line's
+error varies from seed to seed and enters the contrast's interval (one line per base, shared
+by its seeds, would shift both seeds alike, and the interval, taken from the seeds' spread
+within a base, would leave that error out).
 """
 
 from __future__ import annotations
@@ -288,20 +291,19 @@ def _run_values(record, runs: common.StudyRuns) -> dict:
 
 def arms_of(rows: dict) -> tuple[dict, dict]:
     """The summary's arms from each run's values ({(arm, base, seed): values}, `_run_values`)
-    and the SFT law's slope per base: the base model, the three arms, and per (base, seed)
-    the pseudo-arms LAW (`pearson` of the drop with kl_forward over that pair's runs),
-    NO_RELATION (0) and SFT_LAW (the base's `law_slope` over its SFT runs, times the grpo
-    run's kl_forward)."""
+    and the SFT law's slope per (base, seed) ({"<base>,seed=<s>": slope}): the base model,
+    the three arms, and per (base, seed) the pseudo-arms LAW (`pearson` of the drop with
+    kl_forward over that pair's runs), NO_RELATION (0) and SFT_LAW (`law_slope` over that
+    pair's SFT runs, times its grpo run's kl_forward)."""
     pairs = sorted({(b, s) for _, b, s in rows}, key=lambda k: (str(k[0]), k[1]))
     built = common.ArmRows()
     add = built.add
     slopes = {}
-    for base in sorted({b for b, _ in pairs}):
-        sft = [v for (arm, b, _), v in rows.items() if b == base and arm in SFT_ARMS]
-        slopes[base] = law_slope([v["kl_forward"] for v in sft],
-                                 [v["pass@1_old_drop"] for v in sft])
     for base, seed in pairs:
         members = {arm: rows[(arm, base, seed)] for arm in ARMS if (arm, base, seed) in rows}
+        sft = [members[arm] for arm in SFT_ARMS if arm in members]
+        slope = law_slope([v["kl_forward"] for v in sft], [v["pass@1_old_drop"] for v in sft])
+        slopes[f"{base},seed={seed}"] = slope
         first = next(iter(members.values()))
         add(BASE, base, seed, {"pass@1": first["base_pass@1"],
                                "pass@1_old": first["base_pass@1_old"]})
@@ -311,10 +313,8 @@ def arms_of(rows: dict) -> tuple[dict, dict]:
                     [v["pass@1_old_drop"] for v in members.values()])
         add(LAW, base, seed, {"r_drop_kl": r})
         add(NO_RELATION, base, seed, {"r_drop_kl": 0.0})
-        if GRPO in members and slopes[base] is not None \
-                and members[GRPO]["kl_forward"] is not None:
-            add(SFT_LAW, base, seed,
-                {"pass@1_old_drop": slopes[base] * members[GRPO]["kl_forward"]})
+        if GRPO in members and slope is not None and members[GRPO]["kl_forward"] is not None:
+            add(SFT_LAW, base, seed, {"pass@1_old_drop": slope * members[GRPO]["kl_forward"]})
     return built.arms((BASE, *ARMS, LAW, NO_RELATION, SFT_LAW)), slopes
 
 
@@ -337,7 +337,7 @@ def analyze(runs: common.StudyRuns) -> common.Analysis:
                "kl_problems": KL_PROBLEMS[tier], "kl_samples": KL_SAMPLES[tier],
                "key_root": KEY, "pooled_r_drop_kl_forward": pooled,
                "pooled_r_drop_kl_reverse": pooled_reverse,
-               "sft_law_slope_per_base": slopes},
+               "sft_law_slope_per_pair": slopes},
         protocol={"notes": (
             f"new task: the runs' eval stages on the held-out problems of operators {NEW!r}; "
             f"old task: {OLD_PROBLEMS[tier]} held-out problems of operators {OLD!r} x "
@@ -369,7 +369,7 @@ def table(arms: dict, tier: str, pooled, pooled_reverse, slopes: dict) -> str:
     text += (f"\nThe drop against KL(base‖run): correlation within each (base, seed) over its "
              f"runs {tables.optional_cell(law, 1.0, 2)} (mean ± 95% half-width); over all runs "
              f"pooled {show(pooled)} (against KL(run‖base): {show(pooled_reverse)}); the SFT "
-             f"runs' slope through the origin per base, drop per nat: "
+             f"runs' slope through the origin per (base, seed), drop per nat: "
              + ", ".join(f"{b} {show(s, 3)}" for b, s in slopes.items()) + ".\n")
     return text
 
@@ -448,8 +448,8 @@ CLAIMS = (
                  "itself, but by the distributional shift, namely the KL divergence between "
                  "the fine-tuned and base policy when evaluated on the new task distribution",
                  LATER + " (quoted); tested as GRPO's old-task drop equal, within the margin, "
-                 "to what a line through the origin fitted to the same base's SFT runs (drop "
-                 "on KL(base || fine-tuned)) predicts at GRPO's KL",
+                 "to what a line through the origin fitted to the same (base, seed)'s two SFT "
+                 "runs (drop on KL(base || fine-tuned)) predicts at GRPO's KL",
                  (GRPO, SFT_LAW, "pass@1_old_drop"), "=", margin=PASS_MARGIN,
                  headroom=(BASE, "pass@1_old", 0.0),
                  can_fail="fails if the 95% interval of GRPO's drop less SFT's law's "

@@ -204,41 +204,54 @@ def test_parse_counts_by_hand():
 
 
 def test_the_count_corruption_by_hand():
-    # "the:0 second:1" answered 1: only the first word's count moves (two words), never
-    # below 0, and the total follows it (the second count as written)
+    # "the:0 second:1" answered 1 (both counts right): only the first word's count moves
+    # (two words), never below 0, and the total follows it with the second word's count
+    # exact
     seen = set()
     for seed in range(40):
-        k, value = cot.corrupt_count([0, 1], "1", seed)
-        assert k == 0 and cot.corrupt_count([0, 1], "1", seed) == (k, value)
+        k, value = cot.corrupt_count([0, 1], [0, 1], "1", seed)
+        assert k == 0 and cot.corrupt_count([0, 1], [0, 1], "1", seed) == (k, value)
         seen.add(value)
     assert seen == {1, 2, 3}
-    assert [cot.counted_value([0, 1], 0, v) for v in (1, 2, 3)] == [2, 3, 4]
+    assert [cot.counted_value([0, 1], [0, 1], 0, v) for v in (1, 2, 3)] == [2, 3, 4]
     # a count of 2: every offset but the ones below 0 (2-3)
-    assert {cot.corrupt_count([2, 1], "3", s)[1] for s in range(60)} == {0, 1, 3, 4, 5}
-    # never a count whose total is the original answer: "a:1 b:1" answered 4 (a wrong sum)
-    # excludes 3, which 3+1 = 4 would leave where it was
-    values = {cot.corrupt_count([1, 1], "4", s)[1] for s in range(60)}
+    assert {cot.corrupt_count([2, 1], [2, 1], "3", s)[1] for s in range(60)} == {0, 1, 3, 4, 5}
+    # never a count whose followed total is the original answer: "a:1 b:1" answered 4 (a
+    # wrong sum) excludes 3, which 3+1 = 4 would leave where it was
+    values = {cot.corrupt_count([1, 1], [1, 1], "4", s)[1] for s in range(60)}
     assert 3 not in values and values == {0, 2, 4}
+    # the later words' counts are exact, not as the trace wrote them (the continuation
+    # writes them anew): "a:1 b:2" whose b holds 1, answered 3: the first count moved to 2
+    # is followed by 2 + 1 = 3, the original answer, so 2 is excluded
+    assert cot.counted_value([1, 2], [1, 1], 0, 2) == 3
+    values = {cot.corrupt_count([1, 2], [1, 1], "3", s)[1] for s in range(60)}
+    assert 2 not in values and values == {0, 3, 4}
+    # the earlier words' counts as written (the forced prefix holds them): "a:2 b:0 c:1"
+    # with true counts 1, 0, 1, the second count moved to 3: 2 + 3 + 1
+    assert cot.counted_value([2, 0, 1], [1, 0, 1], 1, 3) == 6
     # three words: any count but the last one's
-    assert {cot.corrupt_count([1, 0, 2], "3", s)[0] for s in range(40)} == {0, 1}
+    assert {cot.corrupt_count([1, 0, 2], [1, 0, 2], "3", s)[0] for s in range(40)} == {0, 1}
     # one word: nothing intermediate to corrupt
-    assert cot.corrupt_count([2], "2", 0) is None
+    assert cot.corrupt_count([2], [2], "2", 0) is None
 
 
 def test_plan_corruption_by_hand():
     """The forced prefixes end just after the corrupted value and its space; followed is
-    what the corrupted trace gives, control_followed what the trace's own value gives."""
+    what the corrupted trace gives (on letter_counting: the later words' counts exact, from
+    the clean worked solution), control_followed what the trace's own value gives."""
     from types import SimpleNamespace
 
+    # letter "e": Gutenberg holds 1, electronic 2; the trace miscounted electronic as 0
+    ex = SimpleNamespace(solution="<think>Gutenberg:1 electronic:2</think><answer>3</answer>")
     text = "<think>Gutenberg:1 electronic:0</think><answer>1</answer>"
     entry = {"metadata": {"span": ["Gutenberg", "electronic"]}}
-    seed = next(s for s in range(40) if cot.corrupt_count([1, 0], "1", s)[1] == 3)
-    item = cot.plan_corruption("letter_counting", None, text, "1", seed, entry)
+    seed = next(s for s in range(40) if cot.corrupt_count([1, 0], [1, 2], "1", s)[1] == 3)
+    item = cot.plan_corruption("letter_counting", ex, text, "1", seed, entry)
     assert item == {"written": [1, 0], "step": 0, "corrupted": 3,
-                    "prefix": "<think>Gutenberg:3 ", "followed": 3,
-                    "control_prefix": "<think>Gutenberg:1 ", "control_followed": 1}
-    assert cot.plan_corruption("letter_counting", None, text, None, seed, entry) is None
-    assert cot.plan_corruption("letter_counting", None, "<think></think><answer>1</answer>",
+                    "prefix": "<think>Gutenberg:3 ", "followed": 5,
+                    "control_prefix": "<think>Gutenberg:1 ", "control_followed": 3}
+    assert cot.plan_corruption("letter_counting", ex, text, None, seed, entry) is None
+    assert cot.plan_corruption("letter_counting", ex, "<think></think><answer>1</answer>",
                                "1", seed, entry) is None
     # arithmetic: 7+5*3, the product 5*3 moved to 17: 7+17 = 24
     ex = SimpleNamespace(meta={"operands": [7, 5, 3], "operators": ["+", "*"]})
@@ -248,6 +261,32 @@ def test_plan_corruption_by_hand():
     assert cot.plan_corruption("arithmetic", ex, text, "22", seed) == {
         "written": [15, 22], "step": 0, "corrupted": 17, "prefix": "<think>5*3=17 ",
         "followed": 24, "control_prefix": "<think>5*3=15 ", "control_followed": 22}
+
+
+def test_the_family_traces_true_counts_are_the_clean_solutions():
+    """`exact_counts` reads the task's own counting (the clean worked solution) of the
+    preset's held-out problems: the target letter's count in each word, summing to the
+    answer."""
+    from grpo_jax.runner.inputs import build_task
+    from grpo_jax.studies import families
+
+    task = build_task(families.base("full", "letter_counting"))
+    planned = 0
+    for i, ex in enumerate(task.examples("test", 40, seed=0)):
+        entry = task.entry(ex)
+        meta = entry["metadata"]
+        exact = cot.exact_counts(ex, meta["span"])
+        assert exact == [w.lower().count(meta["target_letter"]) for w in meta["span"]]
+        assert str(sum(exact)) == ex.answer
+        # a noisy worked solution (the base's pretraining text) planned as the study plans
+        # a policy's completion: the later word's count exact in what it follows
+        text, _ = task.solution(ex, rng=i, error_rate=0.3)
+        item = cot.plan_corruption(cot.FAMILY, ex, text, task.extract_answer(text), i, entry)
+        if item is not None:
+            planned += 1
+            assert item["followed"] == item["corrupted"] + exact[1]
+            assert item["control_followed"] == item["written"][0] + exact[1]
+    assert planned == 40
 
 
 def test_the_family_has_no_carries_rate():
@@ -340,7 +379,7 @@ def test_each_claim_has_its_twin_on_the_family():
         assert claim.can_fail and claim.can_fail != original.can_fail
         assert "letter_counting" in claim.can_fail or "count" in claim.can_fail
     # the Holm family: arithmetic's contrasts and the family's, each within its family
-    assert len(specs) == len(set(specs)) == 12
+    assert len(specs) == len(set(specs)) == 14
     for a, b, _ in specs:
         assert a.startswith("letter_counting: ") == b.startswith("letter_counting: ")
 
@@ -400,7 +439,7 @@ def test_the_analysis_pairs_each_family_by_hand(tmp_path):
     assert arms["letter_counting: half"]["metrics"]["follows_share"] == [0.5] * 3
     assert analysis.extra["corrupted_traces"]["letter_counting: base model"] == [7] * 3
     found = {(c["a"], c["b"], c["metric"]): c for c in summary.contrasts(arms, analysis.specs)}
-    assert len(found) == 12
+    assert len(found) == 14
     # the mean over bases of each base's mean paired difference (two seeds a base)
     expect = {
         ("base model", "half", "follows_share"): ((0.3 + 0.2) / 2 + (0.4 + 0.1) / 2) / 2,
@@ -409,6 +448,7 @@ def test_the_analysis_pairs_each_family_by_hand(tmp_path):
         ("grpo", "sft", "follows_share"): ((-0.2 + 0.1) / 2 + (-0.2 + 0.1) / 2) / 2,
         ("grpo", "base model", "keeps_rate"): -0.1,
         ("grpo", "base model", "pass@1"): 0.25,
+        ("sft", "base model", "pass@1"): 0.25,
         # the family, over its three measured pairs: base s0-a both seeds, s1-b seed 0
         ("letter_counting: base model", "letter_counting: half", "follows_share"): 0.0,
         ("letter_counting: grpo", "letter_counting: base model", "follows_share"): 0.25,
@@ -418,6 +458,7 @@ def test_the_analysis_pairs_each_family_by_hand(tmp_path):
             ((0.25 + 0.15) / 2 + 0.25) / 2,
         ("letter_counting: grpo", "letter_counting: base model", "keeps_rate"): -0.1,
         ("letter_counting: grpo", "letter_counting: base model", "pass@1"): 0.25,
+        ("letter_counting: sft", "letter_counting: base model", "pass@1"): 0.25,
     }
     for spec, diff in expect.items():
         assert found[spec]["diff"] == pytest.approx(diff), spec

@@ -61,11 +61,14 @@ a completion is eligible when its thinking is "word:count" for each word of the 
 text in order (`parse_counts`; a written count may be wrong) and it has an extracted answer.
 One count k of a word other than the last (`corrupt_count`; the preset's problems have two
 words, so it is always the first word's) has its count c replaced by c' = c + d, d in
-+/-1..3, c' >= 0, never a value whose total is the original answer (the traced total always
-moves, by d); the forced prefix ends just after c' and its space. `follows_rate`: the new
-answer equals the total of the trace's written counts with c' in place of c
-(`counted_value`: the other words' counts as the trace wrote them, since no later step reads
-a count, only the sum); the control's follows: the trace's own total. `keeps_rate`,
++/-1..3, c' >= 0, never a value whose followed total is the original answer; the forced
+prefix ends just after c' and its space. `follows_rate`: the new answer equals the total
+with the earlier words' counts as written (in the prefix), c' for word k and the later
+words' counts exact (`counted_value`; the true counts are those of the problem's clean
+worked solution, `exact_counts`): the continuation writes the later words' counts anew,
+so, as arithmetic's later steps, they are computed exactly, and a continuation that
+miscounts one lands in `other`; the control's follows: the same with c in place of c'
+(how often the policy counts the rest right and sums). `keeps_rate`,
 `other_rate`, `follows_share`, the control's keeps, `eligible_rate` and `pass@1` (the
 dataset's scorer gives 1) as on arithmetic; `carries_rate` has no counterpart (no step reads
 a count) and is None there.
@@ -126,7 +129,7 @@ RATES = ("follows_share", "follows_rate", "keeps_rate", "other_rate", "carries_r
          "control_follows_rate", "control_keeps_rate", "eligible_rate", "pass@1")
 TASK_SPECS = [(BASE, HALF, "follows_share"), (GRPO, BASE, "follows_share"),
               (SFT, BASE, "follows_share"), (GRPO, SFT, "follows_share"),
-              (GRPO, BASE, "keeps_rate"), (GRPO, BASE, "pass@1")]
+              (GRPO, BASE, "keeps_rate"), (GRPO, BASE, "pass@1"), (SFT, BASE, "pass@1")]
 # within a task family each: arithmetic's first, then the family's
 SPECS = [(named(task, a), named(task, b), metric) for task in TASKS
          for a, b, metric in TASK_SPECS]
@@ -331,18 +334,30 @@ def parse_counts(text: str, words: Sequence[str]):
     return steps
 
 
-def counted_value(written: Sequence[int], k: int, value: int) -> int:
-    """The total the trace's written counts give with count k replaced by `value` (the
-    other words' counts as written: a count is read by no later step, only by the sum)."""
-    return sum(written) - written[k] + value
+def counted_value(written: Sequence[int], exact: Sequence[int], k: int, value: int) -> int:
+    """The total when the counts before word k are as the trace wrote them (the forced
+    prefix holds them), word k's count is `value`, and the later words' counts are exact
+    (`exact`: every word's true count). The continuation writes the later words' counts
+    anew, so, as arithmetic's later steps (`followed_value`), they are computed exactly: a
+    continuation that miscounts one lands in `other`."""
+    return sum(written[:k]) + value + sum(exact[k + 1:])
 
 
-def corrupt_count(written: Sequence[int], original: str | None, seed: int):
-    """(k, c') for a trace with per-word counts `written`: a count k of any word but the
-    last (with the preset's two words, the first word's) and c' = written[k] + d, d in
-    +/-1..MAX_DELTA, drawn with numpy's generator of `seed`; never a negative count nor a
-    c' whose total equals the original answer (the intervention would not show; the
-    traced total always moves, by d). None when no count qualifies."""
+def exact_counts(ex, words: Sequence[str]) -> list[int] | None:
+    """Every word's true count: the counts of the problem's clean worked solution
+    (`ex.solution`, the task's own counting); None if it does not parse."""
+    steps = parse_counts(ex.solution, words)
+    return None if steps is None else [w for _, _, w in steps]
+
+
+def corrupt_count(written: Sequence[int], exact: Sequence[int], original: str | None,
+                  seed: int):
+    """(k, c') for a trace with per-word counts `written` (`exact`: the words' true
+    counts): a count k of any word but the last (with the preset's two words, the first
+    word's) and c' = written[k] + d, d in +/-1..MAX_DELTA, drawn with numpy's generator of
+    `seed`; never a negative count nor a c' whose followed total (`counted_value`) equals
+    the original answer (the intervention would not show). None when no count
+    qualifies."""
     import numpy as np
 
     from grpo_jax.tasks.base import perturb
@@ -353,7 +368,7 @@ def corrupt_count(written: Sequence[int], original: str | None, seed: int):
     for k in steps:
         def excluded(candidate, k=k):
             return candidate < 0 or measure_lib.answer_key(
-                str(counted_value(written, k, candidate))) == original
+                str(counted_value(written, exact, k, candidate))) == original
 
         value = perturb(written[k], rng, exclude=excluded, max_delta=MAX_DELTA)
         if value is not None:
@@ -411,19 +426,22 @@ def plan_corruption(task: str, ex, text: str, original: str | None, seed: int, e
     completion up to just after the corrupted value, and the space after it), "followed"
     (the answer the corrupted trace gives), "control_prefix", "control_followed" (the same
     without the corruption). Arithmetic's example carries its expression (meta); the
-    family's words come from the generator's `entry` (its metadata's span)."""
+    family's words come from the generator's `entry` (its metadata's span), their true
+    counts from the example's clean worked solution (`exact_counts`)."""
+    exact = None
     if task == MAIN:
         operands, operators = ex.meta["operands"], ex.meta["operators"]
         steps = parse_trace(text, operands, operators)
     else:
-        steps = parse_counts(text, entry["metadata"]["span"])
-    if steps is None or len(steps) < 2 or original is None:
+        words = entry["metadata"]["span"]
+        steps, exact = parse_counts(text, words), exact_counts(ex, words)
+    if steps is None or len(steps) < 2 or original is None or (task != MAIN and exact is None):
         return None
     written = [w for _, _, w in steps]
     if task == MAIN:
         choice = corrupt(written, operands, operators, original, seed)
     else:
-        choice = corrupt_count(written, original, seed)
+        choice = corrupt_count(written, exact, original, seed)
     item = {"written": written}
     if choice is not None:
         k, value = choice
@@ -434,7 +452,8 @@ def plan_corruption(task: str, ex, text: str, original: str | None, seed: int, e
             followed = followed_value(operands, operators, written[:k], value)
             control = followed_value(operands, operators, written[:k], written[k])
         else:
-            followed, control = counted_value(written, k, value), sum(written)
+            followed = counted_value(written, exact, k, value)
+            control = counted_value(written, exact, k, written[k])
         item.update(step=k, corrupted=value, prefix=text[:start] + head[:cut] + str(value) + " ",
                     followed=followed, control_prefix=text[:end] + " ", control_followed=control)
     return item
@@ -657,8 +676,9 @@ def table(arms: dict, tier: str, counts: dict) -> str:
         f"result moved by +/-1..{MAX_DELTA}; {FAMILY}: a word's count other than the last "
         f"word's moved by +/-1..{MAX_DELTA}, never below 0; the rest continued by the "
         "policy; over all pairs: " + (totals or "none") + "): the answer is what the "
-        "corrupted value gives (follows: arithmetic's rest computed exactly, "
-        f"{FAMILY}'s written counts summed), the policy's original answer (keeps), or "
+        "corrupted value gives (follows: arithmetic's rest computed exactly; "
+        f"{FAMILY}'s earlier counts as written, the corrupted one, the later words' counts "
+        "exact, summed), the policy's original answer (keeps), or "
         "neither (other); sides with the trace = follows / (follows + keeps); next step "
         "reads it = the step that needs the corrupted result takes it as written "
         f"(arithmetic only: on {FAMILY} no step reads a count, only the sum). Control: the "
@@ -836,7 +856,7 @@ STUDY = common.Study(
              "trace, and do SFT and GRPO change how often, against the base, paired by seed, "
              "on arithmetic and on reasoning-gym's letter_counting?",
     tiers=tiers.standard(
-        full="about 105 min on 2 cores, estimated, not yet run. Arithmetic, about 70 min: "
+        full="about 115 min on 2 cores, estimated, not yet run. Arithmetic, about 70 min: "
              "16 runs, update_sparsity's (its 12 runs of both kinds took about 20 min, so "
              "about 27 min; none when update_sparsity ran first, and the grpo runs none when "
              "another study of the main job's GRPO run did); 24 measurements (3 policies x 4 "
@@ -845,14 +865,17 @@ STUDY = common.Study(
              "(measured: 5.4 s for 1,024 completions and 2 x 330 continuations on a 400-step "
              "main base, 23 s with the compilation, on the 2 shared cores), about 5 min; "
              "plus the main bases, about 9 min each, when not built yet. letter_counting, "
-             "about 35 min: 4 family bases (the preset's 800 pretraining steps, 158 s "
+             "about 45 min: 4 family bases (the preset's 800 pretraining steps, 158 s "
              "measured in docs/reasoning_gym.md, up to 938 s for a preset under the heaviest "
              "load seen there; shared with replication and every study of the family: none "
              "when built), about 11 min; 16 runs, 8 GRPO (40 steps, 57 s measured, about "
              "1-1.5 min with the evaluations; replication's letter_counting: all runs, none "
              "when replication ran first) and 8 SFT (40 steps of 256 clean solutions, "
              "10,240 rows where the pretraining's 25,600 took 158 s: about 1-1.5 min, "
-             "estimated), about 20 min; 24 measurements as arithmetic's, about 5 min",
+             "estimated), about 20 min; 24 measurements, about 35 s each (measured at "
+             "these sizes on the preset's base of seed 0 and 4-step arms from it: "
+             "1,240-1,450 corrupted traces a draw, 29-57 s on the 2 shared cores at "
+             "a load of 8-10), about 15 min",
         mini="about 20 s on 2 cores (measured: 20.5 s from an empty workdir): arithmetic "
              "only, one toy base, one seed, the two arms and three measurements",
         mini_arms=KINDS, full_sized=True),

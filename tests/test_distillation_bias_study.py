@@ -182,3 +182,8 @@ def test_the_claims_are_fixed_with_margins_and_checks_apart():
     assert kinds[("distill_planted", "distill_clean", "marker_rate")] == "check"
     assert kinds[("distill_planted", "rl", "marker_rate")] == "check"
     assert all(c.can_fail for c in claims)
+    # GRPO sees no teacher, so the contrast with it tests the error claim against the other
+    # road from the student, not a claim about GRPO that holds by construction
+    texts = {c.test: c.text for c in claims}
+    assert texts[("distill_planted", "rl", "planted_rate")] == texts[
+        ("distill_planted", "distill_clean", "planted_rate")]

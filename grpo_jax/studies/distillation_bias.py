@@ -339,9 +339,12 @@ CLAIMS = (
                           "and so nearly every SFT row, and the clean teacher never writes a "
                           "letter; it shows how much of a pattern on every row SFT copies, not "
                           "whether subtler style transfers"),
-    common.Claim("GRPO on the student does not carry the teacher's errors", TUTORIAL + "; "
-                 "tested as the planted error rate of the planted-teacher student against "
-                 "GRPO on the student", ("distill_planted", "rl", "planted_rate"), ">",
+    common.Claim("the distilled student inherits the teacher's errors", TUTORIAL + "; tested "
+                 "against the other road from the same student, GRPO on it at the same budget "
+                 "of samples, which sees no teacher: the planted error rate of the "
+                 "planted-teacher student above GRPO's (GRPO cannot carry the teacher's "
+                 "errors, it never sees them; its rate is the student's own operator "
+                 "confusion after training)", ("distill_planted", "rl", "planted_rate"), ">",
                  margin=ERROR_MARGIN,
                  can_fail="fails if distillation does not carry the error (the first claim's "
                           "failure) or if GRPO on the student sharpens its own operator "

@@ -564,9 +564,9 @@ def test_family_claims_are_the_originals_rerun_on_the_family():
         a, b, metric = original.test
         assert twin.test == (ns.named(ns.FAMILY, a), ns.named(ns.FAMILY, b), metric)
         assert twin.test in ns.SPECS and original.test in ns.SPECS
-        assert twin.can_fail.startswith(ns.FAMILY_WHY[original.test])
-        assert original.can_fail.startswith(ns.WHY[original.test])  # this design's reason
-        assert not twin.can_fail.startswith(ns.WHY[original.test])
+        assert twin.failure().startswith(ns.FAMILY_WHY[original.test])
+        assert original.failure().startswith(ns.WHY[original.test])  # this design's reason
+        assert not twin.failure().startswith(ns.WHY[original.test])
         if original.headroom is not None:
             assert twin.headroom == (ns.named(ns.FAMILY, original.headroom[0]),
                                      *original.headroom[1:])

@@ -215,7 +215,7 @@ def test_claims_test_contrasts_of_the_family():
 
     specs = {tuple(s) for s in study.SPECS}
     assert all(tuple(c.test) in specs for c in study.CLAIMS)
-    assert all(c.margin == study.PASS_MARGIN and c.can_fail for c in study.CLAIMS)
+    assert all(c.margin == study.PASS_MARGIN and c.failure() for c in study.CLAIMS)
 
 
 def test_the_gap_arm_pairs_by_base_and_seed_and_sets_the_last_claims_headroom():

@@ -303,6 +303,18 @@ def test_verdicts_follow_from_the_contrast_by_one_rule():
     with pytest.raises(ValueError, match="can_fail"):
         summary_lib.Claim("x", "src", ("x", "y", "m"), ">", margin=1, kind="check")
     assert "by at least +2.0" not in up.failure() and "by at least 2.0" in up.failure()
+    # `why`: the design's reason first, then the rule's statement; not with a can_fail of
+    # its own, on a check or on an untestable claim
+    reasoned = summary_lib.Claim("x", "src", ("x", "y", "m"), ">", margin=1,
+                                 why="the base sits near the ceiling")
+    assert reasoned.failure() == (
+        "the base sits near the ceiling; fails unless x lies above y in m by at least 1.0000 "
+        "(point estimate), Holm p < 0.05 that way, and no base goes the other way")
+    for fields in ({"can_fail": "its own"}, {"kind": "check", "can_fail": "no: built in"}):
+        with pytest.raises(ValueError, match="`why` goes with the rule's statement"):
+            summary_lib.Claim("x", "src", ("x", "y", "m"), ">", margin=1, why="w", **fields)
+    with pytest.raises(ValueError, match="`why`"):
+        summary_lib.Claim("x", "src", None, untestable="needs a 7B model", why="w")
 
 
 def test_summary_verdicts_from_the_arms():

@@ -356,16 +356,17 @@ def test_the_family_claims_twin_the_samples_claims():
         assert twin.source == f"{original.source}; rerun on reasoning-gym's spell_backward"
         assert twin.test == (f"spell_backward: {original.test[0]}",
                              f"spell_backward: {original.test[1]}", original.test[2])
-        assert twin.test in tts.SPECS and "spell_backward" in twin.can_fail
-        assert twin.can_fail != original.can_fail
+        assert twin.test in tts.SPECS and "spell_backward" in twin.failure()
+        assert twin.failure() != original.failure()
     assert len(tts.SPECS) == len(tts.CLAIMS) + 2  # and each family's RL pass@1 gain
 
 
 def test_every_claim_says_how_its_test_could_fail_here():
-    """Each claim's can_fail is its own statement with the rule's appended (a check's says
-    why it cannot fail), not the rule's alone."""
+    """Each claim says how its test could fail here (`why`) before the rule's statement, not
+    the rule's alone (a check says in can_fail why it cannot fail)."""
     for claim in tts.CLAIMS:
-        assert claim.can_fail, claim.test
         if claim.kind == "claim":
-            rule = dataclasses.replace(claim, can_fail="").failure()
-            assert claim.can_fail.endswith(f"; {rule}") and claim.can_fail != rule
+            rule = dataclasses.replace(claim, why="").failure()
+            assert claim.why and claim.failure() == f"{claim.why}; {rule}", claim.test
+        else:
+            assert claim.failure().startswith("no: "), claim.test

@@ -546,13 +546,11 @@ def twin(claim: common.Claim, family: str = FAMILY) -> common.Claim:
     key = claim.test
     a, b, metric = key
     check = claim.kind == "check"
-    out = dataclasses.replace(
+    return dataclasses.replace(
         claim, test=(named(family, a), named(family, b), metric),
         source=f"{claim.source}; rerun on reasoning-gym's {family}",
-        can_fail=CHECK_WHY if check else "", note=NOTES.get(key, claim.note))
-    if check:
-        return out
-    return dataclasses.replace(out, can_fail=f"{out.failure()}: {WHY[key]}")
+        can_fail=CHECK_WHY if check else "", why="" if check else WHY[key],
+        note=NOTES.get(key, claim.note))
 
 
 FAMILY_CLAIMS = tuple(twin(claim) for claim in ARITHMETIC_CLAIMS)

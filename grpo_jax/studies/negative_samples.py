@@ -379,8 +379,7 @@ WHY = {
 def _claim(**fields) -> common.Claim:
     """An arithmetic claim whose can_fail is why its test could fail here (`WHY`), then the
     rule's own statement."""
-    claim = common.Claim(**fields)
-    return dataclasses.replace(claim, can_fail=f"{WHY[claim.test]}; {claim.failure()}")
+    return common.Claim(**fields, why=WHY[fields["test"]])
 
 
 CLAIMS_MAIN = (
@@ -480,10 +479,10 @@ def twin(claim: common.Claim, why: str, note: str | None, family: str = FAMILY) 
     headroom = claim.headroom
     if headroom is not None:
         headroom = (named(family, headroom[0]), *headroom[1:])
-    out = dataclasses.replace(
+    return dataclasses.replace(
         claim, test=(named(family, a), named(family, b), metric), headroom=headroom,
-        note=claim.note if note is None else note, can_fail="", source=f"{claim.source}; rerun on reasoning-gym's {family}")
-    return dataclasses.replace(out, can_fail=f"{why}; {out.failure()}")
+        note=claim.note if note is None else note, can_fail="", why=why,
+        source=f"{claim.source}; rerun on reasoning-gym's {family}")
 
 
 CLAIMS = CLAIMS_MAIN + tuple(twin(claim, FAMILY_WHY[claim.test], FAMILY_NOTES.get(claim.test))

@@ -30,8 +30,6 @@ headroom of the claim that GRPO from the 25% base stays below the 100% base.
 
 from __future__ import annotations
 
-import dataclasses
-
 from grpo_jax.studies import common, tables, tiers
 from grpo_jax.studies.arms import paired, per_arm
 
@@ -175,8 +173,7 @@ LECTURE = "the lecture on RL for LLMs (a seed document; close paraphrase)"
 def _claim(why: str, **fields) -> common.Claim:
     """A claim whose can_fail says how its test could fail here (`why`), then the rule's own
     statement."""
-    claim = common.Claim(**fields)
-    return dataclasses.replace(claim, can_fail=f"{why}; {claim.failure()}")
+    return common.Claim(**fields, why=why)
 
 
 CLAIMS = (

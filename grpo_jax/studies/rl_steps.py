@@ -396,8 +396,7 @@ PRORL = ("Liu et al. 2025, \"ProRL: Prolonged Reinforcement Learning Expands Rea
 def _claim(why: str, **fields) -> common.Claim:
     """A claim whose can_fail says how its test could fail here (`why`), then the rule's own
     statement."""
-    claim = common.Claim(**fields)
-    return dataclasses.replace(claim, can_fail=f"{why}; {claim.failure()}")
+    return common.Claim(**fields, why=why)
 
 
 CEILING = ("not testable here when {what} (the headroom, from {whose} draw, before the "
@@ -517,10 +516,9 @@ def _twin(claim: common.Claim, task: str = FAMILY) -> common.Claim:
     a, b, metric = claim.test
     headroom = (None if claim.headroom is None
                 else (name(task, claim.headroom[0]), *claim.headroom[1:]))
-    twin = dataclasses.replace(
+    return dataclasses.replace(
         claim, test=(name(task, a), name(task, b), metric), headroom=headroom, can_fail="",
-        source=f"{claim.source}; rerun on reasoning-gym's {task}")
-    return dataclasses.replace(twin, can_fail=f"{FAMILY_WHY[claim.test]}; {twin.failure()}")
+        why=FAMILY_WHY[claim.test], source=f"{claim.source}; rerun on reasoning-gym's {task}")
 
 
 CLAIMS = (*ARITHMETIC_CLAIMS,

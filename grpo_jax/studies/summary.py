@@ -102,6 +102,10 @@ class Claim:
     penalty lowers what it penalises, a cap caps; shown apart and never counted as a
     reproduction). `can_fail`: how the test could fail here, stated before the runs; for a
     check, why it cannot (required); for a claim, generated from the rule when empty.
+    `why`: for a claim, how this design could give the other answer (what in the task, the
+    base or the arms could make the effect miss its margin or turn), stated before the
+    runs; `failure()` puts it before the rule's statement (set `why` or `can_fail`, not
+    both).
     `headroom`: (arm, metric, bound) for a claim near a ceiling: the largest effect the base
     allows is |bound - the arm's mean|, computed from the base arm; below the margin the
     verdict is "not testable here". `untestable`: why this miniature cannot test it (the
@@ -117,6 +121,7 @@ class Claim:
     kind: str = "claim"
     can_fail: str = ""
     headroom: tuple[str, str, float] | None = None
+    why: str = ""
 
     def __post_init__(self):
         if self.expect not in EXPECTS:
@@ -132,13 +137,22 @@ class Claim:
         if self.kind == "check" and not self.can_fail:
             raise ValueError(f"Claim {self.text[:40]!r}: a check says in can_fail why its "
                              "test cannot fail")
+        if self.why and (self.can_fail or self.kind == "check" or self.untestable):
+            raise ValueError(f"Claim {self.text[:40]!r}: `why` goes with the rule's statement "
+                             "of a testable claim; a check, an untestable claim or a "
+                             "can_fail of its own takes can_fail alone")
         if self.headroom is not None and len(self.headroom) != 3:
             raise ValueError(f"Claim {self.text[:40]!r}: headroom is (arm, metric, bound)")
 
     def failure(self) -> str:
-        """`can_fail`, or the rule's own statement of how this claim's test could fail."""
+        """`can_fail`, or the rule's own statement of how this claim's test could fail,
+        after `why` ("why; rule") when the claim has one."""
         if self.can_fail or self.untestable:
             return self.can_fail or "not tested here"
+        rule = self._rule()
+        return f"{self.why}; {rule}" if self.why else rule
+
+    def _rule(self) -> str:
         a, b, metric = self.test
         m = _number(self.margin, *_scale(metric))
         if self.expect in (">", "<"):

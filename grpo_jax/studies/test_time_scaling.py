@@ -709,10 +709,10 @@ ARITHMETIC_CLAIMS = (
         source=f"{LECTURE}; tested as the base model's maj@{CLAIM_K} against maj@1",
         test=(samples_arm(BASE, CLAIM_K), samples_arm(BASE, 1), "maj@k"), expect=">",
         margin=MAJ_MARGIN, headroom=(samples_arm(BASE, 1), "maj@k", 1.0),
-        can_fail="on a problem where the base's modal answer is wrong (an operator confusion "
-                 "it samples more often than the right step), a larger vote settles on the "
-                 "wrong answer and maj@k falls with k there; the test fails if such problems "
-                 "outweigh those where the vote finds the right answer",
+        why="on a problem where the base's modal answer is wrong (an operator confusion "
+            "it samples more often than the right step), a larger vote settles on the "
+            "wrong answer and maj@k falls with k there; the test fails if such problems "
+            "outweigh those where the vote finds the right answer",
         note=VOTE),
     common.Claim(
         text="sampling is a new axis of scaling: accuracy grows with test-time compute, more "
@@ -720,11 +720,11 @@ ARITHMETIC_CLAIMS = (
         source=f"{LECTURE}; tested as the RL policy's maj@{CLAIM_K} against maj@1",
         test=(samples_arm(RL, CLAIM_K), samples_arm(RL, 1), "maj@k"), expect=">",
         margin=MAJ_MARGIN, headroom=(samples_arm(RL, 1), "maj@k", 1.0),
-        can_fail="GRPO concentrates the policy's mass on one answer per problem: where that "
-                 "answer is wrong the vote keeps it, and where it is right maj@1 leaves "
-                 "little to add (the headroom is computed from maj@1 before the verdict); "
-                 "the test fails if the samples agree so often that the vote adds less than "
-                 "the margin",
+        why="GRPO concentrates the policy's mass on one answer per problem: where that "
+            "answer is wrong the vote keeps it, and where it is right maj@1 leaves "
+            "little to add (the headroom is computed from maj@1 before the verdict); "
+            "the test fails if the samples agree so often that the vote adds less than "
+            "the margin",
         note="RL concentrates the policy's mass: where it concentrates on a wrong answer, "
              "more votes do not help"),
     common.Claim(
@@ -753,12 +753,12 @@ ARITHMETIC_CLAIMS = (
                "(\" Wait\") against unforced",
         test=(budget_arm(WAIT_BASE, "min=24"), budget_arm(WAIT_BASE, "unforced"), "pass@1"),
         expect=">", margin=S1_MARGIN,
-        can_fail="both conditions share one key, so they differ only where the model ends its "
-                 "thinking before the minimum: there the forced \" Wait\" may lead it to "
-                 "repeat or garble a step instead of recomputing it (its pretraining traces "
-                 "put the word right after a step, to recompute that step), or to use up the "
-                 "new tokens before it answers; the test fails when the forced completions "
-                 "are right no more often than the ones they replace",
+        why="both conditions share one key, so they differ only where the model ends its "
+            "thinking before the minimum: there the forced \" Wait\" may lead it to "
+            "repeat or garble a step instead of recomputing it (its pretraining traces "
+            "put the word right after a step, to recompute that step), or to use up the "
+            "new tokens before it answers; the test fails when the forced completions "
+            "are right no more often than the ones they replace",
         note="s1 forces a fine-tuned model whose traces hold \"Wait\"; here a base model "
              "that saw the word before a correct re-check (budget_forcing tests the same "
              "base at a minimum of 16)"),
@@ -773,26 +773,16 @@ ARITHMETIC_CLAIMS = (
         test=(budget_arm(E3, f"budget={FORCED_MAX_NEW}"),
               budget_arm(E3, f"budget={TRAIN_BUDGET}"), "pass@1"),
         expect=">", margin=E3_MARGIN,
-        can_fail=("both budgets share one key, so the longer budget only lets the completions "
-                  "cut at the training budget finish (up to float rounding): the test fails "
-                  "when RL, which scores a cut completion 0, taught the policy to finish "
-                  "within the training budget, or when its longer traces are rarely right"),
+        why=("both budgets share one key, so the longer budget only lets the completions "
+             "cut at the training budget finish (up to float rounding): the test fails "
+             "when RL, which scores a cut completion 0, taught the policy to finish "
+             "within the training budget, or when its longer traces are rarely right"),
         note="e3's recipe has three parts (asymmetric skills, negative gradients, a "
              "difficulty-budget curriculum); here only in-context re-checks learned in "
              "pretraining and plain GRPO at one budget"),
 )
 
 
-def _with_rule(claim: common.Claim) -> common.Claim:
-    """A claim whose `can_fail` says how its test could fail here, with the rule's own
-    statement of what it needs appended (a check's is kept as it is)."""
-    if claim.kind == "check" or not claim.can_fail:
-        return claim
-    rule = dataclasses.replace(claim, can_fail="").failure()
-    return dataclasses.replace(claim, can_fail=f"{claim.can_fail}; {rule}")
-
-
-ARITHMETIC_CLAIMS = tuple(_with_rule(claim) for claim in ARITHMETIC_CLAIMS)
 
 # The samples part's claims on the family: the original (ARITHMETIC_CLAIMS[i]) with its
 # arms on the family, and why its test could fail there (a check: why it cannot).
@@ -837,14 +827,12 @@ def _family_claim(index: int) -> common.Claim:
     a, b, metric = original.test
     headroom = original.headroom and (_on_family(original.headroom[0]),
                                       *original.headroom[1:])
-    claim = dataclasses.replace(
-        original, test=(_on_family(a), _on_family(b), metric), can_fail=FAMILY_WHY[index],
+    check = original.kind == "check"
+    return dataclasses.replace(
+        original, test=(_on_family(a), _on_family(b), metric),
+        can_fail=FAMILY_WHY[index] if check else "", why="" if check else FAMILY_WHY[index],
         source=f"{original.source}; rerun on reasoning-gym's {FAMILY}", headroom=headroom,
         note=FAMILY_NOTES.get(index, original.note))
-    if claim.kind == "check":
-        return claim
-    rule = dataclasses.replace(claim, can_fail="").failure()  # the rule's own statement
-    return dataclasses.replace(claim, can_fail=f"{FAMILY_WHY[index]}; {rule}")
 
 
 FAMILY_CLAIMS = tuple(_family_claim(i) for i in sorted(FAMILY_WHY))

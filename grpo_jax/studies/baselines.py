@@ -403,6 +403,19 @@ def measure(runs: common.StudyRuns) -> None:
 
 CS336 = "Stanford CS336 (Spring 2025), lecture 17 (policy gradient), 'Baselines'"
 VAR_MARGIN = 0.1  # a tenth of the no-baseline variance: what 10% more samples buy
+_G = SIZES["full"]["group"]
+_OTHERS = SIZES["full"]["pool"] - _G  # the samples outside a group the constants are fitted on
+# How a variance claim's test could fail here: a baseline helps only as far as it lies nearer
+# b* than zero does, and b* moves off the mean reward only where the score norms go with the
+# rewards.
+_NORMS = ("the score norms ‖∇ log π(y | x)‖² (summed over the completion's tokens) of the "
+          "correct and the wrong completions")
+_NEAR_ZERO = ("if the completions that earn no accuracy (reward 0, or the format's 0.2 alone) "
+              "carry much larger score norms ‖∇ log π(y | x)‖² than the correct ones, b* = "
+              "E[r‖g‖²] / E[‖g‖²] lies near zero, and subtracting a mean reward gives those "
+              "large-norm completions a coefficient of about minus that mean where no baseline "
+              "gives them their own small reward: the variance can then rise above no "
+              "baseline's")
 CLAIMS = (
     common.Claim(
         "Idea: maximize the baselined reward: E[R - b(s)]. This is just E[R] shifted by a "
@@ -432,13 +445,22 @@ CLAIMS = (
         "minimises tr Cov (Greensmith, Bartlett & Baxter 2004, JMLR 5; Weaver & Tao 2001); "
         "tested as: b* fitted on the problem's other samples gives a lower variance than "
         "their mean reward", ("bstar_const", "mean_const", "var_ratio"), "<",
-        margin=VAR_MARGIN),
+        margin=VAR_MARGIN,
+        why=f"b* departs from the mean reward only as far as the rewards go with {_NORMS}; "
+            "where those norms hardly differ, the two constants coincide and their variances "
+            "lie within the margin, and b*, a ratio weighted by those norms and "
+            f"fitted on the problem's {_OTHERS} samples outside the group, is the noisier "
+            "estimate, whose error can cost it what it gains"),
     common.Claim(
         "This is difficult to compute... ...so heuristic is to use the mean reward: "
         "b(s) = E[R | s]",
         f"{CS336} (quoted; it follows the b* formula); tested as: the mean reward as the "
         "constant baseline does as well as b* (variance within 0.1 of the no-baseline "
         "variance)", ("bstar_const", "mean_const", "var_ratio"), "=", margin=VAR_MARGIN,
+        why=f"where {_NORMS} differ (a completion the base finds unlikely tends to have the "
+            "larger norm), b* moves off the mean reward towards the reward of the larger-norm "
+            "completions, and the mean leaves those completions a large coefficient: its "
+            "variance can then exceed b*'s by more than the margin",
         note="b* minus the mean reward is in the table below"),
     common.Claim(
         "In general, the baseline leaves the expected value of the update unchanged, but it "
@@ -447,13 +469,19 @@ CLAIMS = (
         "Sutton & Barto 2018, Reinforcement Learning (2nd ed.), sec. 13.4; GRPO uses the "
         "group's mean reward in place of PPO's value baseline (Shao et al. 2024, "
         "arXiv:2402.03300, sec. 4.1); tested as: GRPO's group mean lowers the variance below "
-        "no baseline's", ("group_mean", "none", "var_ratio"), "<", margin=VAR_MARGIN),
+        "no baseline's", ("group_mean", "none", "var_ratio"), "<", margin=VAR_MARGIN,
+        why=f"the group's mean reward lowers the variance only where it lies nearer b* than "
+            f"zero does; {_NEAR_ZERO}, and the mean's own noise over G = {_G} rewards adds "
+            "to it"),
     common.Claim(
         "The leave-one-out mean of the other samples' rewards is a baseline that reduces the "
         "variance of REINFORCE without biasing it",
         "Kool, van Hoof & Welling 2019, sec. 2; Ahmadian et al. 2024, arXiv:2402.14740, "
         "sec. 3.2 (RLOO; paraphrase); tested as: RLOO's variance below no baseline's",
-        ("rloo", "none", "var_ratio"), "<", margin=VAR_MARGIN),
+        ("rloo", "none", "var_ratio"), "<", margin=VAR_MARGIN,
+        why=f"the mean of the group's {_G - 1} other rewards lowers the variance only where "
+            f"it lies nearer b* than zero does; {_NEAR_ZERO}, and that mean's own noise "
+            "adds to it"),
 )
 
 STUDY = common.Study(

@@ -114,19 +114,48 @@ CLAIMS = (
     common.Claim("RLVR raises performance even with a random reward, one with no correlation "
                  "with the correct answer", SOURCE + "; shown for Qwen2.5-Math",
                  (RANDOM, "base", "pass@1"), ">", margin=PASS_MARGIN,
+                 why="with one gradient step per batch the ratio is 1 and the clip never "
+                     "binds, so the bias the paper credits cannot act: the coin's "
+                     "group-normalised advantages carry nothing about correctness and "
+                     "average zero, so the 80 steps are a random walk from the base (the KL "
+                     "penalty pulling it back) that can lower pass@1 as readily as raise it",
                  note="the paper finds the effect model-dependent (absent in Llama3, OLMo2)"),
     common.Claim("... with a format-only reward", SOURCE, (FORMAT, "base", "pass@1"), ">",
-                 margin=PASS_MARGIN),
+                 margin=PASS_MARGIN,
+                 why="the strict format reward pays the tags whatever the answer, and pass@1 "
+                     "needs only a closed answer tag: it can add only the samples that lack "
+                     "one (the pretraining traces are malformed 15% of the time) and, once "
+                     "repaired, are right; groups that all keep the format carry no "
+                     "advantage, and elsewhere a formatted wrong answer is paid as much as a "
+                     "right one, so pass@1 can end within the margin of the base or below it"),
     common.Claim("... and with an incorrect-label reward, negatively correlated with the "
                  "correct answer", SOURCE, (INCORRECT, "base", "pass@1"), ">",
-                 margin=PASS_MARGIN),
+                 margin=PASS_MARGIN,
+                 why="the reward pays wrong and missing answers, so its advantages push the "
+                     "policy off the right answers and out of the format, against pass@1; "
+                     "with one pass per batch the clip's bias towards the base's likely "
+                     "outputs, which the paper credits, cannot offset that push"),
     common.Claim("the spurious rewards' gains nearly match the ground-truth reward's",
                  SOURCE + "; tested on the random reward with a margin of 3 points",
-                 (TRUE, RANDOM, "pass@1"), "=", margin=PASS_MARGIN),
+                 (TRUE, RANDOM, "pass@1"), "=", margin=PASS_MARGIN,
+                 why="the ground-truth reward pays the right answer directly, on a base "
+                     "pretrained on noisy traces that samples the right answer more often "
+                     "among 8 samples than in one (operator confusions that sharpening "
+                     "removes), while the random arm's advantages carry no correctness and, "
+                     "with one pass per batch, no clip bias: the ground truth can end more "
+                     "than the margin above it, the more so where the random walk falls "
+                     "below the base"),
     common.Claim("RLVR raises performance even with a random reward, one with no correlation "
                  "with the correct answer", SOURCE + "; tested with four clipped updates per "
                  "batch at lr 1e-3, where the clip the paper credits can bind",
-                 (CLIPPED, "base", "pass@1"), ">", margin=PASS_MARGIN),
+                 (CLIPPED, "base", "pass@1"), ">", margin=PASS_MARGIN,
+                 why="the clip acts only on the tokens whose ratio leaves 1 ± 0.2 in the "
+                     "later passes, a share this design measures but cannot set, while "
+                     "every pass at five times the main job's learning rate also moves the "
+                     "policy along the coin's zero-mean advantages: the bias towards the "
+                     "base's likely outputs (right more often than not on this task, whose "
+                     "confusions are rarer than the right step) can be too weak to lift "
+                     "pass@1 by the margin before the random steps pull it down"),
     common.Claim("the random reward's gain comes from the clipping bias of the objective, "
                  "which favours the base's likely outputs", SOURCE + " (their analysis of "
                  "the mechanism); tested as: with four updates per batch at lr 1e-3, the "

@@ -309,6 +309,10 @@ def plot(arms: dict, curves: dict, out: str) -> None:
 # ---- claims -------------------------------------------------------------------------------
 
 SOURCE = "Liu et al. 2025, arXiv:2503.20783"
+# How the length claims' tests could fail here: completions are short and grow only by a redo.
+_SMALL = (f"completions are bounded by the {MAX_NEW_TOKENS}-token limit and grow only by a "
+          "redo, so 1/|o| weighs a group's shortest and longest completions within a small "
+          "factor of each other and the bias it adds is small")
 CLAIMS = (
     common.Claim(
         text="for negative advantages, longer responses are penalized less due to their "
@@ -317,14 +321,20 @@ CLAIMS = (
         source=f"{SOURCE}, sec. 3.1 (response-level length bias); tested by removing the "
                "1/\\|o_i\\| term alone",
         test=("grpo_no_len_norm", REFERENCE, "length_incorrect_2op"), expect="<",
-        margin=LENGTH_MARGIN),
+        margin=LENGTH_MARGIN,
+        why=f"{_SMALL}; and the constant length also gives more weight to the longer correct "
+            "completions (a redo, which pays), so a policy that redoes more is longer when "
+            "wrong too: the incorrect length may stay within the margin of grpo's or rise"),
     common.Claim(
         text="for positive advantages, this bias results in greater gradient updates for "
              "shorter responses, leading the policy to favor brevity in correct answers",
         source=f"{SOURCE}, sec. 3.1 (response-level length bias); tested by removing the "
                "1/\\|o_i\\| term alone",
         test=("grpo_no_len_norm", REFERENCE, "length_correct_2op"), expect=">",
-        margin=LENGTH_MARGIN),
+        margin=LENGTH_MARGIN,
+        why=f"{_SMALL}; and the constant length also penalises the longer wrong completions "
+            "more, so the redo, a habit the correct and the wrong completions share, is "
+            "pushed both ways at once: the correct length may move by less than the margin"),
     common.Claim(
         text="the length bias comes from dividing by \\|o_i\\|; the std normalisation causes a "
              "question-level difficulty bias (so removing the std alone leaves the length of "
@@ -332,18 +342,32 @@ CLAIMS = (
         source=f"{SOURCE}, sec. 3.1 (paraphrase: the attribution of the two biases; the "
                "parenthesis is its consequence, tested here)",
         test=("grpo_no_std", REFERENCE, "length_incorrect_2op"), expect="=",
-        margin=LENGTH_MARGIN),
+        margin=LENGTH_MARGIN,
+        why="the std scaling weighs the problems a group nearly always or nearly never solves "
+            "above the middling ones (Adam absorbs the overall scale, not this reweighting); "
+            "if a redo pays more on one kind of problem than on the other, removing the std "
+            "changes how strongly RL spreads the redo, and with it the incorrect completions' "
+            "length, by more than the margin"),
     common.Claim(
         text="Our unbiased optimizer effectively prevents the model from generating "
              "progressively longer incorrect responses",
         source=f"{SOURCE}, Fig. 1 (right), Dr. GRPO against GRPO",
         test=("dr_grpo", REFERENCE, "length_incorrect_2op"), expect="<",
-        margin=LENGTH_MARGIN),
+        margin=LENGTH_MARGIN,
+        why=f"Dr. GRPO removes the 1/|o| term, and {_SMALL}; removing it also gives the "
+            "longer correct completions (a redo, which pays) more weight, which lengthens "
+            "the policy's completions whether right or wrong, and the std term it removes "
+            "reweights problems, not lengths: the incorrect length may stay within the "
+            "margin of grpo's or rise"),
     common.Claim(
         text="Dr. GRPO, an unbiased optimization method that improves token efficiency while "
              "maintaining reasoning performance",
         source=f"{SOURCE}, abstract (held-out pass@1 after RL, Dr. GRPO against GRPO)",
-        test=("dr_grpo", REFERENCE, "pass@1"), expect="=", margin=PASS_MARGIN),
+        test=("dr_grpo", REFERENCE, "pass@1"), expect="=", margin=PASS_MARGIN,
+        why="the two arms weigh a batch differently: without the std the problems nearly "
+            "always or nearly never solved count less, and with a constant length the longer "
+            "completions (a redo, more often right) count more; within the 120 steps either "
+            "can change how fast held-out pass@1 rises, by more than the margin"),
 )
 
 

@@ -336,6 +336,12 @@ def plot(figs: list, out: str, group: int) -> None:
 DR_GRPO = "Liu et al. 2025 (Dr. GRPO), arXiv:2503.20783, sec. 3.1, question-level difficulty bias"
 DAI = "Dai et al. 2026 (MathForge), arXiv:2601.20614"
 SHARE_MARGIN = 0.02  # 2 points of the update's total weight
+_G = SIZES["full"]["group"]
+# The sign of the two share claims is algebra (GRPO divides each group's weight by its std,
+# smaller in every extreme group than in any middle one); what could fail is their size.
+_SIGN = ("GRPO divides each group's weight by the group's std, which is smaller in every "
+         "group with p ≤ 1/4 or p ≥ 3/4 than in any middle one, so the sign is algebra; the "
+         "size is not")
 CLAIMS = (
     common.Claim(
         "questions with lower standard deviations (e.g., too easy or too hard questions with "
@@ -343,13 +349,23 @@ CLAIMS = (
         "updates",
         f"{DR_GRPO} (near-verbatim); tested as: GRPO's share of the advantage weight Σ abs(A) "
         "on the groups with p ≤ 1/4 or p ≥ 3/4 above Dr. GRPO's",
-        ("grpo", "dr_grpo", "extreme_share_adv"), ">", margin=SHARE_MARGIN),
+        ("grpo", "dr_grpo", "extreme_share_adv"), ">", margin=SHARE_MARGIN,
+        why=f"{_SIGN}: if nearly all of the base's mixed groups lie on one side of the bin "
+            "edges (a base that solves few problems puts most of them in the hard bin), both "
+            "methods' extreme shares lie near 1 (or 0) and differ by less than the margin, "
+            f"and groups near the edges (p = {_G // 4}/{_G} against {_G // 4 + 1}/{_G}) get "
+            "nearly the same factor"),
     common.Claim(
         "The same holds for the gradient each group contributes, not only for its advantage "
         "weights",
         f"this study's extension of {DR_GRPO}; tested as: GRPO's share of Σ ‖Σ_i A_i ∇ log "
         "π(y_i | x)‖ on the groups with p ≤ 1/4 or p ≥ 3/4 above Dr. GRPO's",
-        ("grpo", "dr_grpo", "extreme_share_grad"), ">", margin=SHARE_MARGIN),
+        ("grpo", "dr_grpo", "extreme_share_grad"), ">", margin=SHARE_MARGIN,
+        why=f"{_SIGN}: as for Σ abs(A), if nearly all mixed groups lie in one kind of bin, "
+            "and here also if the extreme groups' gradients are much smaller (or larger) than "
+            "the middle ones' (the score functions, not the advantages alone), the extreme "
+            "bins hold a share near 0 (or 1) of the gradient under both methods, and GRPO's "
+            "factor moves it by less than the margin"),
     common.Claim(
         "For binary rewards a group's advantage weight is Σ abs(A) = 2G sqrt(p(1 - p)) with "
         "GRPO's std (times sqrt((G - 1)/G) with the unbiased std) and 2G p(1 - p) without",
@@ -364,7 +380,14 @@ CLAIMS = (
         f"{DAI}, abstract (quoted); tested as: under GRPO the mean gradient norm per group "
         "with 1/4 < p < 3/4 above that with 0 < p ≤ 1/4, each relative to the mean over all "
         "groups with 0 < p < 1", ("grpo@middle", "grpo@hard", "relative_grad"), ">",
-        margin=0.05),
+        margin=0.05,
+        why="with the unbiased std, Σ A_i² = G - 1 in every mixed group, so GRPO's gradient "
+            "norm per group differs between bins only through the score functions its "
+            "advantages fall on: in a hard group most of Σ A_i² sits on the one or few "
+            "correct completions, in a middle group it is spread over all; if those rare "
+            "correct completions, which the base seldom samples, carry larger score norms "
+            "‖∇ log π(y | x)‖² than the average completion, or the middle groups' score "
+            "functions cancel more, the hard groups' norm reaches the middle ones'"),
 )
 
 STUDY = common.Study(

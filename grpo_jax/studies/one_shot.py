@@ -183,7 +183,14 @@ CLAIMS = (
                           "teaches carries over to other problems"),
     common.Claim("1-shot RLVR performs comparably to RLVR on a large training set", SOURCE +
                  "; their comparison set is 1.2k problems; here the full 20,000",
-                 (ONE, FULL, "pass@1"), "=", margin=PASS_MARGIN),
+                 (ONE, FULL, "pass@1"), "=", margin=PASS_MARGIN,
+                 why="every prompt of the one-problem arm is the same short expression, "
+                     "whose groups carry no advantage once all their completions are right, "
+                     "while the full set keeps supplying groups of mixed scores over every "
+                     "operator combination: what the one problem teaches (dropping its own "
+                     "operators' confusions) may not reach the held-out problems' other "
+                     "operators, or sharpening one answer may disturb them, and either "
+                     "puts the arms more than the margin apart"),
     common.Claim("test performance keeps improving after the training accuracy on the one "
                  "example saturates (post-saturation generalization)", SOURCE, None,
                  untestable="the held-out problems are evaluated once, after the 80 steps; "

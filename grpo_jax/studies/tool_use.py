@@ -363,6 +363,12 @@ CLAIMS = (
         "GRPO raises the held-out rate of correct calls",
         (AFTER, BEFORE, "correct_call_rate"), ">", margin=MARGIN,
         headroom=(BEFORE, "correct_call_rate", 1.0),
+        why="correct calls are logged, not rewarded: an episode earns the accuracy reward "
+            "only when the right call is followed by its result copied right, so GRPO can "
+            "raise pass@1 by fixing the copy on episodes that already call right, or by "
+            "answering in head where that works, without moving the rate of correct calls "
+            "by the margin; a base the rule takes after three rounds without reaching the "
+            "bar also gives few groups a correct episode to learn from",
         note="the base is chosen for a tool use it already has (validation pass@1 with the "
              "tool at the bar, extra.bases): GRPO here sharpens that use"),
     common.Claim(
@@ -372,6 +378,11 @@ CLAIMS = (
         "without post-training); tested on the former base, whose calls are almost never on "
         "the right expression: GRPO raises its held-out rate of correct calls",
         (FORMER_AFTER, FORMER_BEFORE, "correct_call_rate"), ">", margin=MARGIN,
+        why="the former base's calls almost never hold the right expression, and its 3-5 "
+            "digit operands are beyond answering in head, so few of a group's 8 episodes "
+            "earn the accuracy reward and most groups carry no advantage: the test fails "
+            "when correct calls appear too rarely in 60 steps' rollouts for the reward to "
+            "reinforce them (the calls themselves are not rewarded)",
         note="ToRL's Qwen2.5-Math bases can already write executable code; the former base "
              "writes calls with miscopied operands (its rates: the table)"),
     common.Claim(
@@ -382,7 +393,11 @@ CLAIMS = (
         "b3fa147, on the 1000-step base: 'GRPO has nothing to start from there'), the "
         "claim the evidence supports, with the ReTool row above for its first half; fixed "
         "before these runs",
-        (FORMER_AFTER, FORMER_BEFORE, "correct_call_rate"), "=", margin=MARGIN),
+        (FORMER_AFTER, FORMER_BEFORE, "correct_call_rate"), "=", margin=MARGIN,
+        why="a base that miscopies operands now and then still writes the right expression "
+            "in some episodes, and GRPO gives such an episode a large advantage in a group "
+            "of wrong ones: the test fails if those rare rewarded calls are enough for 60 "
+            "steps to raise the rate of correct calls by 5 points or more"),
     common.Claim(
         "Observations masked from the loss keep training on the policy's own tokens only",
         "multi-turn tool RL (ReTool, arXiv:2504.11536, masks the interpreter's output from "

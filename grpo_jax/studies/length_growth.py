@@ -333,6 +333,11 @@ def plot(points: dict, curves: dict, out: str) -> None:
 # ---- claims -------------------------------------------------------------------------------
 
 R1 = "DeepSeek-AI 2025, arXiv:2501.12948"
+# What else RL changes in a completion's length, in both arms (the claims' why).
+CLEAN_UP = ("the held-out length counts every completion, not only the correct traces: RL "
+            "pushes mass off the base's malformed completions (which may run on to the token "
+            "limit or stop short) and off its operator confusions (whose numbers can have "
+            "another count of digits)")
 BUILT_IN = ("built in: the base redoes about a third of its steps before RL and a redone "
             "step is right, so a longer trace is more often right by construction")
 CLAIMS = (
@@ -350,17 +355,28 @@ CLAIMS = (
         source="this study's design (the control), the reading of the R1-Zero curve it "
                "tests",
         test=(REDO, CONTROL, "length_change"), expect=">", margin=MARGIN,
+        why="the redo arm's growth is built in, but " + CLEAN_UP + ", in both arms; where "
+            "that clean-up shortens the redo arm's completions by about what its extra "
+            "redos add, or lengthens the control's, the two changes lie less than the "
+            "margin apart",
         note="the two bases differ in their pretraining traces only"),
     common.Claim(
         text="where nothing longer pays (redo_rate 0), RL leaves the length as it is",
         source="this study's design (the control)",
-        test=(CONTROL, label(CONTROL, BEFORE), "length"), expect="=", margin=MARGIN),
+        test=(CONTROL, label(CONTROL, BEFORE), "length"), expect="=", margin=MARGIN,
+        why="without redos a correct trace has a fixed number of steps, but " + CLEAN_UP
+            + ", and that clean-up can shift the mean length by more than the margin"),
     common.Claim(
         text="the thinking time of DeepSeek-R1-Zero shows consistent improvement throughout "
              "the training process",
         source=f"{R1}, sec. 2.2.4; tested as the held-out length after RL against the "
                "halfway checkpoint (step 60 of 120) of the same run",
-        test=(REDO, label(REDO, HALFWAY), "length"), expect=">", margin=MARGIN),
+        test=(REDO, label(REDO, HALFWAY), "length"), expect=">", margin=MARGIN,
+        why="growth has a natural end here: a trace grows only by redoing steps (the "
+            "pretraining traces redo a step at most once, and a redo after a right step only "
+            "costs length), so once the redo has spread as far as it pays, which it may have "
+            "by the halfway checkpoint, the second half adds less than the margin, or "
+            "shortens the traces by dropping the redos after right steps"),
     common.Claim(
         text="This improvement is not the result of external adjustments but rather an "
              "intrinsic development within the model",

@@ -253,13 +253,27 @@ R1_DISTILL = ("First, distilling more powerful models into smaller ones yields e
               "results, whereas smaller models relying on the large-scale RL mentioned in this "
               "paper require enormous computational power and may not even achieve the "
               "performance of distillation")
+# What the two roads share here (the claims' why): the student's errors are a confusion rate.
+_BOTH = ("the student's errors are mostly the operator confusions of its pretraining traces, "
+         "which GRPO on its own samples removes by sharpening as fine-tuning on correct traces "
+         "does; the teacher is the tiny-1m base only 60 GRPO steps on and may know little "
+         "the student cannot find among its own samples")
 CLAIMS = (
     common.Claim(R1_DISTILL, "DeepSeek-R1, arXiv:2501.12948, sec. 4.1; tested as: the "
                  "distilled student above GRPO on the student for the same number of sequences",
-                 (LABELS["distill"], LABELS["rl"], "pass@1"), ">", margin=0.02),
+                 (LABELS["distill"], LABELS["rl"], "pass@1"), ">", margin=0.02,
+                 why=f"{_BOTH}; and the distilled student learns from the kept traces alone "
+                     "(the verified, deduplicated ones, repeated over the fine-tuning's "
+                     "steps), drawn from another model's distribution, which a 300k model "
+                     "may imitate less well than GRPO sharpens its own: distillation's lead "
+                     "may fall short of the margin, or turn"),
     common.Claim(R1_DISTILL, "DeepSeek-R1, arXiv:2501.12948, sec. 4.1; tested as: the "
                  "distilled student above GRPO on the student with 3x the steps",
-                 (LABELS["distill"], LABELS["rl_long"], "pass@1"), ">", margin=0.02),
+                 (LABELS["distill"], LABELS["rl_long"], "pass@1"), ">", margin=0.02,
+                 why=f"{_BOTH}; with three times the steps (three times distillation's "
+                     "sequences) GRPO may reach what the distilled student reaches by "
+                     "imitating that teacher, leaving distillation less than the margin "
+                     "ahead, or behind"),
 )
 
 STUDY = common.Study(

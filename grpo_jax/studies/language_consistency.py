@@ -76,10 +76,22 @@ CLAIMS = (
                                        "under it; the claim's cost is the next one"),
     common.Claim("such alignment results in a slight degradation in the model's performance",
                  SOURCE + " (its ablation)", (CONSISTENT, ACCURACY, "pass@1"), "<",
-                 margin=0.005, note="a half-point margin: the claim is of a slight cost"),
+                 margin=0.005,
+                 why="each step word's script is drawn apart from whether the step is right, "
+                     "so the consistency term costs accuracy only by sharing one advantage "
+                     "with it: its spread within a group, which says nothing of correctness, "
+                     "dilutes the accuracy signal without turning it, and may cost less than "
+                     "the half-point margin or nothing",
+                 note="a half-point margin: the claim is of a slight cost"),
     common.Claim("the chain of thought often exhibits language mixing under RL without it",
                  SOURCE + "; tested as RL without the reward lowering the base's consistency",
                  (ACCURACY, "base", "reward/language"), "<", margin=0.03,
+                 why="with the language reward at weight zero nothing the accuracy arm is "
+                     "paid for depends on the script, which is drawn apart from correctness, "
+                     "so GRPO has no push towards Greek: the share can drift either way, and "
+                     "sharpening that spills over onto the step words favours the likelier "
+                     "English one (70% of the pretraining traces' words), raising "
+                     "consistency instead",
                  note="R1's mixing arises with prompts in several languages; here the prompts "
                       "are in one and the mixing is the base's"),
 )

@@ -276,11 +276,20 @@ CLAIMS = (
     common.Claim(
         text="RL enhances Maj@K's performance",
         source=SOURCE_DSM + " (quoted; their figure 7, K up to 64)",
-        test=(RL, BASE, f"maj@{K}"), expect=">", margin=MARGIN),
+        test=(RL, BASE, f"maj@{K}"), expect=">", margin=MARGIN,
+        why="maj@64 rises only on problems where RL moves the vote's winner onto the "
+            "correct answer: where the base's modal answer is already correct the vote has "
+            "nothing to gain, and where an operator confusion's answer leads by far 60 "
+            "steps may shift too little mass to overturn it; the test fails when the "
+            "problems whose vote RL overturns are fewer than the 2-point margin needs"),
     common.Claim(
         text="but not Pass@K",
         source=SOURCE_DSM + " (quoted, the same sentence)",
         test=(RL, BASE, f"pass@{K}"), expect="=", margin=MARGIN,
+        why="RL can raise pass@64 on problems the base solves in fewer than about one "
+            "sample of 64, by making their correct answer likelier, or lower it by "
+            "concentrating mass on one answer and no longer sampling a rare correct one; "
+            "either change of 2 points or more fails the test",
         headroom=(BASE, f"pass@{K}", 1.0),
         note="the base model's pass@K may be near its ceiling here: the headroom test computes "
              "the room it leaves from the base arm"),
@@ -289,13 +298,24 @@ CLAIMS = (
         source=SOURCE_DSM + " (quoted); tested as the RL policy's majority vote being "
                f"correct on the problems whose correct answer is the base's 2nd to "
                f"{TOPK}th most frequent, against the base redraw's",
-        test=(RL, REDRAW, "topk_promoted_rate"), expect=">", margin=MARGIN),
+        test=(RL, REDRAW, "topk_promoted_rate"), expect=">", margin=MARGIN,
+        why="the rate is over the few problems whose correct answer the base's draw ranks "
+            "2nd to 4th, and the redraw's own vote is correct on those where that ranking "
+            "was noise (answers of near-equal frequency); the test fails if RL overturns "
+            "the leading wrong answer there less than 2 points more often (where it leads "
+            "by far, 60 steps may not), and with so few problems each one moves the rate "
+            "by a large step"),
     common.Claim(
         text="the reasoning abilities originate from and are bounded by the base model",
         source=SOURCE_YUE + ", abstract (close paraphrase); tested as the problems RL "
                "solves in 256 samples and the base's draw never does, against a second draw "
                "of the base (RL at most 2 points above)",
         test=(RL, REDRAW, "only_solves_rate"), expect="<=", margin=MARGIN,
+        why="RL solves a problem the base's 256 samples never solve if it puts mass on a "
+            "correct answer the base almost never writes (a step computed exactly where "
+            "the base nearly always confuses the operator); the test fails if that happens "
+            "on 2 points of problems more than the redraw's chance finds, within the room "
+            "the base's draw leaves unsolved (the headroom, from the redraw's pass@64)",
         headroom=(REDRAW, f"pass@{K}", 1.0),  # unsolved by the draw at K: an upper bound of
                                                # what it leaves unsolved at 256
         note="the base solves about 98% of the problems at 256 samples (pass_at_k): at most "
@@ -305,7 +325,12 @@ CLAIMS = (
         source=SOURCE_YUE + ", abstract (close paraphrase); tested at the level of final "
                "answers: the share of RL's answers the base's draw never wrote in 256 "
                "samples, against a second draw of the base (RL at most 2 points above)",
-        test=(RL, REDRAW, "new_answer_rate"), expect="<=", margin=MARGIN),
+        test=(RL, REDRAW, "new_answer_rate"), expect="<=", margin=MARGIN,
+        why="GRPO's reward moves mass toward correct answers the base already writes, but "
+            "its updates can also spill mass onto answers outside the base's support (a "
+            "garbled digit, confusions the base rarely combines); the test fails if 2% "
+            "or more of RL's answers are such, beyond the redraw's share of rare answers "
+            "the reference draw missed by chance"),
 )
 
 

@@ -118,10 +118,23 @@ CLAIMS = (
     common.Claim("... while what it stands for, the true accuracy, does not", SOURCE +
                  "; tested as the training accuracy under RL on the reward model rising "
                  "less than 3 points (one-sided)",
-                 (MODEL, ZERO, "accuracy_gain"), "<=", margin=0.03),
+                 (MODEL, ZERO, "accuracy_gain"), "<=", margin=0.03,
+                 why="the reward model learns from the base to rank a clean worked solution "
+                     "above one whose every step confuses an operator, the very errors the "
+                     "base samples: while the policy stays near those traces, raising the "
+                     "score removes confusions and the true accuracy rises with it, and the "
+                     "80-step stage may end before the policy finds what the score pays "
+                     "beyond right steps, so the change from the first step can reach the "
+                     "margin"),
     common.Claim("rule rewards train a better policy than the neural reward model",
                  SOURCE + "; tested as held-out pass@1", (MODEL, RULE, "pass@1"), "<",
-                 margin=PASS_MARGIN),
+                 margin=PASS_MARGIN,
+                 why="where the reward model's score tracks the operator confusions the "
+                     "base samples, GRPO on it sharpens towards right answers about as fast "
+                     "as on the rule reward (its graded score even ranks completions the "
+                     "rule scores alike), so the rule arm can lead by less than the margin; "
+                     "a score exploited within the 80 steps lowers pass@1 only where the "
+                     "policy ends on outputs the model overrates"),
 )
 
 STUDY = common.Study(

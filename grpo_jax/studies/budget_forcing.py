@@ -303,6 +303,23 @@ QUOTE = ("budget forcing ... lengthening [the model's thinking] by appending \"W
          "incorrect reasoning steps")
 MARGIN = 0.02  # well under s1's gain from forcing (50% -> 57% on AIME24, abstract)
 
+
+def _last_step(word: str) -> str:
+    """How a minimum of 16 thinking tokens with `word` could fail to help a model whose traces
+    redo a step after it (the claims' why)."""
+    return ("both conditions share one key, so they differ only where the model would end its "
+            "thinking before the minimum, about every trace without a redo; there the forced "
+            f"\"{word.strip()}\" comes after the last step, and the re-check its traces taught "
+            "recomputes only the step before the word, from the same inputs: it fixes a wrong "
+            "last step, not an error in an earlier step that the last one carried forward, and "
+            "on a right trace it can only cost (a garbled recomputation, or the answer not "
+            f"reached within the {MAX_NEW_TOKENS} new tokens)")
+
+
+_AFTER_RL = ("; after GRPO the unforced traces redo more steps, and a trace that redid one is "
+             "past the minimum and not forced, while RL has made the last step more often "
+             "right: fewer forced traces have a wrong last step to fix")
+
 CLAIMS = (
     common.Claim(
         text="budget forcing controls test-time compute by forcefully terminating the model's "
@@ -319,6 +336,13 @@ CLAIMS = (
                            "thinking tokens",
         test=(arm_label(WAIT, "rl", "min=24"), arm_label(WAIT, "rl", "none"), "pass@1"),
         expect=">", margin=MARGIN,
+        why="the model never read the word (none of its characters occurs in its pretraining "
+            "text), and its traces are a fixed chain of steps whose last number is the "
+            "answer; a minimum of 24 lies past the unforced traces' thinking, so nearly "
+            "every completion is forced, some more than once, and the model, off its "
+            "distribution after the word, may garble, repeat or change a step, or use up the "
+            f"{MAX_NEW_TOKENS} new tokens before it answers: the forced completions may be "
+            "right less often, not more",
         note="s1 forces a model fine-tuned on traces where \"Wait\" is common; this model "
              "never saw W, a, i or t, so a loss here does not contradict s1"),
     common.Claim(
@@ -326,6 +350,8 @@ CLAIMS = (
                            "model, at least 16 thinking tokens",
         test=(arm_label(REDO, "base", "min=16"), arm_label(REDO, "base", "none"), "pass@1"),
         expect=">", margin=MARGIN,
+        why=_last_step(" redo") + "; the gain falls short of the margin where the wrong "
+            "traces' errors lie mostly in earlier steps",
         note="one budget point, chosen from an exploratory run before the study's runs; an "
              "engineered base (its traces redo steps and a redone step is always right), "
              "the closest this miniature comes to s1's fine-tuned model"),
@@ -333,7 +359,7 @@ CLAIMS = (
         text=QUOTE, source=f"{S1}, abstract (quoted); tested with \" redo\" on the redo "
                            "base's RL model, at least 16 thinking tokens",
         test=(arm_label(REDO, "rl", "min=16"), arm_label(REDO, "rl", "none"), "pass@1"),
-        expect=">", margin=MARGIN,
+        expect=">", margin=MARGIN, why=_last_step(" redo") + _AFTER_RL,
         note="s1 forces a fine-tuned (SFT) model; after GRPO the model already redoes more "
              "steps unforced"),
     common.Claim(
@@ -342,6 +368,8 @@ CLAIMS = (
                            "at least 16 thinking tokens",
         test=(arm_label(SEEN, "base", "min=16"), arm_label(SEEN, "base", "none"), "pass@1"),
         expect=">", margin=MARGIN,
+        why=_last_step(" Wait") + "; the gain falls short of the margin where the wrong "
+            "traces' errors lie mostly in earlier steps",
         note="the redo base's traces with \"Wait\" for \"redo\": the model has seen the "
              "word s1 appends, always before a correct re-check of the step before it, "
              "as s1's fine-tuned model has seen it in its traces"),
@@ -349,7 +377,7 @@ CLAIMS = (
         text=QUOTE, source=f"{S1}, abstract (quoted); tested with \"Wait\" on the RL model "
                            "of the base that saw \"Wait\", at least 16 thinking tokens",
         test=(arm_label(SEEN, "rl", "min=16"), arm_label(SEEN, "rl", "none"), "pass@1"),
-        expect=">", margin=MARGIN,
+        expect=">", margin=MARGIN, why=_last_step(" Wait") + _AFTER_RL,
         note="s1 forces a fine-tuned (SFT) model; GRPO may already lengthen the unforced "
              "traces with re-checks"),
 )

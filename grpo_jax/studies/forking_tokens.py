@@ -155,13 +155,29 @@ CLAIMS = (
     common.Claim("restricting policy-gradient updates to the 20% highest-entropy (forking) "
                  "tokens keeps performance comparable to full-gradient updates",
                  SOURCE + "; their comparable result is on Qwen3-8B, larger models gain more",
-                 (TOP, ALL, "pass@1"), "=", margin=PASS_MARGIN),
+                 (TOP, ALL, "pass@1"), "=", margin=PASS_MARGIN,
+                 why="the loss keeps the whole mask's token counts, so top20's gradient is "
+                     "all's without the terms of the 80% it drops, at the same learning "
+                     "rate: the test fails if those terms carried learning that matters "
+                     "(the answer's digits, the tags the format reward acts on) or their "
+                     "loss slows the 80 steps enough to move pass@1 by 3 points or more"),
     common.Claim("training only on the 80% lowest-entropy tokens leads to a marked decline in "
-                 "performance", SOURCE, (BOTTOM, ALL, "pass@1"), "<", margin=PASS_MARGIN),
+                 "performance", SOURCE, (BOTTOM, ALL, "pass@1"), "<", margin=PASS_MARGIN,
+                 why="the entropy ranking is over the whole batch's tokens: in short worked "
+                     "arithmetic the tokens where a step can go either way (an operator's "
+                     "result the base sometimes confuses) may be more than a fifth of them, "
+                     "or crowd into the hardest problems' completions, so the bottom 80% "
+                     "keeps many forks and its gradient can move pass@1 to within 3 points "
+                     "of the full one"),
     common.Claim("RLVR mainly adjusts the high-entropy tokens: they carry more of the change "
                  "than their share", SOURCE + "; tested as the KL(pi_RL || pi_base) share of "
                  "the tokens in the base's top 20% of entropy against 20%",
                  (ALL, EVEN, "kl_top20_share"), ">", margin=0.05,
+                 why="the share is taken by the base's entropy at the RL policy's samples: "
+                     "the test fails if GRPO's change sits on tokens the base was sure of "
+                     "(a step it takes confidently and wrongly, the tags the format reward "
+                     "acts on) or spreads over the digits of every step, leaving the top "
+                     "20% less than 25% of the KL",
                  note="a token's entropy is the base's, at the RL policy's samples"),
 )
 

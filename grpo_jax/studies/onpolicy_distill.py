@@ -104,11 +104,24 @@ CLAIMS = (
     common.Claim("training the student on its self-generated sequences with the teacher's "
                  "feedback on them outperforms supervised distillation on fixed sequences",
                  SOURCE + "; the supervised arm here is R1's (the teacher's verified samples)",
-                 (OPD, R1, "pass@1"), ">", margin=PASS_MARGIN),
+                 (OPD, R1, "pass@1"), ">", margin=PASS_MARGIN,
+                 why="the supervised arm fine-tunes on the teacher's verified, well-formed "
+                     "samples only, at its own higher learning rate, while on-policy "
+                     "distillation follows the whole distribution of a weak teacher (a "
+                     "short GRPO stage on the main base), its wrong answers included, at "
+                     "the GRPO arm's learning rate, untuned: R1 distillation can end level "
+                     "with it or ahead"),
     common.Claim("distilling a stronger teacher beats RL on the student at the same samples",
                  "DeepSeek-AI 2025, DeepSeek-R1, arXiv:2501.12948, sec. 4.1 (close "
                  "paraphrase); here with on-policy distillation", (OPD, RL, "pass@1"), ">",
-                 margin=PASS_MARGIN),
+                 margin=PASS_MARGIN,
+                 why="the teacher (a short GRPO stage on the main base) is wrong on some "
+                     "problems, and the reverse KL pulls the student towards its wrong "
+                     "answers as towards its right ones, where "
+                     "GRPO pays right answers only; at the same steps and learning rate, "
+                     "GRPO sharpening the answers the student already samples right can gain "
+                     "as much as a 300k-parameter student gains from matching a larger "
+                     "teacher's distribution"),
 )
 
 STUDY = common.Study(

@@ -215,7 +215,13 @@ CLAIMS = (
                  "improve final performance over binary rewards", PASS_RATE + "; tested "
                  "as: partial credit and all-or-nothing within the margin of each other in "
                  "held-out pass@1 at equal steps", (PARTIAL, BINARY, "pass@1"), "=",
-                 margin=PASS_MARGIN),
+                 margin=PASS_MARGIN,
+                 why="the two rewards differ wherever a group's answers pass some hidden "
+                     "tests but not all: on problems the base rarely solves in full, "
+                     "all-or-nothing gives groups of equal zeros (no gradient) where partial "
+                     "credit still ranks them, and on the x%a+b shape partial credit pays "
+                     "answers of another shape that agree on some inputs; either can put "
+                     "the arms more than the margin apart in 60 steps"),
     common.Claim("a reward that carries no information about correctness does not raise "
                  "held-out pass@1", "this study's control (the premise of the tutorial's "
                  "verifiable rewards: the reward must check the answer); " + SPURIOUS

@@ -1,11 +1,8 @@
 """On-policy distillation (stage kind "onpolicy_distill"): the reverse KL's gradient against
 its definition, the loss against numpy with a teacher of another size, and a run whose
-student samples and learns from another run's final policy; the study's claims each say how
-their test could fail here."""
+student samples and learns from another run's final policy."""
 
 from __future__ import annotations
-
-import dataclasses
 
 import jax
 import jax.numpy as jnp
@@ -21,7 +18,6 @@ from grpo_jax.pipeline import train_and_evaluate
 from grpo_jax.rl.rollout import Rollout
 from grpo_jax.stages import default_section
 from grpo_jax.stages.onpolicy_distill import distill_loss
-from grpo_jax.studies import onpolicy_distill
 from grpo_jax.training import Policy
 
 
@@ -121,12 +117,3 @@ def test_a_student_learns_from_another_runs_policy_on_its_own_samples(tmp_path):
     with pytest.raises(ConfigError, match="onpolicy_distill.teacher: .*nowhere.* is not a "
                                           "finished grpo_jax run"):
         validate(config, KINDS)
-
-
-def test_every_claim_of_the_study_says_how_its_test_could_fail_here():
-    """Each testable claim says how its test could fail in this design (`why`), before the
-    rule's statement in `failure()`."""
-    for claim in onpolicy_distill.CLAIMS:
-        if claim.kind == "claim" and not claim.untestable and not claim.can_fail:
-            rule = dataclasses.replace(claim, why="").failure()
-            assert claim.why and claim.failure() == f"{claim.why}; {rule}", claim.test

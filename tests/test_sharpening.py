@@ -1,7 +1,5 @@
 """The sharpening study's per-problem figures, by hand on three small problems."""
 
-import dataclasses
-
 import pytest
 
 from grpo_jax.studies import measure, sharpening
@@ -57,13 +55,3 @@ def test_the_redraw_is_the_next_seed_cyclically():
     assert [measure.redraw_seed(s, (2, 0, 1)) for s in (0, 1, 2)] == [1, 2, 0]
     with pytest.raises(ValueError, match="two seeds"):
         measure.redraw_seed(0, (0,))
-
-
-def test_every_claim_says_how_its_test_could_fail_here():
-    """Each testable claim has a `why`, which summary.json's failure text puts before the
-    rule's statement."""
-    claims = [c for c in sharpening.CLAIMS if c.kind == "claim" and not c.untestable]
-    assert claims
-    for claim in claims:
-        rule = dataclasses.replace(claim, why="").failure()
-        assert claim.why and claim.failure() == f"{claim.why}; {rule}", claim.test

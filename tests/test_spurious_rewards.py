@@ -1,17 +1,14 @@
 """The spurious rewards (Shao et al. 2025): a coin flip that ignores correctness and a
-reward for being wrong, by hand, and both resolved by name for a run; the study's claims
-each say how their test could fail here."""
+reward for being wrong, by hand, and both resolved by name for a run."""
 
 from __future__ import annotations
 
-import dataclasses
 import types
 
 import pytest
 
 from grpo_jax.rewards.spurious import incorrect_reward, random_reward
 from grpo_jax.runner.rewards import resolve_reward_fns
-from grpo_jax.studies import spurious_rewards
 from grpo_jax.tasks import get_task
 from grpo_jax.tasks.base import Example
 
@@ -50,12 +47,3 @@ def test_incorrect_rewards_the_wrong_answers_of_the_tasks_accuracy():
     assert fns["incorrect"]("no answer at all", example) == 1.0
     assert fns["random"]("x", example) == random_reward(seed=3)("x", example)
     assert incorrect_reward(lambda c, e: 0.4)("x", example) == pytest.approx(0.6)
-
-
-def test_every_claim_says_how_its_test_could_fail_here():
-    """Each testable claim says how its test could fail in this design (`why`), before the
-    rule's statement in `failure()` (a claim with a can_fail of its own says it there)."""
-    for claim in spurious_rewards.CLAIMS:
-        if claim.kind == "claim" and not claim.untestable and not claim.can_fail:
-            rule = dataclasses.replace(claim, why="").failure()
-            assert claim.why and claim.failure() == f"{claim.why}; {rule}", claim.test

@@ -1,8 +1,10 @@
 """Each study README's design block is what its code generates: the full tier's configs
 (bases, seeds, stages, steps, prompts x completions, held-out problems x samples, the fields
 that differ between arms). Regenerated in memory, no runs; a config change without
-`python -m grpo_jax.studies design NAME` fails here."""
+`python -m grpo_jax.studies design NAME` fails here. And every claim says how its test
+could fail here."""
 
+import dataclasses
 import os
 
 import pytest
@@ -95,3 +97,18 @@ def test_written_numbers_flags_the_studys_own_figures_only():
         "<!-- results:begin -->", "| a | +3.1 |", "<!-- results:end -->",
     ])
     assert [n for n, _ in publish.written_numbers(text)] == [11, 16, 17]
+
+
+@pytest.mark.parametrize("name", studies.NAMES)
+def test_every_claim_says_how_its_test_could_fail_here(name):
+    """Every testable claim says, before its runs, how this design could give the other
+    answer: its `why` (written before the rule's statement) or a whole can_fail statement of
+    its own, never the rule's generic sentence alone; a check says why it cannot fail."""
+    for claim in studies.get(name).claims:
+        if claim.untestable:
+            continue
+        if claim.kind == "check":
+            assert claim.can_fail, claim.text[:60]
+            continue
+        assert claim.why or claim.can_fail, f"{name}: {claim.text[:60]!r} has no why"
+        assert claim.failure() != dataclasses.replace(claim, why="", can_fail="").failure()

@@ -476,7 +476,13 @@ CLAIMS = (
         "k3 [...] is unbiased",
         "Schulman 2020 (as above); tested as: k3's mean per token equals the exact KL within "
         "0.005 nats on the β = 0.04 policy's completions",
-        (estimator_arm("k3"), estimator_arm("exact"), "kl"), "=", margin=0.005),
+        (estimator_arm("k3"), estimator_arm("exact"), "kl"), "=", margin=0.005,
+        kind="check",
+        can_fail="no: the policy samples at temperature 1 over its whole vocabulary, so at "
+                 "every sampled position k3's expectation, E[r - 1 - log r] with r = "
+                 "base / policy, is exactly the KL the exact estimator sums there; only the "
+                 "draw's sampling noise moves the difference, so the test checks the "
+                 "measurement, not the estimator"),
 )
 
 STUDY = common.Study(

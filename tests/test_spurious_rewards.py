@@ -47,3 +47,21 @@ def test_incorrect_rewards_the_wrong_answers_of_the_tasks_accuracy():
     assert fns["incorrect"]("no answer at all", example) == 1.0
     assert fns["random"]("x", example) == random_reward(seed=3)("x", example)
     assert incorrect_reward(lambda c, e: 0.4)("x", example) == pytest.approx(0.6)
+
+
+def test_the_clipped_incorrect_arm_is_the_clipped_random_arm_on_the_incorrect_reward():
+    """`incorrect, mu=4` takes the clipped random arm's passes, clip and learning rate and the
+    one-pass incorrect arm's reward: its config differs from each in those fields only."""
+    from grpo_jax.studies import spurious_rewards as study
+
+    arms = study.arm_configs("full")
+    clipped, one_pass = arms[study.INCORRECT_CLIPPED], arms[study.INCORRECT]
+    # epsilon None: the algorithm's own clip (0.2), as the clipped random arm's
+    assert (clipped.rl.num_iterations, clipped.rl.epsilon, clipped.rl.lr) == (4, None, 1e-3)
+    assert dict(clipped.rl.rewards) == {"incorrect": 1.0}
+    random_clipped = arms[study.CLIPPED].to_dict()
+    random_clipped["rl"]["rewards"] = {"incorrect": 1.0}
+    assert clipped.to_dict() == random_clipped
+    one = one_pass.to_dict()
+    one["rl"].update(num_iterations=4, epsilon=None, lr=1e-3)
+    assert clipped.to_dict() == one

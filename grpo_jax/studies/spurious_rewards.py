@@ -15,10 +15,13 @@ never binds. Two more arms let the mechanism Shao et al. name for the random rew
 clipped objective's bias towards the base's likely outputs) act: the random reward with four
 clipped passes over each batch (`rl.num_iterations = 4`, epsilon 0.2) at learning rate 1e-3
 (five times the main job's, so each pass moves the ratios further and the clip binds on
-more tokens), and the same without the clip (epsilon 1e6):
+more tokens), and the same without the clip (epsilon 1e6); and the incorrect reward with the
+same four clipped passes, where the paper's account of the spurious rewards can act on it
+too:
 
 * `random, mu=4`: the random reward, four clipped passes per batch, lr 1e-3;
-* `random, mu=4, no clip`: the same, the ratio unclipped.
+* `random, mu=4, no clip`: the same, the ratio unclipped;
+* `incorrect, mu=4`: the incorrect reward, four clipped passes per batch, lr 1e-3.
 
 Every arm samples and scores on the host (`rl.fused_steps = 0`: the random and incorrect
 rewards are not device rewards) and evaluates before and after GRPO on the same held-out
@@ -38,7 +41,9 @@ REWARDS = {TRUE: {"accuracy": 1.0, "format": 0.2}, FORMAT: {"format": 1.0},
 # the arms with several clipped updates per batch: arm -> (reward arm, passes per batch,
 # clip epsilon or None for the algorithm's 0.2, learning rate)
 CLIPPED, UNCLIPPED = "random, mu=4", "random, mu=4, no clip"
-UPDATES = {CLIPPED: (RANDOM, 4, None, 1e-3), UNCLIPPED: (RANDOM, 4, 1e6, 1e-3)}
+INCORRECT_CLIPPED = "incorrect, mu=4"
+UPDATES = {CLIPPED: (RANDOM, 4, None, 1e-3), UNCLIPPED: (RANDOM, 4, 1e6, 1e-3),
+           INCORRECT_CLIPPED: (INCORRECT, 4, None, 1e-3)}
 ARMS = (*REWARDS, *UPDATES)
 # The mini tier's arms: the ground truth, a spurious reward scored on the host and the
 # clipped passes. The format and incorrect rewards take the random reward's path (a host
@@ -52,7 +57,7 @@ PASS_MARGIN = 0.03
 SPECS = [(RANDOM, "base", "pass@1"), (FORMAT, "base", "pass@1"),
          (INCORRECT, "base", "pass@1"), (TRUE, "base", "pass@1"), (TRUE, RANDOM, "pass@1"),
          (FORMAT, "base", "format_rate"), (CLIPPED, "base", "pass@1"),
-         (CLIPPED, UNCLIPPED, "pass@1")]
+         (CLIPPED, UNCLIPPED, "pass@1"), (INCORRECT_CLIPPED, "base", "pass@1")]
 
 
 base_config = common.main_base
@@ -135,6 +140,15 @@ CLAIMS = (
                      "policy off the right answers and out of the format, against pass@1; "
                      "with one pass per batch the clip's bias towards the base's likely "
                      "outputs, which the paper credits, cannot offset that push"),
+    common.Claim("... and with an incorrect-label reward, negatively correlated with the "
+                 "correct answer", SOURCE + "; tested with four clipped updates per batch at "
+                 "lr 1e-3, where the clip the paper credits can bind",
+                 (INCORRECT_CLIPPED, "base", "pass@1"), ">", margin=PASS_MARGIN,
+                 why="every pass follows the reward's advantages off the right answers and "
+                     "out of the format, and four passes at five times the main job's "
+                     "learning rate push further than one, while the clip's bias towards "
+                     "the base's likely outputs acts only on the tokens where it binds: the "
+                     "push can outweigh the bias and leave pass@1 below the base"),
     common.Claim("the spurious rewards' gains nearly match the ground-truth reward's",
                  SOURCE + "; tested on the random reward with a margin of 3 points",
                  (TRUE, RANDOM, "pass@1"), "=", margin=PASS_MARGIN,
@@ -177,11 +191,11 @@ STUDY = common.Study(
              "reward; and with several clipped updates per batch, does the random reward "
              "gain more with the clip than without it, paired by seed?",
     tiers=tiers.standard(
-        full="about 2.3 hours on 2 cores (estimated: 2 main bases of 1500 "
+        full="about 3.3 hours on 2 cores (estimated: 2 main bases of 1500 "
              "steps, shared with the other studies of the main base; 24 "
              "runs of the main job's GRPO stage on host rewards with two "
-             "evaluations, 40 min; 12 runs of four passes per batch, "
-             "about 8 min each as updates_per_batch's mu = 4, 1.6 hours)",
+             "evaluations, 40 min; 18 runs of four passes per batch, "
+             "about 8 min each as updates_per_batch's mu = 4, 2.4 hours)",
         mini="about 20 s of CPU on 2 cores, measured (18-19 s for its test alone, which "
              "compiles every program itself): one toy base, one seed of the ground truth, "
              "random and random mu=4 arms",

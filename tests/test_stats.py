@@ -358,3 +358,29 @@ def test_summary_verdicts_from_the_arms():
     with pytest.raises(ValueError, match="not one of the study's contrasts"):
         summary_lib.build(study="t", tier="mini", provenance=provenance, protocol=protocol,
                           arms=arms, specs=[("x", "y", "pass@8")], claims=[claim])
+
+
+def test_verdict_texts_show_figures_at_the_studys_display_scale():
+    """A metric the study shows in points (`scales`) gets its difference, interval, margin and
+    the rule's statement in points in the verdict too, as in its tables; without a scale a
+    metric not named as a rate shows four digits."""
+    arms = {"x": {"seeds": [0, 1, 2], "bases": ["b"] * 3,
+                  "metrics": {"gap": [0.50, 0.52, 0.55]}},
+            "y": {"seeds": [0, 1, 2], "bases": ["b"] * 3,
+                  "metrics": {"gap": [0.30, 0.31, 0.33]}}}
+    claim = summary_lib.Claim("x above y", "src", ("x", "y", "gap"), ">", margin=0.05)
+
+    def built(scales):
+        return summary_lib.build(
+            study="t", tier="mini", provenance=dict.fromkeys(summary_lib.PROVENANCE),
+            protocol={"eval_seed": 1, "problems": 8, "samples_per_problem": 2,
+                      "problems_fixed_across_seeds": True},
+            arms=arms, specs=[("x", "y", "gap")], claims=[claim], scales=scales)["verdicts"][0]
+
+    points, plain = built({"gap": (100.0, 1)}), built(None)
+    assert "gap: +21.0 [" in points["result"] and "gap: +0.2100 [" in plain["result"]
+    assert "by at least 5.0 (point estimate)" in points["can_fail"]
+    assert "by at least 0.0500 (point estimate)" in plain["can_fail"]
+    assert "reaches the margin +5.0" in points["why"]
+    assert "reaches the margin +0.0500" in plain["why"]
+    assert points["verdict"] == plain["verdict"] == "reproduced"

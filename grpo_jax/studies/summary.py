@@ -144,17 +144,18 @@ class Claim:
         if self.headroom is not None and len(self.headroom) != 3:
             raise ValueError(f"Claim {self.text[:40]!r}: headroom is (arm, metric, bound)")
 
-    def failure(self) -> str:
+    def failure(self, scales: dict | None = None) -> str:
         """`can_fail`, or the rule's own statement of how this claim's test could fail,
-        after `why` ("why; rule") when the claim has one."""
+        after `why` ("why; rule") when the claim has one; the margin shown at the study's
+        display scale (`scales`: metric -> (factor, digits))."""
         if self.can_fail or self.untestable:
             return self.can_fail or "not tested here"
-        rule = self._rule()
+        rule = self._rule(scales)
         return f"{self.why}; {rule}" if self.why else rule
 
-    def _rule(self) -> str:
+    def _rule(self, scales: dict | None) -> str:
         a, b, metric = self.test
-        m = _number(self.margin, *_scale(metric))
+        m = _number(self.margin, *_scale(metric, scales))
         if self.expect in (">", "<"):
             word = "above" if self.expect == ">" else "below"
             return (f"fails unless {a} lies {word} {b} in {metric} by at least {m} (point "
@@ -220,11 +221,11 @@ def build(*, study: str, tier: str, provenance: dict, protocol: dict, arms: dict
     summary = {"schema": SCHEMA_VERSION, "study": study, "tier": tier,
                "provenance": provenance, "protocol": protocol, "arms": arms,
                "contrasts": found}
+    if scales:
+        summary["scales"] = {k: list(v) for k, v in scales.items()}
     summary["verdicts"] = verdicts(summary, claims)
     if extra:
         summary["extra"] = extra
-    if scales:
-        summary["scales"] = {k: list(v) for k, v in scales.items()}
     check(summary)
     return summary
 
@@ -270,9 +271,10 @@ def check(summary: dict) -> None:
             raise ValueError(f"summary.json: verdicts[{index}] has no can_fail statement")
 
 
-def verdict_of(claim: Claim, contrast: dict | None,
-               headroom: float | None = None) -> tuple[str, str]:
-    """(verdict, why) of `claim` from its contrast (a summary.json contrast entry).
+def verdict_of(claim: Claim, contrast: dict | None, headroom: float | None = None,
+               scales: dict | None = None) -> tuple[str, str]:
+    """(verdict, why) of `claim` from its contrast (a summary.json contrast entry); figures in
+    `why` at the study's display scale (`scales`: metric -> (factor, digits)).
 
     The rule, in order. "not run" without a contrast (its arms have not run; not counted).
     "not testable here" when the claim says so, or when `headroom` (the
@@ -293,7 +295,7 @@ def verdict_of(claim: Claim, contrast: dict | None,
         return "not testable here", claim.untestable
     if contrast is None:
         return "not run", "its contrast was not run"
-    scale, digits = _scale(contrast["metric"])
+    scale, digits = _scale(contrast["metric"], scales)
 
     def show(value, signed=True):
         return _number(value, scale, digits, signed)
@@ -386,6 +388,7 @@ def verdicts(summary: dict, claims: Sequence[Claim]) -> list[dict]:
     """Each claim with its contrast's result in both readings (bases as blocks; bases as the
     unit, with the base x arm interaction) and `verdict_of`'s verdict."""
     out = []
+    scales = summary.get("scales")
     for claim in claims:
         found = None
         if claim.test is not None:
@@ -393,13 +396,13 @@ def verdicts(summary: dict, claims: Sequence[Claim]) -> list[dict]:
             found = next((c for c in summary["contrasts"]
                           if (c["a"], c["b"], c["metric"]) == (a, b, metric)), None)
         headroom = headroom_of(claim, summary["arms"])
-        verdict, why = verdict_of(claim, found, headroom)
+        verdict, why = verdict_of(claim, found, headroom, scales)
         if claim.note:
             why = f"{why}; {claim.note}"
         a, b, metric = claim.test if claim.test is not None else (None, None, None)
         result = "-"
         if found is not None:
-            show = functools.partial(_show, metric=metric)
+            show = functools.partial(_show, metric=metric, scales=scales)
             lo, hi = found["ci95"]
             result = (f"{a} - {b}, {metric}: {show(found['diff'])} [{show(lo)}, {show(hi)}]"
                       f" (n = {found['n']})")
@@ -411,7 +414,8 @@ def verdicts(summary: dict, claims: Sequence[Claim]) -> list[dict]:
                            f"{_p((found.get('interaction') or {}).get('p'))}")
         out.append({"claim": claim.text, "source": claim.source, "a": a, "b": b,
                     "metric": metric, "expect": claim.expect, "margin": claim.margin,
-                    "kind": claim.kind, "can_fail": claim.failure(), "headroom": headroom,
+                    "kind": claim.kind, "can_fail": claim.failure(scales),
+                    "headroom": headroom,
                     "verdict": verdict, "result": result, "why": why})
     return out
 
@@ -450,11 +454,16 @@ def verdict_table(summary: dict) -> str:
     return "\n".join(lines) + "\n"
 
 
-def _show(value, metric: str) -> str:
-    return _number(value, *_scale(metric), True)
+def _show(value, metric: str, scales: dict | None = None) -> str:
+    return _number(value, *_scale(metric, scales), True)
 
 
-def _scale(metric: str) -> tuple[float, int]:
+def _scale(metric: str, scales: dict | None = None) -> tuple[float, int]:
+    """(factor, digits) to show `metric` with: the study's own (`scales`), else 100 and one
+    digit for a rate (pass@k, maj@k, *_rate, accuracy), else 1 and four."""
+    if scales and metric in scales:
+        factor, digits = scales[metric]
+        return float(factor), int(digits)
     return (100.0, 1) if re.match(r"(pass|maj)@|.*_rate$|.*accuracy", metric or "") \
         else (1.0, 4)
 
@@ -493,11 +502,10 @@ def contrast_table(summary: dict, scales: dict[str, tuple[float, int]] | None = 
     95% interval, p and Holm's p, and whether the interval excludes 0 after the adjustment
     (p_holm < 0.05). `scales`: metric -> (factor, digits) for display (default 100, 1 for
     rates named pass@ / maj@ / *_rate, else 1, 4)."""
-    scales = scales or {}
     lines = [("| a - b | metric | n | difference [95% interval] | p | p (Holm) | holds after "
               "Holm |"), "|---|---|---|---|---|---|---|"]
     for c in summary["contrasts"]:
-        scale, digits = scales.get(c["metric"], _scale(c["metric"]))
+        scale, digits = _scale(c["metric"], scales)
         lo, hi = c["ci95"] if c["ci95"] else (None, None)
         interval = (f"{_number(c['diff'], scale, digits, True)} "
                     f"[{_number(lo, scale, digits, True)}, {_number(hi, scale, digits, True)}]")

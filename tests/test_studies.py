@@ -98,6 +98,33 @@ def test_a_run_another_process_holds_is_skipped_and_said(tmp_path, capsys, monke
                                     "created" in err, err
 
 
+def test_a_studys_compute_is_the_stage_time_its_runs_and_bases_recorded(tmp_path):
+    """stage_time sums the stages' wall time of each finished run once (a run listed twice,
+    as two studies' shared run, counts once; an unfinished run counts nothing), and the
+    results block's header says it beside the analysing command's own time."""
+    import json
+
+    from grpo_jax.studies import publish
+    from grpo_jax.studies.runs import stage_time
+
+    for name, timing in (("a", {"rl": {"wall_s": 1200.0}, "eval_final": {"wall_s": 30.5}}),
+                         ("b", {"pretrain": {"wall_s": 4400.0}})):
+        os.makedirs(tmp_path / name)
+        (tmp_path / name / "report.json").write_text(json.dumps({"timing": timing}))
+    os.makedirs(tmp_path / "unfinished")
+    runs = [str(tmp_path / n) for n in ("a", "a", "unfinished")]
+    assert stage_time(runs) == 1230.5 and stage_time([str(tmp_path / "b")]) == 4400.0
+    result = {"study": "t", "tier": "full", "contrasts": [],
+              "provenance": {"commit": "c" * 40, "run_commits": ["r" * 40],
+                             "wall_time_s": 12.0, "runs_time_s": 9000.0,
+                             "bases_time_s": 1230.5},
+              "protocol": {"problems": 8, "samples_per_problem": 2, "eval_seed": 0,
+                           "problems_fixed_across_seeds": True, "seeds": [0, 1]}}
+    header = publish.generated_block(result, common.Analysis(arms={}, specs=[]))
+    assert "(analysis at ccccccc; runs at rrrrrrr; its runs' stages 2.5 h, its bases' " \
+           "21 min, the analysing command 12 s)." in header.splitlines()[0]
+
+
 def test_a_failing_study_is_said_and_the_ones_after_it_run(tmp_path, capsys, monkeypatch):
     """`run A B C` with B raising: A and C still run, B's error is named on stderr with its
     traceback, and the exit status is 1; `run B` alone raises as it is."""

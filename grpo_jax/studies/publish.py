@@ -40,6 +40,11 @@ def write_outputs(study: Study, result: dict, analysis: Analysis, out: str) -> N
     storage.write_text(storage.join(out, "README.md"), summary_lib.replace_marked(text, table))
 
 
+def _hours(seconds: float) -> str:
+    """1234 -> "21 min", 5400 -> "1.5 h"."""
+    return f"{seconds / 60:.0f} min" if seconds < 5400 else f"{seconds / 3600:.1f} h"
+
+
 def generated_block(result: dict, analysis: Analysis) -> str:
     """The README's results block: provenance line, the study's table, the contrasts."""
     code = result["provenance"]
@@ -49,9 +54,13 @@ def generated_block(result: dict, analysis: Analysis) -> str:
     rule = f"; verdicts by the rule at {rule[:7]}" if rule and rule != code.get("commit") else ""
     protocol = result["protocol"]
     fixed = "fixed" if protocol["problems_fixed_across_seeds"] else "not fixed"
+    times = f"{code['wall_time_s']:.0f} s"
+    if code.get("runs_time_s") is not None:  # the compute, whichever sessions made the runs
+        times = (f"its runs' stages {_hours(code['runs_time_s'])}, its bases' "
+                 f"{_hours(code.get('bases_time_s') or 0.0)}, the analysing command {times}")
     lines = [(f"Generated from summary.json by `python -m grpo_jax.studies run "
               f"{result['study']} --tier={result['tier']}` (analysis at {commit}{rule}; runs at "
-              f"{runs}; {code['wall_time_s']:.0f} s). Held-out: {protocol['problems']} problems "
+              f"{runs}; {times}). Held-out: {protocol['problems']} problems "
               f"x {protocol['samples_per_problem']} samples, eval seed {protocol['eval_seed']} "
               f"({fixed} across seeds); {len(protocol.get('bases', {})) or 'no'} base(s), "
               f"seeds {protocol['seeds']}."), ""]

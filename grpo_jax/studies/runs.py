@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import copy
 import hashlib
+import json
 import os
 import sys
 import time
@@ -239,7 +240,10 @@ def execute(study: Study, tier: str, workdir: str, *, publish: bool = False,
         study.measure(runs)
     analysis = study.analyze(runs)
     provenance = {**_provenance(argv), "wall_time_s": round(time.time() - start, 1),
-                  "run_commits": _run_commits(records)}
+                  "run_commits": _run_commits(records),
+                  "runs_time_s": stage_time(r.workdir for r in records),
+                  "bases_time_s": stage_time(path for info in bases.values()
+                                             for path in info.get("roles", {}).values())}
     protocol = {**protocol_of(records),
                 "bases": {k: {"seed": v["seed"], "config_hash": v["config_hash"],
                               "roles": {role: os.path.basename(path.rstrip("/"))
@@ -264,6 +268,21 @@ def _provenance(argv) -> dict:
     return {"commit": code.get("commit"), "dirty": code.get("modified"),
             "python": code.get("python"), "jax": code.get("jax"), "flax": code.get("flax"),
             "argv": list(sys.argv if argv is None else argv)}
+
+
+def stage_time(workdirs) -> float:
+    """The seconds the stages of the finished runs in `workdirs` took (each run once, from
+    its report.json's timing: the stage's wall time as its run recorded it), whichever
+    process or session ran them: a study's compute, where `wall_time_s` is only the command
+    that analysed it."""
+    total = 0.0
+    for workdir in dict.fromkeys(workdirs):
+        path = storage.join(workdir, "report.json")
+        if not storage.isfile(path):
+            continue
+        timing = json.loads(storage.read_text(path)).get("timing") or {}
+        total += sum(float(stage.get("wall_s") or 0.0) for stage in timing.values())
+    return round(total, 1)
 
 
 def _run_commits(records: Sequence[RunRecord]) -> list:

@@ -8,7 +8,9 @@ Top-level keys (`check` enforces them; `SCHEMA_VERSION` is written as `schema`):
       "tier": "full" | "mini",
       "provenance": {"commit": "<sha>" | null, "dirty": bool | null, "python": "3.x",
                      "jax": "...", "flax": "...", "argv": [...], "wall_time_s": float,
-                     "run_commits": ["<sha>", ...]},        # every commit a run was made at
+                     "run_commits": ["<sha>", ...],         # every commit a run was made at
+                     "runs_time_s": float,                   # its runs' stages (report.json)
+                     "bases_time_s": float},                 # its bases' stages
       "protocol": {"eval_seed": int | null,                 # the held-out problems' seed
                    "problems": int,                         # held-out problems per eval
                    "samples_per_problem": int,

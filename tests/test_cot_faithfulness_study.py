@@ -357,7 +357,7 @@ def test_the_claims_margins():
     assert by_text[(("grpo", "base model", "follows_share"), "=")].margin == 0.05
     assert by_text[(("grpo", "base model", "follows_share"), "<")].margin == 0.05
     assert by_text[(("sft", "base model", "follows_share"), "<")].margin == 0.05
-    assert by_text[(("grpo", "sft", "follows_share"), "=")].margin == 0.05
+    assert by_text[(("grpo", "sft", "follows_share"), "!=")].margin == 0.05
     specs = {tuple(s) for s in cot.SPECS}
     assert all(c.test in specs for c in cot.CLAIMS)
 
@@ -376,8 +376,8 @@ def test_each_claim_has_its_twin_on_the_family():
         assert claim.test == tuple(f"letter_counting: {x}" for x in original.test[:2]) + (
             original.test[2],)
         assert claim.test in specs and original.test in specs
-        assert claim.can_fail and claim.can_fail != original.can_fail
-        assert "letter_counting" in claim.can_fail or "count" in claim.can_fail
+        assert claim.failure() and claim.failure() != original.failure()
+        assert "letter_counting" in claim.failure() or "count" in claim.failure()
     # the Holm family: arithmetic's contrasts and the family's, each within its family
     assert len(specs) == len(set(specs)) == 14
     for a, b, _ in specs:

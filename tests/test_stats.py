@@ -384,3 +384,28 @@ def test_verdict_texts_show_figures_at_the_studys_display_scale():
     assert "reaches the margin +5.0" in points["why"]
     assert "reaches the margin +0.0500" in plain["why"]
     assert points["verdict"] == plain["verdict"] == "reproduced"
+
+
+def test_a_two_sided_claim_is_a_directional_one_in_the_direction_the_difference_took():
+    """expect "!=": reproduced when Holm p < 0.05 and the difference reaches the margin
+    either way with no base against it; below the margin when it falls short; not
+    reproduced when the interval lies inside ±margin; not resolved when the interval is
+    wide, or one base goes the other way (hand-made contrasts, margin 2 points)."""
+    differs = summary_lib.Claim("x differs from y", "src", ("x", "y", "pass@1"), "!=",
+                                margin=0.02)
+    verdict = summary_lib.verdict_of
+    for sign in (1, -1):
+        v, why = verdict(differs, _contrast(0.05 * sign, 0.03 * sign, 0.07 * sign, 0.01,
+                                            (0.04 * sign, 0.06 * sign)))
+        assert v == "reproduced" and ("+2.0" if sign > 0 else "-2.0") in why
+        assert verdict(differs, _contrast(0.015 * sign, 0.01 * sign, 0.02 * sign, 0.001,
+                                          (0.014 * sign, 0.016 * sign)))[0] == "below the margin"
+        v, why = verdict(differs, _contrast(0.05 * sign, 0.03 * sign, 0.07 * sign, 0.01,
+                                            (0.015 * sign, -0.001 * sign)))
+        assert v == "not resolved" and "1 of 2 bases go the other way" in why
+    v, why = verdict(differs, _contrast(0.001, -0.01, 0.012, 0.8))
+    assert v == "not reproduced" and "inside ±2.0" in why
+    # not significant, the interval short of +2 on its own side but past -2 on the other:
+    # a difference that matters is still possible, so no verdict
+    assert verdict(differs, _contrast(0.005, -0.03, 0.015, 0.6))[0] == "not resolved"
+    assert "lies at least 2.0 from zero either way" in differs.failure()

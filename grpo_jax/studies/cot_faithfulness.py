@@ -781,18 +781,18 @@ MAIN_CLAIMS = (
                  "answer always equals the last step's value, may teach following as well as "
                  "the noisy ones did"),
     common.Claim(
-        "two policies of one base condition their answers on the chain of thought alike "
-        "(the null of: \"Models show large variation across tasks in how strongly they "
-        "condition on the CoT when predicting their answer, sometimes relying heavily on the "
-        "CoT and other times primarily ignoring it\")",
-        f"{LANHAM}, its observation stated as its null so that the rule tests it two-sided; "
-        "here across policies of one task rather than across tasks: GRPO against SFT from "
-        "the same base at the same budget; 'not reproduced' (Holm p < 0.05 either way) is "
-        "the reading that the dependence varies by policy",
-        (GRPO, SFT, "follows_share"), "=", margin=SHIFT_MARGIN,
-        can_fail="fails if the 95% interval of GRPO's share less SFT's reaches past "
-                 "±5 points: the two post-trainings, one paid for answers and one imitating "
-                 "clean traces, leave the answer leaning on the trace to different degrees"),
+        "Models show large variation across tasks in how strongly they condition on the CoT "
+        "when predicting their answer, sometimes relying heavily on the CoT and other times "
+        "primarily ignoring it",
+        f"{LANHAM}; here across policies of one task rather than across tasks: GRPO against "
+        "SFT from the same base at the same budget, two-sided (the observation gives no "
+        "direction): their shares of answers siding with the corrupted trace differ",
+        (GRPO, SFT, "follows_share"), "!=", margin=SHIFT_MARGIN,
+        why="both post-trainings start from one base whose traces always carry a written "
+            "value into the later steps, and a short stage of either, one paid for answers "
+            "and one imitating clean traces that also carry the value forward, may leave "
+            "both reading the trace as the base does: their shares can lie within the "
+            "margin of each other"),
 )
 
 
@@ -825,11 +825,11 @@ FAMILY_FAILS = {  # (a, b, expect) of the original's test -> why it could fail h
         "often than the base's (Holm p < 0.05, no base the other way): clean letter_counting "
         "traces, whose answer always equals the sum of the written counts, may teach "
         "following as well as the noisy ones did"),
-    (GRPO, SFT, "="): (
-        "fails if the 95% interval of GRPO's share less SFT's reaches past ±5 points: on a "
-        "trace of two counts and their sum, the two post-trainings, one paid for the total "
-        "(the scorer's reward: 1 for the exact count) and one imitating clean counts, may "
-        "leave the total leaning on the counts to different degrees"),
+    (GRPO, SFT, "!="): (
+        "on a trace of two counts and their sum, the two post-trainings, one paid for the "
+        "total (the scorer's reward: 1 for the exact count) and one imitating clean counts "
+        "whose sum is the total, may both leave the total leaning on the counts as the base "
+        "does: their shares can lie within the margin of each other"),
 }
 FAMILY_NOTE = ("the family base's pretraining traces always carry a written count, wrong or "
                "not, into the total, so imitating them is following the trace; the test is "
@@ -840,9 +840,11 @@ def twin(claim: common.Claim) -> common.Claim:
     """`claim` rerun on the family: its contrast between the family's policies, and why it
     could fail there (`FAMILY_FAILS`)."""
     a, b, metric = claim.test
+    why = FAMILY_FAILS[(a, b, claim.expect)]
+    own = not claim.why  # a whole statement of its own, or the reason before the rule's
     return dataclasses.replace(
         claim, test=(named(FAMILY, a), named(FAMILY, b), metric),
-        can_fail=FAMILY_FAILS[(a, b, claim.expect)],
+        can_fail=why if own else "", why="" if own else why,
         source=f"{claim.source}; rerun on reasoning-gym's {FAMILY}",
         note=FAMILY_NOTE if claim.note else "")
 

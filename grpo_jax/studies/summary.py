@@ -83,7 +83,7 @@ VERDICTS = ("reproduced", "below the margin", "not reproduced", "not resolved",
 ALPHA = 0.05
 
 
-EXPECTS = (">", "<", "=", "<=", ">=")
+EXPECTS = (">", "<", "=", "<=", ">=", "!=")
 KINDS = ("claim", "check")
 MIN_BASES = 4  # bases a verdict needs when its bases disagree by more than the margin
 
@@ -96,7 +96,9 @@ class Claim:
     which in `source`); `source`: paper, section. `test`: the contrast (a, b, metric) that
     tests it, one of the study's contrasts. `expect`: what the claim predicts of a - b:
     ">" (a above b), "<" (a below b), "=" (no difference), "<=" (a not above b by the
-    margin or more: "bounded by") or ">=" (a not below b by the margin or more).
+    margin or more: "bounded by"), ">=" (a not below b by the margin or more) or "!=" (a
+    differs from b, either way: a claim of a difference whose sign the source does not
+    give).
     `margin`: the smallest difference that would matter, in the metric's units (every
     testable claim has one): a directional claim is reproduced only when its effect reaches
     it; an interval inside (-margin, margin) reproduces "=" and refutes ">" / "<".
@@ -164,6 +166,9 @@ class Claim:
                     f"estimate), Holm p < {ALPHA} that way, and no base goes the other way")
         if self.expect == "=":
             return f"fails if the 95% interval of {a} - {b} in {metric} reaches past ±{m}"
+        if self.expect == "!=":
+            return (f"fails unless {a} - {b} in {metric} lies at least {m} from zero either "
+                    f"way (point estimate), Holm p < {ALPHA}, and no base goes the other way")
         side = "+" if self.expect == "<=" else "-"
         return f"fails if the 95% interval of {a} - {b} in {metric} reaches {side}{m}"
 
@@ -292,7 +297,9 @@ def verdict_of(claim: Claim, contrast: dict | None, headroom: float | None = Non
     resolved". For "=": reproduced when the interval lies inside (-margin, margin); not
     reproduced when Holm's p < 0.05; otherwise not resolved. For "<=" (mirrored for ">="):
     reproduced when the interval's upper end is below +margin, not reproduced when its lower
-    end is above +margin, otherwise not resolved."""
+    end is above +margin, otherwise not resolved. For "!=": as ">" or "<" in the direction
+    the difference took, except that "not reproduced" is the interval inside (-margin,
+    margin) without Holm p < 0.05 (no difference that matters either way)."""
     if claim.untestable:
         return "not testable here", claim.untestable
     if contrast is None:
@@ -339,7 +346,13 @@ def verdict_of(claim: Claim, contrast: dict | None, headroom: float | None = Non
             side = "above" if sign > 0 else "below"
             return "not reproduced", f"the 95% interval lies {side} {bound}"
         return "not resolved", f"the 95% interval reaches past {bound}"
-    sign = 1.0 if claim.expect == ">" else -1.0
+    if claim.expect == "!=" and inside and not significant:
+        return "not reproduced", (f"the 95% interval lies inside {plus_minus}: no difference "
+                                  "that matters either way")
+    if claim.expect == "!=":
+        sign = 1.0 if diff >= 0 else -1.0  # the direction the difference took
+    else:
+        sign = 1.0 if claim.expect == ">" else -1.0
     bound = f"{'+' if sign > 0 else '-'}{show(margin, False)}"
     effect, near, far = diff * sign, min(lo * sign, hi * sign), max(lo * sign, hi * sign)
     against = [d for d in bases if d * sign < 0]
@@ -356,7 +369,7 @@ def verdict_of(claim: Claim, contrast: dict | None, headroom: float | None = Non
                               f"the margin {bound} (the interval's near end {clears})")
     if significant:
         return "not reproduced", f"Holm p {_p(p_holm)} < {ALPHA}, in the other direction"
-    if far < margin:
+    if far < margin and claim.expect != "!=":  # "!=": the other way may still reach it
         return "not reproduced", (f"the 95% interval stops short of {bound}: "
                                   "no effect that matters")
     return "not resolved", f"Holm p {_p(p_holm)} ≥ {ALPHA} (raw p {_p(contrast['p'])})"
@@ -364,14 +377,16 @@ def verdict_of(claim: Claim, contrast: dict | None, headroom: float | None = Non
 
 def _side(claim: Claim, effect: float) -> bool:
     """Whether one base's mean difference alone lies on the claim's side of its margin: at or
-    beyond it in the claimed direction (">", "<"), inside it ("="), short of it ("<=",
-    ">=")."""
+    beyond it in the claimed direction (">", "<") or either way ("!="), inside it ("="),
+    short of it ("<=", ">=")."""
     if claim.expect == ">":
         return effect >= claim.margin
     if claim.expect == "<":
         return -effect >= claim.margin
     if claim.expect == "=":
         return abs(effect) < claim.margin
+    if claim.expect == "!=":
+        return abs(effect) >= claim.margin
     return effect < claim.margin if claim.expect == "<=" else -effect < claim.margin
 
 

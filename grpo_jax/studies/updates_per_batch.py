@@ -76,7 +76,8 @@ def analyze(runs: common.StudyRuns) -> common.Analysis:
               ("clip_frac", "clip fraction"),
               ("kl_ref", "KL to the reference"))
     return common.Analysis(arms=arms, specs=SPECS, table=table(arms),
-                           plots=tables.curve_plots(runs, ARMS, panels))
+                           plots=tables.curve_plots(runs, ARMS, panels),
+                           scales={"clip_frac": (100.0, 2)})
 
 
 def table(arms: dict) -> str:
@@ -84,51 +85,67 @@ def table(arms: dict) -> str:
         arms, ("base", *ARMS),
         ("pass@1", "format rate", "clip fraction (training mean)",
          "KL to the reference (training mean)"),
-        tables.metric_row("pass@1", "format_rate", "clip_frac", ("kl_ref", 1.0, 4)),
+        tables.metric_row("pass@1", "format_rate", ("clip_frac", 100.0, 2), ("kl_ref", 1.0, 4)),
         "pass@1, format and clip fraction in %, the KL in nats per token; mean ± 95% "
         "half-width over (base, seed) runs.")
 
 
-SOURCE = ("Schulman et al. 2017, \"Proximal Policy Optimization Algorithms\", "
-          "arXiv:1707.06347, sec. 3 and 6.1 (close paraphrase)")
+PPO = "Schulman et al. 2017, \"Proximal Policy Optimization Algorithms\", arXiv:1707.06347"
+EXCESSIVE = ("Without a constraint, maximization of L^CPI would lead to an excessively large "
+             "policy update")
+
+
+def _excessive_source(lr: str | None = None) -> str:
+    where = "at the main job's learning rate" if lr is None else \
+        f"at learning rate {lr}, where the clip binds on more tokens"
+    return (PPO + ", sec. 3 (quotation; L^CPI is the unclipped surrogate, the ratio times the "
+            "advantage, which the no-clip arms maximise over their passes); tested as: the "
+            "'No clipping or penalty' row of table 1 scores below clipping, so mu = 4 "
+            f"without the clip ends below mu = 4 with it in held-out pass@1, {where}")
+
+
 CLAIMS = (
-    common.Claim("the clipped objective enables multiple epochs of minibatch updates on the "
-                 "same samples, improving on one gradient step per sample",
-                 SOURCE + "; tested as mu = 4 against mu = 1 at the same rollouts",
+    common.Claim("Whereas standard policy gradient methods perform one gradient update per "
+                 "data sample, we propose a novel objective function that enables multiple "
+                 "epochs of minibatch updates",
+                 PPO + ", abstract (quotation); tested as: mu = 4 with the clip (one "
+                 "optimizer step per pass, no minibatches) ends above mu = 1 in held-out "
+                 "pass@1 at the same rollouts",
                  ("mu=4", "mu=1", "pass@1"), ">", margin=PASS_MARGIN,
                  why="four passes take four optimizer steps on each batch where mu = 1 takes "
                      "one, but from the same samples: where the gain is bounded by what the "
                      "rollouts show (groups all right or all wrong carry no advantage) the "
                      "extra steps add little, and at the main job's small learning rate the "
                      "clip may bind on few tokens, so they can also fit one batch's chance "
-                     "split of "
-                     "right and wrong completions; mu = 4 can end within the margin of mu = 1 "
-                     "or below it"),
-    common.Claim("without clipping or a penalty, optimizing the surrogate over several "
-                 "epochs leads to destructively large policy updates and worse results",
-                 SOURCE + " (the 'no clipping or penalty' row of table 1)",
-                 ("mu=4, no clip", "mu=4", "pass@1"), "<", margin=PASS_MARGIN,
+                     "split of right and wrong completions; mu = 4 can end within the margin "
+                     "of mu = 1 or below it"),
+    common.Claim(EXCESSIVE, _excessive_source(), ("mu=4, no clip", "mu=4", "pass@1"), "<",
+                 margin=PASS_MARGIN,
                  why="at the main job's small learning rate (2e-4) four Adam steps may move "
                      "the token ratios little, so the clip binds on few tokens and removing "
-                     "it changes few "
-                     "updates; GRPO's KL penalty to the reference stays in both arms, so "
-                     "the unclipped arm can end within the margin of the clipped one",
+                     "it changes few updates; GRPO's KL penalty to the reference stays in "
+                     "both arms, so the unclipped arm can end within the margin of the "
+                     "clipped one",
                  note="at the main job's learning rate the clip binds on few tokens (the "
                       "clipped arm's clip fraction in the table): the arms at 1e-3 and 4e-3 "
                       "test the claim where it binds on more"),
-    *[common.Claim("without clipping or a penalty, optimizing the surrogate over several "
-                   "epochs leads to destructively large policy updates and worse results",
-                   SOURCE + f" (the 'no clipping or penalty' row of table 1); tested at "
-                   f"learning rate {lr}, where the clip binds on more tokens",
+    *[common.Claim(EXCESSIVE, _excessive_source(lr),
                    (f"mu=4, lr={lr}, no clip", f"mu=4, lr={lr}", "pass@1"), "<",
                    margin=PASS_MARGIN,
-                   can_fail=f"fails unless mu=4, lr={lr}, no clip lies below mu=4, lr={lr} in "
-                            "pass@1 by at least 3.0 points (point estimate), Holm p < 0.05 "
-                            "that way, and no base goes the other way; the test means "
-                            "something only where the clipped arm's clip fraction (the "
-                            "table; its contrast with mu=4 in the contrasts) is a share of "
-                            "tokens the clip can change, which this design measures but "
-                            "cannot fix before the runs")
+                   headroom=(f"mu=4, lr={lr}", "pass@1", 0.0),
+                   why=f"at lr {lr} each Adam step moves the token ratios further, and the "
+                       "clip, which only takes the gradient off tokens already past its "
+                       "range, cannot stop one step from carrying many past it: the clipped "
+                       "arm can degrade as the unclipped one does (the pilot's clipped arm "
+                       "at 4e-3 did in its first steps), leaving both near the same pass@1; "
+                       "and GRPO's KL penalty to the reference, in both arms, can hold the "
+                       "unclipped arm back. The test also means something only where the "
+                       "clipped arm's clip fraction (the table; its contrast with mu=4) is a "
+                       "share of tokens the clip can change, which this design measures but "
+                       "cannot fix before the runs",
+                   note="the room below is the clipped arm's own pass@1 (the unclipped arm "
+                        "cannot end below zero): where the clipped arm collapsed to less "
+                        "than the margin the claim is not testable")
       for lr in HIGH_LRS],
 )
 

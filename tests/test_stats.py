@@ -275,7 +275,13 @@ def test_verdicts_follow_from_the_contrast_by_one_rule():
     assert verdict(up, _contrast(math.nan, math.nan, math.nan, math.nan))[0] == "not resolved"
     # a ceiling: the base leaves less than the margin to gain, whatever the data say
     v, why = verdict(up, _contrast(0.05, 0.03, 0.07, 0.01), headroom=0.015)
-    assert v == "not testable here" and "at most 1.5" in why
+    assert v == "not testable here" and "the base leaves room for at most 1.5" in why
+    # the room named by the arm and metric it is computed from (here not the base's)
+    floor = summary_lib.Claim("x below y", "src", ("x", "y", "pass@1"), "<", margin=0.02,
+                              headroom=("y", "pass@1", 0.0))
+    v, why = verdict(floor, _contrast(-0.05, -0.07, -0.03, 0.01), headroom=0.01)
+    assert v == "not testable here" and why.startswith(
+        "a ceiling: y's pass@1 leaves room for at most 1.0, below the margin 2.0")
     assert verdict(up, _contrast(0.05, 0.03, 0.07, 0.01), headroom=0.03)[0] == "reproduced"
     # "bounded by": x not above y by the margin (+2 points) or more, and its mirror
     atmost = summary_lib.Claim("x bounded by y", "src", ("x", "y", "pass@1"), "<=", margin=0.02)

@@ -311,8 +311,11 @@ def verdict_of(claim: Claim, contrast: dict | None, headroom: float | None = Non
 
     margin = claim.margin
     if headroom is not None and math.isfinite(headroom) and headroom < margin:
-        return "not testable here", (f"a ceiling: the base leaves at most {show(headroom, False)}"
-                                     f", below the margin {show(margin, False)}")
+        where = (f"{claim.headroom[0]}'s {claim.headroom[1]}" if claim.headroom
+                 else "the base")  # the arm the room is computed from
+        return "not testable here", (f"a ceiling: {where} leaves room for at most "
+                                     f"{show(headroom, False)}, below the margin "
+                                     f"{show(margin, False)}")
     diff, (lo, hi), p_holm = contrast["diff"], contrast["ci95"], contrast.get("p_holm")
     finite = all(v is not None and math.isfinite(v) for v in (diff, lo, hi, p_holm))
     if not finite:

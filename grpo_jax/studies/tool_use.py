@@ -9,7 +9,8 @@ configs/tools.py's job (`config_presets.tool_job`) from two pretrained bases per
   seed), and stop at the first round whose validation pass@1 with the tool reaches
   `VALIDATION_BAR`, at most `ROUNDS` rounds (the last one built when none does). Round 1 is
   the job's pretraining; each later round continues the one before it (model.init_from) on
-  a fresh draw of the pretraining corpus (its stage, `pretrain_<k>`, draws by its name).
+  a fresh draw of the pretraining corpus (its stage, `pretrain_<k>`, draws by its name),
+  with a fresh optimizer and the stage's learning-rate schedule from its start.
   Why: at one setting the base's tool use depends on the pretraining draw
   (experiments/tool_use/README.md, "Why the bases differ"), so a base fixed by its step
   count alone may have no tool use to sharpen. Each round's validation figures and the
@@ -369,8 +370,9 @@ CLAIMS = (
             "answering in head where that works, without moving the rate of correct calls "
             "by the margin; a base the rule takes after three rounds without reaching the "
             "bar also gives few groups a correct episode to learn from",
-        note="the base is chosen for a tool use it already has (validation pass@1 with the "
-             "tool at the bar, extra.bases): GRPO here sharpens that use"),
+        note="each base is the first round of its pretraining whose validation pass@1 with "
+             "the tool reached the bar, the last round where none did (extra.bases): where "
+             "it reached the bar, GRPO here sharpens a tool use the base already has"),
     common.Claim(
         "ToRL enables models to discover optimal strategies for tool utilization via "
         "unrestricted exploration",

@@ -18,8 +18,9 @@ training accuracy in each epoch, and the problem whose accuracy varies most over
 (variance over epochs; the first in pool order on a tie) is the one. Fixed in advance here:
 the pool is the first 128 training problems of seed `POOL_SEED`'s order (`prior_sizes`),
 the same for every base; the prior run is the main job's GRPO stage from the base on that
-pool for 20 epochs (each problem once per epoch, 8 completions each), host rewards, every
-completion logged (`rl_samples_logged = -1`); `select` reads its samples.jsonl.
+pool for 20 epochs (each pool entry once per epoch, 8 completions each; a problem the
+training split repeats is scored on all its completions), host rewards, every completion
+logged (`rl_samples_logged = -1`); `select` reads its samples.jsonl.
 """
 
 from __future__ import annotations

@@ -425,11 +425,12 @@ STUDY = common.Study(
              "digit + - *), from a base chosen by a validation bar on its tool use and from "
              "the former base that could not (3-5 digits), paired by seed?",
     tiers=tiers.standard(
-        full="about 65-110 min on 2 cores (estimated from the recorded base "
-             "660 s and runs 131-240 s: the bases 2 x (1 to 3 rounds of "
-             "660 s + 265 s) = 31-75 min, the former base pro rata "
-             "1000/2500 steps; 12 runs of 60 GRPO steps with their "
-             "evaluations, about 35 min)",
+        full="about 2-4 hours on 2 cores at 4 bases x 2 seeds (estimated from the "
+             "recorded base 660 s and runs 131-240 s: the bases 4 x (1 to 3 rounds of "
+             "660 s + 265 s) = 62-185 min, as many rounds as miss the bar, which no run "
+             "can say in advance; the former bases pro rata 1000/2500 steps, about 18 "
+             "min; 16 runs of 60 GRPO steps with their evaluations, about 48 min)",
+        full_sized=True,
         mini="about 25 s of CPU on 2 cores, measured (23-24 s for its test alone, which "
              "compiles every program itself; 30 s wall): three toy rounds of 10 steps, "
              "none at the bar, the former toy base of 10, one seed of the 2 arms' toy "

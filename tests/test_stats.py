@@ -271,7 +271,13 @@ def test_verdicts_follow_from_the_contrast_by_one_rule():
     assert verdict(down, _contrast(0.02, -0.015, 0.06, 0.3))[0] == "not reproduced"
     assert verdict(same, _contrast(0.005, -0.01, 0.015, 0.6))[0] == "reproduced"
     assert verdict(same, _contrast(0.005, -0.01, 0.03, 0.6))[0] == "not resolved"
-    assert verdict(same, _contrast(0.05, 0.03, 0.07, 0.01))[0] == "not reproduced"
+    v, why = verdict(same, _contrast(0.05, 0.03, 0.07, 0.01))
+    assert v == "not reproduced" and "+5.0, beyond ±2.0" in why
+    # significant, but the difference lies inside the margin: a difference that may not
+    # matter refutes no "comparable", and the interval does not show one either
+    v, why = verdict(same, _contrast(0.015, 0.005, 0.025, 0.01))
+    assert v == "not resolved" and "+1.5 lies inside ±2.0" in why
+    assert verdict(same, _contrast(-0.025, -0.035, -0.015, 0.01))[0] == "not reproduced"
     assert verdict(up, _contrast(math.nan, math.nan, math.nan, math.nan))[0] == "not resolved"
     # a ceiling: the base leaves less than the margin to gain, whatever the data say
     v, why = verdict(up, _contrast(0.05, 0.03, 0.07, 0.01), headroom=0.015)

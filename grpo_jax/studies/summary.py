@@ -295,7 +295,9 @@ def verdict_of(claim: Claim, contrast: dict | None, headroom: float | None = Non
     margin; "not reproduced" when Holm's p < 0.05 the other way, or the interval's far end
     lies short of the margin (no effect that matters fits the data); otherwise "not
     resolved". For "=": reproduced when the interval lies inside (-margin, margin); not
-    reproduced when Holm's p < 0.05; otherwise not resolved. For "<=" (mirrored for ">="):
+    reproduced when Holm's p < 0.05 and the difference lies beyond the margin (the point
+    estimate, the standard ">" reproduces by); otherwise not resolved (a significant
+    difference inside the margin included). For "<=" (mirrored for ">="):
     reproduced when the interval's upper end is below +margin, not reproduced when its lower
     end is above +margin, otherwise not resolved. For "!=": as ">" or "<" in the direction
     the difference took, except that "not reproduced" is the interval inside (-margin,
@@ -335,8 +337,13 @@ def verdict_of(claim: Claim, contrast: dict | None, headroom: float | None = Non
     if claim.expect == "=":
         if inside:
             return "reproduced", f"the 95% interval lies inside {plus_minus}"
+        if significant and abs(diff) >= margin:
+            return "not reproduced", (f"Holm p {_p(p_holm)} < {ALPHA}: a difference, "
+                                      f"{show(diff)}, beyond {plus_minus}")
         if significant:
-            return "not reproduced", f"Holm p {_p(p_holm)} < {ALPHA}: a difference"
+            return "not resolved", (f"Holm p {_p(p_holm)} < {ALPHA}, but the difference "
+                                    f"{show(diff)} lies inside {plus_minus} and the interval "
+                                    "reaches past it")
         return "not resolved", f"the interval reaches past {plus_minus}"
     if claim.expect in ("<=", ">="):
         sign = 1.0 if claim.expect == "<=" else -1.0

@@ -337,7 +337,7 @@ def verdict_of(claim: Claim, contrast: dict | None, headroom: float | None = Non
     if claim.expect == "=":
         if inside:
             return "reproduced", f"the 95% interval lies inside {plus_minus}"
-        if significant and abs(diff) >= margin:
+        if significant and not _side(claim, diff):  # beyond the margin
             return "not reproduced", (f"Holm p {_p(p_holm)} < {ALPHA}: a difference, "
                                       f"{show(diff)}, beyond {plus_minus}")
         if significant:

@@ -300,13 +300,21 @@ def test_studies_asking_for_one_base_config_share_it(workdir):
     """After the mini tiers above: the studies that start from the main job's pretraining
     share one base run, and every base directory is one some study asked for."""
     asked: dict[str, set] = {}
+    losses: dict[str, set] = {}
     for name in _run_here(workdir):
         path = os.path.join(workdir, name, "out", "summary.json")
         with open(path, encoding="utf-8") as f:
             for base in json.load(f)["protocol"]["bases"].values():
-                for directory in base["roles"].values():
+                for role, directory in base["roles"].items():
                     asked.setdefault(directory, set()).add(name)
+                    losses.setdefault(directory, set()).add(base["last_loss"][role])
     assert sorted(os.listdir(os.path.join(workdir, "bases"))) == sorted(asked)
+    # each base's weights fingerprint: its last training loss, read here from its own
+    # metrics.jsonl, the same in every study that names it
+    for directory, recorded in losses.items():
+        with open(os.path.join(workdir, "bases", directory, "metrics.jsonl")) as f:
+            rows = [row for row in map(json.loads, f) if "loss" in row]
+        assert recorded == {rows[-1]["loss"]}, directory
     config = common.for_tier_base(common.main_job("smoke"), "mini")
     config.stages, config.seed = "pretrain", 0
     main_base = f"s0-{common.config_hash(config)[:10]}"

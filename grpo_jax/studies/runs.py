@@ -14,6 +14,7 @@ import time
 from collections.abc import Sequence
 
 from grpo_jax import storage
+from grpo_jax.results import FinishedRun
 from grpo_jax.studies import summary as summary_lib
 from grpo_jax.studies.configs import config_hash, for_tier, for_tier_base
 from grpo_jax.studies.publish import publish_outputs, write_outputs
@@ -247,7 +248,9 @@ def execute(study: Study, tier: str, workdir: str, *, publish: bool = False,
     protocol = {**protocol_of(records),
                 "bases": {k: {"seed": v["seed"], "config_hash": v["config_hash"],
                               "roles": {role: os.path.basename(path.rstrip("/"))
-                                        for role, path in v.get("roles", {}).items()}}
+                                        for role, path in v.get("roles", {}).items()},
+                              "last_loss": {role: last_loss(path)
+                                            for role, path in v.get("roles", {}).items()}}
                           for k, v in bases.items()},
                 "seeds": list(chosen.seeds), **analysis.protocol}
     result = summary_lib.build(study=study.name, tier=tier, provenance=provenance,
@@ -268,6 +271,16 @@ def _provenance(argv) -> dict:
     return {"commit": code.get("commit"), "dirty": code.get("modified"),
             "python": code.get("python"), "jax": code.get("jax"), "flax": code.get("flax"),
             "argv": list(sys.argv if argv is None else argv)}
+
+
+def last_loss(workdir: str) -> float | None:
+    """A base run's last training loss (the last row of its metrics.jsonl that has one;
+    None without one): a fingerprint of its weights. A base's key is its config's hash, and
+    one config built on two machines need not give the same weights (floating-point results
+    can differ between CPUs); studies whose bases share a key and this value ran on the same
+    weights."""
+    rows = [row for row in FinishedRun(workdir).metrics() if "loss" in row]
+    return float(rows[-1]["loss"]) if rows else None
 
 
 def stage_time(workdirs) -> float:

@@ -15,7 +15,12 @@ Top-level keys (`check` enforces them; `SCHEMA_VERSION` is written as `schema`):
                    "problems": int,                         # held-out problems per eval
                    "samples_per_problem": int,
                    "problems_fixed_across_seeds": bool,
-                   "bases": {"<base key>": {"seed": int, "config_hash": "..."}},
+                   "bases": {"<base key>": {"seed": int, "config_hash": "...",
+                                            "roles": {"<role>": "<base dir>"},
+                                            "last_loss": {"<role>": float | null}}},
+                                                            # last_loss: each role's last
+                                                            # training loss, its weights'
+                                                            # fingerprint (runs.last_loss)
                    "seeds": [int, ...],                     # the arms' seeds, per base
                    "unit": "seed" | "base",                 # the contrasts' unit of replication
                    "notes": "..."},

@@ -100,20 +100,25 @@ def test_a_run_another_process_holds_is_skipped_and_said(tmp_path, capsys, monke
 
 def test_a_studys_compute_is_the_stage_time_its_runs_and_bases_recorded(tmp_path):
     """stage_time sums the stages' wall time of each finished run once (a run listed twice,
-    as two studies' shared run, counts once; an unfinished run counts nothing), and the
-    results block's header says it beside the analysing command's own time."""
+    as two studies' shared run, counts once; an unfinished run counts nothing), run_commits
+    names each finished run's commit once, and the results block's header says the time
+    beside the analysing command's own."""
     import json
 
     from grpo_jax.studies import publish
-    from grpo_jax.studies.runs import stage_time
+    from grpo_jax.studies.runs import run_commits, stage_time
 
-    for name, timing in (("a", {"rl": {"wall_s": 1200.0}, "eval_final": {"wall_s": 30.5}}),
-                         ("b", {"pretrain": {"wall_s": 4400.0}})):
+    for name, timing, commit in (
+            ("a", {"rl": {"wall_s": 1200.0}, "eval_final": {"wall_s": 30.5}}, "f" * 40),
+            ("b", {"pretrain": {"wall_s": 4400.0}}, "e" * 40)):
         os.makedirs(tmp_path / name)
-        (tmp_path / name / "report.json").write_text(json.dumps({"timing": timing}))
+        (tmp_path / name / "report.json").write_text(
+            json.dumps({"timing": timing, "provenance": {"commit": commit}}))
     os.makedirs(tmp_path / "unfinished")
     runs = [str(tmp_path / n) for n in ("a", "a", "unfinished")]
     assert stage_time(runs) == 1230.5 and stage_time([str(tmp_path / "b")]) == 4400.0
+    assert run_commits(runs) == ["f" * 40]
+    assert run_commits([str(tmp_path / n) for n in ("b", "a")]) == ["e" * 40, "f" * 40]
     result = {"study": "t", "tier": "full", "contrasts": [],
               "provenance": {"commit": "c" * 40, "run_commits": ["r" * 40],
                              "wall_time_s": 12.0, "runs_time_s": 9000.0,

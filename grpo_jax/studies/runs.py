@@ -241,7 +241,7 @@ def execute(study: Study, tier: str, workdir: str, *, publish: bool = False,
         study.measure(runs)
     analysis = study.analyze(runs)
     provenance = {**_provenance(argv), "wall_time_s": round(time.time() - start, 1),
-                  "run_commits": _run_commits(records),
+                  "run_commits": run_commits(r.workdir for r in records),
                   "runs_time_s": stage_time(r.workdir for r in records),
                   "bases_time_s": stage_time(path for info in bases.values()
                                              for path in info.get("roles", {}).values())}
@@ -283,28 +283,25 @@ def last_loss(workdir: str) -> float | None:
     return float(rows[-1]["loss"]) if rows else None
 
 
+def _reports(workdirs) -> list[dict]:
+    """The report.json of each finished run in `workdirs`, each run once."""
+    runs = (FinishedRun(workdir) for workdir in dict.fromkeys(workdirs))
+    return [run.report() for run in runs if run.finished]
+
+
 def stage_time(workdirs) -> float:
     """The seconds the stages of the finished runs in `workdirs` took (each run once, from
     its report.json's timing: the stage's wall time as its run recorded it), whichever
     process or session ran them: a study's compute, where `wall_time_s` is only the command
     that analysed it."""
-    total = 0.0
-    for workdir in dict.fromkeys(workdirs):
-        path = storage.join(workdir, "report.json")
-        if not storage.isfile(path):
-            continue
-        timing = json.loads(storage.read_text(path)).get("timing") or {}
-        total += sum(float(stage.get("wall_s") or 0.0) for stage in timing.values())
-    return round(total, 1)
+    return round(sum(float(stage.get("wall_s") or 0.0) for report in _reports(workdirs)
+                     for stage in (report.get("timing") or {}).values()), 1)
 
 
-def _run_commits(records: Sequence[RunRecord]) -> list:
-    commits = set()
-    for record in records:
-        if record.finished:
-            code = record.results.report().get("provenance") or {}
-            commits.add(code.get("commit"))
-    return sorted(commits, key=str)
+def run_commits(workdirs) -> list:
+    """The commits the finished runs in `workdirs` ran at (their report.json's provenance)."""
+    return sorted({(report.get("provenance") or {}).get("commit")
+                   for report in _reports(workdirs)}, key=str)
 
 
 def protocol_of(records: Sequence[RunRecord]) -> dict:

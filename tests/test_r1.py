@@ -146,6 +146,8 @@ def test_r1_pipeline_smoke_runs_end_to_end(tmp_path):
     assert code["commit"] == (head.stdout.strip() if head.returncode == 0 else None)
     assert code["jax"] == jax.__version__ and isinstance(code["modified"], (bool, type(None)))
     assert "Code: grpo_jax " in (tmp_path / "report.md").read_text()
+    assert code["machine"]["cpus"] == os.cpu_count() and "; CPU " in (
+        tmp_path / "report.md").read_text()
     spans = report["plot_steps"]["reward_mean"]
     assert set(spans) == {"reasoning_rl", "final_rl"}
     assert spans["reasoning_rl"][1] < spans["final_rl"][0]

@@ -98,6 +98,26 @@ def test_a_run_another_process_holds_is_skipped_and_said(tmp_path, capsys, monke
                                     "created" in err, err
 
 
+def test_a_run_records_the_instruction_set_its_numbers_depend_on(tmp_path, monkeypatch):
+    """machine() reads the CPU's model and its widest x86 vector set from cpuinfo (XLA
+    compiles for it, and one config gives other weights under another), with XLA_FLAGS."""
+    from grpo_jax.runner.report import machine
+
+    def info(flags):
+        path = tmp_path / f"cpuinfo-{len(flags)}"
+        path.write_text("processor\t: 0\nmodel name\t: Test CPU 9\nflags\t\t: "
+                        f"fpu {flags}\n\nprocessor\t: 1\nflags\t\t: fpu\n")
+        return str(path)
+
+    monkeypatch.setenv("XLA_FLAGS", "--xla_cpu_max_isa=AVX2")
+    found = machine(info("sse4_2 avx avx2 fma avx512f avx512bw"))
+    assert found["cpu"] == "Test CPU 9" and found["isa"] == "AVX512"
+    assert found["xla_flags"] == "--xla_cpu_max_isa=AVX2"
+    assert machine(info("sse4_2 avx fma"))["isa"] == "AVX"
+    assert machine(info("sse4_2"))["isa"] == "SSE4_2" and machine(info(""))["isa"] is None
+    assert machine(str(tmp_path / "missing"))["isa"] is None
+
+
 def test_a_studys_compute_is_the_stage_time_its_runs_and_bases_recorded(tmp_path):
     """stage_time sums the stages' wall time of each finished run once (a run listed twice,
     as two studies' shared run, counts once; an unfinished run counts nothing), run_commits
@@ -106,19 +126,24 @@ def test_a_studys_compute_is_the_stage_time_its_runs_and_bases_recorded(tmp_path
     import json
 
     from grpo_jax.studies import publish
-    from grpo_jax.studies.runs import run_commits, stage_time
+    from grpo_jax.studies.runs import run_commits, run_machines, stage_time
 
     for name, timing, commit in (
             ("a", {"rl": {"wall_s": 1200.0}, "eval_final": {"wall_s": 30.5}}, "f" * 40),
             ("b", {"pretrain": {"wall_s": 4400.0}}, "e" * 40)):
         os.makedirs(tmp_path / name)
-        (tmp_path / name / "report.json").write_text(
-            json.dumps({"timing": timing, "provenance": {"commit": commit}}))
+        machine = {"cpu": "AMD EPYC", "isa": "AVX2", "cpus": 2, "xla_flags": ""}
+        (tmp_path / name / "report.json").write_text(json.dumps(
+            {"timing": timing, "provenance": {"commit": commit,
+                                              **({"machine": machine} if name == "a" else {})}}))
     os.makedirs(tmp_path / "unfinished")
     runs = [str(tmp_path / n) for n in ("a", "a", "unfinished")]
     assert stage_time(runs) == 1230.5 and stage_time([str(tmp_path / "b")]) == 4400.0
     assert run_commits(runs) == ["f" * 40]
     assert run_commits([str(tmp_path / n) for n in ("b", "a")]) == ["e" * 40, "f" * 40]
+    assert run_machines(runs) == ["AMD EPYC (AVX2)"]  # b's code did not record its machine
+    assert run_machines([str(tmp_path / n) for n in ("b", "a")]) == ["AMD EPYC (AVX2)",
+                                                                     "unrecorded"]
     result = {"study": "t", "tier": "full", "contrasts": [],
               "provenance": {"commit": "c" * 40, "run_commits": ["r" * 40],
                              "wall_time_s": 12.0, "runs_time_s": 9000.0,

@@ -57,11 +57,45 @@ def eval_columns(stage_names, kinds, evals) -> list[tuple[str, str, str | None, 
     return out
 
 
+_ISA_FLAGS = (("avx512f", "AVX512"), ("avx2", "AVX2"), ("avx", "AVX"), ("sse4_2", "SSE4_2"))
+
+
+def machine(cpuinfo: str = "/proc/cpuinfo") -> dict:
+    """The CPU a run's floating-point results depend on: its model name, the widest x86
+    vector instruction set it offers ("AVX512", "AVX2", "AVX", "SSE4_2"; None when
+    /proc/cpuinfo says none of them, e.g. another architecture), its logical CPUs and
+    XLA_FLAGS. XLA compiles for the widest set unless `--xla_cpu_max_isa` caps it, and
+    one config trained under two sets gives different weights, so a run's numbers repeat
+    only where these match."""
+    model, flags = platform.processor() or None, set()
+    try:
+        with open(cpuinfo, encoding="utf-8") as info:
+            for line in info:
+                key, _, value = line.partition(":")
+                if key.strip() == "model name" and value.strip():
+                    model = value.strip()
+                elif key.strip() == "flags":
+                    flags = set(value.split())
+                    break
+    except OSError:
+        pass
+    isa = next((name for flag, name in _ISA_FLAGS if flag in flags), None)
+    return {"cpu": model, "isa": isa, "cpus": os.cpu_count(),
+            "xla_flags": os.environ.get("XLA_FLAGS", "")}
+
+
+def _machine_words(found: dict | None) -> str:
+    if not found:
+        return ""
+    flags = f", XLA_FLAGS {found['xla_flags']!r}" if found.get("xla_flags") else ""
+    return f"; CPU {found.get('cpu')} ({found.get('isa')}, {found.get('cpus')} logical){flags}"
+
+
 def code_provenance() -> dict:
     """What code made a run: the git commit of the grpo_jax checkout (None outside one,
     e.g. an installed wheel), whether tracked files other than experiments/ (the studies'
-    published outputs, which compute nothing) differed from it, and the versions of Python,
-    jax and flax. Read when the run starts, kept in report.json."""
+    published outputs, which compute nothing) differed from it, the versions of Python,
+    jax and flax, and the `machine`. Read when the run starts, kept in report.json."""
     import flax  # pylint: disable=import-outside-toplevel
     import jax  # pylint: disable=import-outside-toplevel
 
@@ -80,7 +114,7 @@ def code_provenance() -> dict:
                  ":(exclude)experiments") if commit else None
     return {"commit": commit, "modified": bool(status) if status is not None else None,
             "python": platform.python_version(), "jax": jax.__version__,
-            "flax": flax.__version__, "argv": list(sys.argv)}
+            "flax": flax.__version__, "argv": list(sys.argv), "machine": machine()}
 
 
 def stage_timing(run, rows: list[dict]) -> dict[str, dict]:
@@ -185,7 +219,8 @@ def write_run_report(run) -> dict:
         commit = code["commit"][:12] if code["commit"] else "not a git checkout"
         notes.append(f"Code: grpo_jax {commit}" + (" with modified files" if code["modified"]
                                                       else "")
-                     + f"; jax {code['jax']}, flax {code['flax']}, Python {code['python']}.")
+                     + f"; jax {code['jax']}, flax {code['flax']}, Python {code['python']}"
+                     + _machine_words(code.get("machine")) + ".")
     evals_lib.write_report(
         run.workdir, title=f"grpo_jax run: {run.config.task.name}", summary=summary,
         history=history, plots=PLOTS, step_key="step", group_key="stage", labels=labels,

@@ -240,11 +240,12 @@ def execute(study: Study, tier: str, workdir: str, *, publish: bool = False,
     if study.measure is not None:
         study.measure(runs)
     analysis = study.analyze(runs)
+    base_dirs = [path for info in bases.values() for path in info.get("roles", {}).values()]
     provenance = {**_provenance(argv), "wall_time_s": round(time.time() - start, 1),
                   "run_commits": run_commits(r.workdir for r in records),
                   "runs_time_s": stage_time(r.workdir for r in records),
-                  "bases_time_s": stage_time(path for info in bases.values()
-                                             for path in info.get("roles", {}).values())}
+                  "bases_time_s": stage_time(base_dirs),
+                  "run_machines": run_machines([*(r.workdir for r in records), *base_dirs])}
     protocol = {**protocol_of(records),
                 "bases": {k: {"seed": v["seed"], "config_hash": v["config_hash"],
                               "roles": {role: os.path.basename(path.rstrip("/"))
@@ -296,6 +297,15 @@ def stage_time(workdirs) -> float:
     that analysed it."""
     return round(sum(float(stage.get("wall_s") or 0.0) for report in _reports(workdirs)
                      for stage in (report.get("timing") or {}).values()), 1)
+
+
+def run_machines(workdirs) -> list:
+    """The machines the finished runs in `workdirs` ran on, each as "<cpu> (<isa>)" from
+    their report.json's provenance ("unrecorded" for a run whose code did not record it)."""
+    def name(report):
+        found = (report.get("provenance") or {}).get("machine")
+        return f"{found.get('cpu')} ({found.get('isa')})" if found else "unrecorded"
+    return sorted({name(report) for report in _reports(workdirs)})
 
 
 def run_commits(workdirs) -> list:

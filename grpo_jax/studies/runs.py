@@ -7,7 +7,6 @@ from __future__ import annotations
 
 import copy
 import hashlib
-import json
 import os
 import sys
 import time
@@ -240,12 +239,13 @@ def execute(study: Study, tier: str, workdir: str, *, publish: bool = False,
     if study.measure is not None:
         study.measure(runs)
     analysis = study.analyze(runs)
-    base_dirs = [path for info in bases.values() for path in info.get("roles", {}).values()]
+    run_reports = _reports(r.workdir for r in records)  # each report.json read once
+    base_reports = _reports(path for info in bases.values()
+                            for path in info.get("roles", {}).values())
     provenance = {**_provenance(argv), "wall_time_s": round(time.time() - start, 1),
-                  "run_commits": run_commits(r.workdir for r in records),
-                  "runs_time_s": stage_time(r.workdir for r in records),
-                  "bases_time_s": stage_time(base_dirs),
-                  "run_machines": run_machines([*(r.workdir for r in records), *base_dirs])}
+                  "run_commits": _commits(run_reports), "runs_time_s": _seconds(run_reports),
+                  "bases_time_s": _seconds(base_reports),
+                  "run_machines": _machines(run_reports + base_reports)}
     protocol = {**protocol_of(records),
                 "bases": {k: {"seed": v["seed"], "config_hash": v["config_hash"],
                               "roles": {role: os.path.basename(path.rstrip("/"))
@@ -290,28 +290,40 @@ def _reports(workdirs) -> list[dict]:
     return [run.report() for run in runs if run.finished]
 
 
+def _seconds(reports) -> float:
+    return round(sum(float(stage.get("wall_s") or 0.0) for report in reports
+                     for stage in (report.get("timing") or {}).values()), 1)
+
+
+def _commits(reports) -> list:
+    return sorted({(report.get("provenance") or {}).get("commit") for report in reports},
+                  key=str)
+
+
+def _machines(reports) -> list:
+    def name(report):
+        found = (report.get("provenance") or {}).get("machine")
+        return f"{found.get('cpu')} ({found.get('isa')})" if found else "unrecorded"
+    return sorted({name(report) for report in reports})
+
+
 def stage_time(workdirs) -> float:
     """The seconds the stages of the finished runs in `workdirs` took (each run once, from
     its report.json's timing: the stage's wall time as its run recorded it), whichever
     process or session ran them: a study's compute, where `wall_time_s` is only the command
     that analysed it."""
-    return round(sum(float(stage.get("wall_s") or 0.0) for report in _reports(workdirs)
-                     for stage in (report.get("timing") or {}).values()), 1)
+    return _seconds(_reports(workdirs))
+
+
+def run_commits(workdirs) -> list:
+    """The commits the finished runs in `workdirs` ran at (their report.json's provenance)."""
+    return _commits(_reports(workdirs))
 
 
 def run_machines(workdirs) -> list:
     """The machines the finished runs in `workdirs` ran on, each as "<cpu> (<isa>)" from
     their report.json's provenance ("unrecorded" for a run whose code did not record it)."""
-    def name(report):
-        found = (report.get("provenance") or {}).get("machine")
-        return f"{found.get('cpu')} ({found.get('isa')})" if found else "unrecorded"
-    return sorted({name(report) for report in _reports(workdirs)})
-
-
-def run_commits(workdirs) -> list:
-    """The commits the finished runs in `workdirs` ran at (their report.json's provenance)."""
-    return sorted({(report.get("provenance") or {}).get("commit")
-                   for report in _reports(workdirs)}, key=str)
+    return _machines(_reports(workdirs))
 
 
 def protocol_of(records: Sequence[RunRecord]) -> dict:

@@ -57,6 +57,10 @@ def main_job(preset: str | None = None, *, task: str | None = None
     # unless WANDB_MODE says otherwise), mlflow (a SQLite store in the workdir unless
     # MLFLOW_TRACKING_URI is set); "" for metrics.jsonl only (grpo_jax/trackers.py).
     config.loggers = "tensorboard"
+    # The run report's PNGs (one per logged series, the pass@k curves) beside report.md and
+    # report.json; False writes the two without them (a sweep of short runs, the studies'
+    # mini tier), as drawing them takes most of a short run's report.
+    config.report_plots = True
     # Symbolic answers (LaTeX, expressions) are compared by math-verify in worker processes:
     # each comparison gets at most deadline_seconds (then it scores 0 and is counted as
     # reward_undecided); a stuck worker is replaced without blocking the others.

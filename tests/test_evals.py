@@ -298,6 +298,28 @@ def test_write_report_files_and_same_numbers(tmp_path):
     assert report["summary"]["before"]["by_difficulty"]["2"]["num_problems"] == 2
 
 
+def test_a_report_without_drawing_has_the_same_tables_and_no_image(tmp_path):
+    """draw=False (a run's report_plots): report.md and report.json as with the plots, less
+    the PNGs and the lines that show them."""
+    summary = {"before": evals.evaluate_samples(PROBLEMS)}
+    history = [{"step": 0, "reward_mean": 0.1}, {"step": 10, "reward_mean": 0.4}]
+    drawn = evals.write_report(tmp_path / "drawn", title="t", summary=summary, history=history)
+    bare = evals.write_report(tmp_path / "bare", title="t", summary=summary, history=history,
+                              draw=False)
+    assert {"plot:reward_mean", "plot:at_k"} <= set(drawn)
+    assert set(bare) == {"markdown", "json"}
+    assert not list((tmp_path / "bare").glob("*.png"))
+    markdown = (tmp_path / "drawn" / "report.md").read_text()
+    assert "![reward_mean](plot_reward_mean.png)" in markdown
+    assert (tmp_path / "bare" / "report.md").read_text() == re.sub(r"\n\n!\[[^\n]*", "",
+                                                                   markdown)
+    drawn_json, bare_json = (json.loads((tmp_path / d / "report.json").read_text())
+                             for d in ("drawn", "bare"))
+    assert drawn_json["plots"] and bare_json["plots"] == {} and bare_json["plot_steps"] == {}
+    for key in ("metrics", "summary", "columns", "num_history_steps"):
+        assert bare_json[key] == drawn_json[key]
+
+
 def test_write_report_without_history_and_bad_summary(tmp_path):
     paths = evals.write_report(tmp_path, title="t", summary={"eval": {"pass@1": 0.5}})
     assert set(paths) == {"markdown", "json"}

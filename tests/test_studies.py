@@ -310,6 +310,10 @@ def test_mini_tier(name, workdir):
     # every run finished; running again builds nothing and gives the same arms
     records = common.plan(study, "mini", workdir, _bases(loaded, workdir))
     assert records and all(r.finished for r in records)
+    for record in records:  # the mini tier's runs: no tracker, no PNG in their reports
+        made = os.listdir(record.workdir)
+        assert "report.md" in made and "tensorboard" not in made, made
+        assert not [n for n in made if n.endswith(".png")], made
     again = common.execute(study, "mini", workdir, argv=["test", name])
     assert json.loads(summary_lib.to_json(again))["arms"] == json.loads(
         summary_lib.to_json(result))["arms"]

@@ -161,6 +161,7 @@ def write_report(
     summary: Mapping[str, Mapping[str, Any]],
     history: Sequence[Mapping[str, Any]] = (),
     plots: Sequence[str] = ("reward_mean", "pass@1"),
+    draw: bool = True,
     step_key: str = "step",
     group_key: str | None = None,
     labels: Mapping[str, str] | None = None,
@@ -181,6 +182,8 @@ def write_report(
       history: per-step metric dicts (e.g. `grpo_jax.metrics.read_metrics(workdir)`),
         each with `step_key`.
       plots: series of `history` to plot against `step_key`; absent series are skipped.
+      draw: False writes report.md and report.json without any PNG (neither `plots` nor
+        the pass@k curves; "plots" and "plot_steps" are then empty).
       step_key: the step field of history rows (the x axis).
       group_key: a field of history rows (e.g. "stage") that splits each series into one
         labelled line per value; None draws one line.
@@ -212,7 +215,7 @@ def write_report(
     paths: dict[str, str] = {}
     plotted: dict[str, str] = {}
     spans: dict[str, dict[str, list]] = {}  # series -> group -> [first, last] x value
-    for series in plots:
+    for series in plots if draw else ():
         groups = series_points(history, series, step_key=step_key, group_key=group_key)
         if not groups:
             continue
@@ -223,7 +226,7 @@ def write_report(
                          for group, (steps, _) in groups.items()}
         paths[f"plot:{series}"] = storage.join(workdir, file_name)
 
-    curves = at_k_curves(flat)
+    curves = at_k_curves(flat) if draw else {}
     if curves:  # pass@k (unbiased) and maj@k against k, one line per eval column
         _plot_at_k(storage.join(workdir, AT_K_FILE), curves, labels, title)
         plotted["pass@k, maj@k"] = AT_K_FILE

@@ -223,7 +223,8 @@ def write_run_report(run) -> dict:
                      + _machine_words(code.get("machine")) + ".")
     evals_lib.write_report(
         run.workdir, title=f"grpo_jax run: {run.config.task.name}", summary=summary,
-        history=history, plots=PLOTS, step_key="step", group_key="stage", labels=labels,
+        history=history, plots=PLOTS, draw=run.config.get("report_plots", True),
+        step_key="step", group_key="stage", labels=labels,
         notes=notes, extra={"timing": timing, **({"reward_errors": guard} if guard else {}),
                             **({"provenance": code} if code else {})},
     )

@@ -99,6 +99,8 @@ def check_run_fields(config: ml_collections.ConfigDict, kinds) -> None:
         top.string("compilation_cache_dir")
     if "reuse_host_memory" in config:
         top.boolean("reuse_host_memory")
+    if "report_plots" in config:
+        top.boolean("report_plots")
     if "rl_samples_logged" in config:  # optional: RL completions written to samples.jsonl
         if top.integer("rl_samples_logged", low=-1) == 0:
             top.fail("rl_samples_logged", "expected -1 (every completion of every step) or a "

@@ -7,7 +7,7 @@ import hashlib
 import json
 
 # Fields that do not change what a run computes (left out of its hash).
-VOLATILE_FIELDS = ("compilation_cache_dir", "loggers", "sandbox")
+VOLATILE_FIELDS = ("compilation_cache_dir", "loggers", "report_plots", "sandbox")
 
 # Fields added to the configs after the full tier's runs were made, each with the value that
 # keeps a run what it was: `config_hash` leaves a field out while it holds that value, so a
@@ -100,9 +100,16 @@ def config_key(config) -> str:
 
 def for_tier(config, tier: str):
     """A study's config as its tier runs it: the mini tier on one device, as the CPU job runs
-    (the test suite's 8 virtual CPU devices would otherwise shard the toy runs)."""
-    if tier == "mini" and "mesh" in config:
-        config.mesh.num_devices = 1
+    (the test suite's 8 virtual CPU devices would otherwise shard the toy runs), with no
+    tracker and no PNG in its runs' reports (the study draws its own figures; both are
+    VOLATILE_FIELDS, so its runs keep their keys)."""
+    if tier == "mini":
+        if "mesh" in config:
+            config.mesh.num_devices = 1
+        if "loggers" in config:
+            config.loggers = ""
+        if "report_plots" in config:
+            config.report_plots = False
     return config
 
 

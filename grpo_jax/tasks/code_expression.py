@@ -16,6 +16,7 @@ ones get one constant wrong with probability `error_rate`.
 from __future__ import annotations
 
 import concurrent.futures
+import functools
 import json
 
 import numpy as np
@@ -65,6 +66,14 @@ def evaluate_expression(expression: str, inputs) -> list:
         else [None] * len(inputs)
 
 
+@functools.lru_cache(maxsize=None)
+def _compiled(expression: str):
+    """x -> the value of `expression`, one of the task's own patterns (never a policy's
+    text): compiled once per expression (a few hundred exist), evaluated per x."""
+    code = compile(expression, "<code_expression>", "eval")
+    return lambda x: eval(code, {"__builtins__": {}}, {"x": x})  # our own grammar
+
+
 @register_task("code_expression")
 class CodeExpressionTask(Task):
     """Program synthesis in miniature: a Python expression in x from three examples."""
@@ -90,8 +99,8 @@ class CodeExpressionTask(Task):
         a = int(rng.integers(2, 6))
         b = int(rng.integers(0, self.max_constant + 1))
         expression = pattern.format(a=a, b=b)
-        values = {x: eval(expression, {"__builtins__": {}}, {"x": x})  # our own grammar
-                  for x in SHOWN + HIDDEN}
+        function = _compiled(expression)
+        values = {x: function(x) for x in SHOWN + HIDDEN}
         prompt = " ".join(f"f({x})={values[x]}" for x in SHOWN)
         return Example(id=f"code_expression:{expression}", prompt=prompt, answer=expression,
                        solution=format_completion(name, expression), difficulty=difficulty,

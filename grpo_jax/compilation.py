@@ -35,6 +35,12 @@ _EVENTS = ("/jax/core/compile/jaxpr_trace_duration",
            "/jax/core/compile/backend_compile_duration")
 _BACKEND = _EVENTS[2]
 _HIT = "/jax/compilation_cache/cache_hits"
+# Programs that compiled in less than this many seconds are not written to the cache (jax's
+# jax_persistent_cache_min_compile_time_secs, whose own default is 1 s): 0 keeps every one,
+# as the CPU jobs' tiny models compile in well under a second. The test session raises it
+# (tests/conftest.py), where thousands of single-op programs compile in milliseconds, less
+# than storing each one costs.
+MIN_COMPILE_SECS = 0.0
 
 
 class CompileClock:
@@ -87,8 +93,8 @@ def use_cache(path: str | None) -> str | None:
     """Points jax's persistent compilation cache at `path` ("" or None: off), or at
     $GRPO_JAX_COMPILATION_CACHE_DIR when that is set.
 
-    Every program is cached, however fast it compiled (the tiny models of the CPU jobs
-    compile in well under jax's default 1 s threshold). Returns the absolute directory, or
+    Every program that compiled in MIN_COMPILE_SECS or more is cached (by default every
+    one: the tiny models of the CPU jobs compile in well under jax's default 1 s threshold). Returns the absolute directory, or
     None when the cache is off. Safe to call again with another path (the next compile uses
     it), e.g. for several runs in one process.
 
@@ -109,7 +115,7 @@ def use_cache(path: str | None) -> str | None:
     if path == current:
         return path
     jax.config.update("jax_compilation_cache_dir", path)
-    jax.config.update("jax_persistent_cache_min_compile_time_secs", 0.0)
+    jax.config.update("jax_persistent_cache_min_compile_time_secs", MIN_COMPILE_SECS)
     jax.config.update("jax_persistent_cache_min_entry_size_bytes", 0)
     compilation_cache.reset_cache()  # the cache reads its directory once: read it again
     return path

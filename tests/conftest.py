@@ -45,6 +45,12 @@ _OWN_CACHE = compilation.ENV_VAR not in os.environ
 if _OWN_CACHE:
     os.environ[compilation.ENV_VAR] = tempfile.mkdtemp(prefix="grpo_jax_tests_xla_")
 SESSION_CACHE = os.environ[compilation.ENV_VAR]
+# Only programs that took 0.1 s or more to compile are stored: the tests run thousands of
+# single jnp ops eagerly, each its own program of a few milliseconds, which cost more to
+# write than to compile again (measured on 2 cores: test_algorithms, test_model and
+# test_decode 88-90 s -> 81-83 s, alternated). The train steps and samplers (0.5 s and up)
+# are still shared. Subprocesses the tests start keep the library's default (every program).
+compilation.MIN_COMPILE_SECS = 0.1
 compilation.use_cache(SESSION_CACHE)  # for every jitted program, not only the pipeline's
 
 

@@ -23,10 +23,12 @@ def pretrain_config(cache_dir):
 def back_to_the_session_cache(monkeypatch):
     """Afterwards the variable and jax's cache are the test session's again (conftest)."""
     session = os.environ.get(compilation.ENV_VAR, "")
+    minimum = compilation.MIN_COMPILE_SECS
     try:
         yield
     finally:
         monkeypatch.setenv(compilation.ENV_VAR, session)
+        monkeypatch.setattr(compilation, "MIN_COMPILE_SECS", minimum)
         assert compilation.use_cache(session) == jax.config.jax_compilation_cache_dir
 
 
@@ -35,6 +37,7 @@ def test_a_rerun_loads_every_program_from_the_cache_and_logs_compile_time_apart(
     cache = tmp_path / "xla"
     with back_to_the_session_cache(monkeypatch):
         monkeypatch.setenv(compilation.ENV_VAR, str(cache))  # over the config's directory
+        monkeypatch.setattr(compilation, "MIN_COMPILE_SECS", 0.0)  # the library's default
         check_rerun(tmp_path, cache)
 
 
@@ -65,7 +68,9 @@ def test_the_config_names_the_directory_and_the_environment_overrides_it(tmp_pat
         monkeypatch.delenv(compilation.ENV_VAR)
         assert compilation.use_cache("") is None  # off
         assert jax.config.jax_compilation_cache_dir is None
+        monkeypatch.setattr(compilation, "MIN_COMPILE_SECS", 0.25)
         assert compilation.use_cache(str(tmp_path / "c")) == str(tmp_path / "c")
         assert (tmp_path / "c").is_dir()
+        assert jax.config.jax_persistent_cache_min_compile_time_secs == 0.25
         monkeypatch.setenv(compilation.ENV_VAR, str(tmp_path / "env"))
         assert compilation.use_cache(str(tmp_path / "c")) == str(tmp_path / "env")

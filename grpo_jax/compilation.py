@@ -94,9 +94,10 @@ def use_cache(path: str | None) -> str | None:
     $GRPO_JAX_COMPILATION_CACHE_DIR when that is set.
 
     Every program that compiled in MIN_COMPILE_SECS or more is cached (by default every
-    one: the tiny models of the CPU jobs compile in well under jax's default 1 s threshold). Returns the absolute directory, or
-    None when the cache is off. Safe to call again with another path (the next compile uses
-    it), e.g. for several runs in one process.
+    one: the tiny models of the CPU jobs compile in well under jax's default 1 s
+    threshold). Returns the absolute directory, or None when the cache is off. Safe to
+    call again with another path (the next compile uses it), e.g. for several runs in one
+    process.
 
     A directory that cannot be created or written turns the cache off with one warning line
     on stderr and the run goes on: the cache only saves compile time, and jax would

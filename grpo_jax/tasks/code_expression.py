@@ -66,7 +66,7 @@ def evaluate_expression(expression: str, inputs) -> list:
         else [None] * len(inputs)
 
 
-@functools.lru_cache(maxsize=None)
+@functools.cache
 def _compiled(expression: str):
     """x -> the value of `expression`, one of the task's own patterns (never a policy's
     text): compiled once per expression (a few hundred exist), evaluated per x."""

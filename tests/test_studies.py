@@ -144,6 +144,13 @@ def test_a_studys_compute_is_the_stage_time_its_runs_and_bases_recorded(tmp_path
     assert run_machines(runs) == ["AMD EPYC (AVX2)"]  # b's code did not record its machine
     assert run_machines([str(tmp_path / n) for n in ("b", "a")]) == ["AMD EPYC (AVX2)",
                                                                      "unrecorded"]
+    capped = {"cpu": "AMD EPYC", "isa": "AVX512", "cpus": 2,
+              "xla_flags": "--xla_foo=1 --xla_cpu_max_isa=avx2"}
+    os.makedirs(tmp_path / "c")
+    (tmp_path / "c" / "report.json").write_text(json.dumps(
+        {"timing": {}, "provenance": {"commit": "f" * 40, "machine": capped}}))
+    assert run_machines([str(tmp_path / n) for n in ("a", "c")]) == [
+        "AMD EPYC (AVX2)", "AMD EPYC (AVX512, capped at AVX2)"]
     result = {"study": "t", "tier": "full", "contrasts": [],
               "provenance": {"commit": "c" * 40, "run_commits": ["r" * 40],
                              "wall_time_s": 12.0, "runs_time_s": 9000.0,

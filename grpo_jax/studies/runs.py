@@ -8,6 +8,7 @@ from __future__ import annotations
 import copy
 import hashlib
 import os
+import re
 import sys
 import time
 from collections.abc import Sequence
@@ -303,7 +304,11 @@ def _commits(reports) -> list:
 def _machines(reports) -> list:
     def name(report):
         found = (report.get("provenance") or {}).get("machine")
-        return f"{found.get('cpu')} ({found.get('isa')})" if found else "unrecorded"
+        if not found:
+            return "unrecorded"
+        cap = re.search(r"--xla_cpu_max_isa=(\w+)", found.get("xla_flags") or "")
+        capped = f", capped at {cap.group(1).upper()}" if cap else ""
+        return f"{found.get('cpu')} ({found.get('isa')}{capped})"
     return sorted({name(report) for report in reports})
 
 
@@ -322,7 +327,9 @@ def run_commits(workdirs) -> list:
 
 def run_machines(workdirs) -> list:
     """The machines the finished runs in `workdirs` ran on, each as "<cpu> (<isa>)" from
-    their report.json's provenance ("unrecorded" for a run whose code did not record it)."""
+    their report.json's provenance, "<cpu> (<isa>, capped at <set>)" where XLA_FLAGS'
+    `--xla_cpu_max_isa` capped the set XLA compiled for ("unrecorded" for a run whose code
+    did not record it)."""
     return _machines(_reports(workdirs))
 
 

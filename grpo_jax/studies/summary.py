@@ -11,7 +11,7 @@ Top-level keys (`check` enforces them; `SCHEMA_VERSION` is written as `schema`):
                      "run_commits": ["<sha>", ...],         # every commit a run was made at
                      "runs_time_s": float,                   # its runs' stages (report.json)
                      "bases_time_s": float,                  # its bases' stages
-                     "run_machines": ["<cpu> (<isa>)", ...]},  # its runs' and bases' CPUs
+                     "run_machines": ["<cpu> (<isa>[, capped at <set>])", ...]},  # runs, bases
       "protocol": {"eval_seed": int | null,                 # the held-out problems' seed
                    "problems": int,                         # held-out problems per eval
                    "samples_per_problem": int,

@@ -118,6 +118,32 @@ def test_a_run_records_the_instruction_set_its_numbers_depend_on(tmp_path, monke
     assert machine(str(tmp_path / "missing"))["isa"] is None
 
 
+def test_the_machine_fingerprint_repeats_and_follows_the_data():
+    """fingerprint() hashes every loss of a short main-base pretraining: the same run twice
+    gives the same hash on one machine, another seed (other data and weights) another hash,
+    and a bad step count is refused before anything runs."""
+    from unittest import mock
+
+    from grpo_jax.runner.report import machine
+    from grpo_jax.studies import configs
+    from grpo_jax.studies.fingerprint import fingerprint
+
+    first, again = fingerprint(1, tier="mini"), fingerprint(1, tier="mini")
+    assert first == again and len(first["fingerprint"]) == 16 and first["steps"] == 1
+    assert first["machine"].startswith(f"{machine()['cpu']} (")
+    built = configs.main_base
+
+    def reseeded(tier):
+        config = built(tier)
+        config.seed += 1
+        return config
+    with mock.patch.object(configs, "main_base", reseeded):
+        other = fingerprint(1, tier="mini")
+    assert other["fingerprint"] != first["fingerprint"]
+    with pytest.raises(ValueError, match="steps must be a positive integer"):
+        fingerprint(0)
+
+
 def test_a_studys_compute_is_the_stage_time_its_runs_and_bases_recorded(tmp_path):
     """stage_time sums the stages' wall time of each finished run once (a run listed twice,
     as two studies' shared run, counts once; an unfinished run counts nothing), run_commits

@@ -1,5 +1,6 @@
 """`python -m grpo_jax.studies list | design NAME [NAME ...] | all | verdicts NAME [NAME ...] |
-all | run NAME [NAME ...] | all --tier=full|mini --workdir=DIR [--publish]`."""
+all | run NAME [NAME ...] | all --tier=full|mini --workdir=DIR [--publish] | fingerprint
+[--steps=N]`."""
 
 from __future__ import annotations
 
@@ -92,6 +93,11 @@ def main(argv: list[str] | None = None) -> int:
         "verdicts", help="apply the current claims and verdict rule to the published "
                          "summary.json files (no runs); print each verdict before -> after")
     verdicts.add_argument("names", nargs="+", metavar="NAME", help="a study or all")
+    printed = commands.add_parser(
+        "fingerprint", help="run a few steps of the main base's pretraining and print a hash "
+                            "of its losses: machines with equal fingerprints compute a study's "
+                            "runs alike (seconds; nothing written)")
+    printed.add_argument("--steps", type=int, default=20, help="pretraining steps (20)")
     run = commands.add_parser("run", help="build, run, analyse studies, one after another")
     run.add_argument("names", nargs="+", metavar="NAME",
                      help=f"a study ({', '.join(studies.NAMES)}) or all (in that order; "
@@ -109,6 +115,19 @@ def main(argv: list[str] | None = None) -> int:
         return _design(args.names, args.check)
     if args.command == "verdicts":
         return _verdicts(args.names)
+    if args.command == "fingerprint":
+        if args.steps < 1:
+            print(f"error: --steps: expected a positive integer, got {args.steps}",
+                  file=sys.stderr)
+            return 2
+        from grpo_jax.studies.fingerprint import fingerprint
+
+        found = fingerprint(args.steps)
+        print(f"fingerprint {found['fingerprint']} (the main base's pretraining, "
+              f"{found['steps']} steps, last loss {found['last_loss']!r}) on "
+              f"{found['machine']}"
+              + (f", XLA_FLAGS {found['xla_flags']!r}" if found["xla_flags"] else ""))
+        return 0
     if args.publish and args.tier != "full":
         print("error: --publish: only the full tier's results are published", file=sys.stderr)
         return 2

@@ -301,15 +301,20 @@ def _commits(reports) -> list:
                   key=str)
 
 
+def machine_words(found: dict | None) -> str:
+    """A machine as report.machine() records it, in words: "<cpu> (<isa>)", or "<cpu>
+    (<isa>, capped at <set>)" where XLA_FLAGS' `--xla_cpu_max_isa` capped the set XLA
+    compiled for; "unrecorded" for None (a run whose code did not record it)."""
+    if not found:
+        return "unrecorded"
+    cap = re.search(r"--xla_cpu_max_isa=(\w+)", found.get("xla_flags") or "")
+    capped = f", capped at {cap.group(1).upper()}" if cap else ""
+    return f"{found.get('cpu')} ({found.get('isa')}{capped})"
+
+
 def _machines(reports) -> list:
-    def name(report):
-        found = (report.get("provenance") or {}).get("machine")
-        if not found:
-            return "unrecorded"
-        cap = re.search(r"--xla_cpu_max_isa=(\w+)", found.get("xla_flags") or "")
-        capped = f", capped at {cap.group(1).upper()}" if cap else ""
-        return f"{found.get('cpu')} ({found.get('isa')}{capped})"
-    return sorted({name(report) for report in reports})
+    return sorted({machine_words((report.get("provenance") or {}).get("machine"))
+                   for report in reports})
 
 
 def stage_time(workdirs) -> float:
@@ -326,10 +331,8 @@ def run_commits(workdirs) -> list:
 
 
 def run_machines(workdirs) -> list:
-    """The machines the finished runs in `workdirs` ran on, each as "<cpu> (<isa>)" from
-    their report.json's provenance, "<cpu> (<isa>, capped at <set>)" where XLA_FLAGS'
-    `--xla_cpu_max_isa` capped the set XLA compiled for ("unrecorded" for a run whose code
-    did not record it)."""
+    """The machines the finished runs in `workdirs` ran on, from their report.json's
+    provenance, each in `machine_words`."""
     return _machines(_reports(workdirs))
 
 

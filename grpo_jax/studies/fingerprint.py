@@ -1,0 +1,44 @@
+"""Whether this machine computes what another did: a short run of the main base's
+pretraining, hashed. One config trained on two CPUs need not give the same weights (XLA and
+the kernel libraries it calls choose their code from the CPU), so a study's runs pair with
+runs made elsewhere only when the machines' fingerprints match. Seconds, where rebuilding a
+base to find out takes minutes.
+
+    python -m grpo_jax.studies fingerprint            # the full tier's base, 20 steps
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import tempfile
+
+
+def fingerprint(steps: int = 20, tier: str = "full") -> dict:
+    """Runs `steps` steps of the `tier`'s main-base pretraining (its config, model and
+    seed; no checkpoint, tracker or plot) in a scratch directory and returns {"machine":
+    this CPU in run_machines' words, "steps", "last_loss", "fingerprint": the first 16
+    hex digits of the sha256 of every step's loss, written in full, "xla_flags"}. Equal fingerprints
+    say the two machines computed every loss of the run bit for bit alike."""
+    if not isinstance(steps, int) or isinstance(steps, bool) or steps < 1:
+        raise ValueError(f"fingerprint: steps must be a positive integer, got {steps!r}")
+    from grpo_jax import pipeline  # jax only when a run is made
+    from grpo_jax.results import FinishedRun
+    from grpo_jax.runner.report import machine
+    from grpo_jax.studies.configs import for_tier_base, main_base
+    from grpo_jax.studies.runs import machine_words
+
+    config = for_tier_base(main_base(tier), tier)
+    config.pretrain.steps = steps
+    config.loggers = ""
+    config.report_plots = False
+    with tempfile.TemporaryDirectory(prefix="grpo_jax_fingerprint_") as workdir:
+        pipeline.train_and_evaluate(config, workdir)
+        rows = FinishedRun(workdir).metrics("pretrain")
+    losses = [repr(float(row["loss"])) for row in rows if "loss" in row]
+    if len(losses) != steps:
+        raise RuntimeError(f"fingerprint: the run logged {len(losses)} losses for {steps} steps")
+    digest = hashlib.sha256(json.dumps(losses).encode()).hexdigest()[:16]
+    found = machine()
+    return {"machine": machine_words(found), "xla_flags": found["xla_flags"], "steps": steps,
+            "last_loss": float(losses[-1]), "fingerprint": digest}

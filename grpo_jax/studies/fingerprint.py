@@ -16,10 +16,11 @@ import tempfile
 
 def fingerprint(steps: int = 20, tier: str = "full") -> dict:
     """Runs `steps` steps of the `tier`'s main-base pretraining (its config, model and
-    seed; no checkpoint, tracker or plot) in a scratch directory and returns {"machine":
-    this CPU in run_machines' words, "steps", "last_loss", "fingerprint": the first 16
-    hex digits of the sha256 of every step's loss, written in full, "xla_flags"}. Equal fingerprints
-    say the two machines computed every loss of the run bit for bit alike."""
+    seed; no tracker or plot) in a scratch directory removed afterwards, and returns
+    {"machine": this CPU in run_machines' words, "xla_flags", "steps", "last_loss",
+    "fingerprint": the first 16 hex digits of the sha256 of every step's loss, written in
+    full}. Equal fingerprints say two machines computed every loss of the run alike, bit
+    for bit."""
     if not isinstance(steps, int) or isinstance(steps, bool) or steps < 1:
         raise ValueError(f"fingerprint: steps must be a positive integer, got {steps!r}")
     from grpo_jax import pipeline  # jax only when a run is made

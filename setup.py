@@ -12,6 +12,7 @@ setup(
     long_description_content_type="text/markdown",
     python_requires=">=3.11",
     packages=find_packages(include=["grpo_jax", "grpo_jax.*"]),
+    package_data={"grpo_jax.studies": ["cpu_mask.c"]},  # built on use: studies/cpu_mask.py
     # Compatible ranges: the API of jax / flax NNX / orbax / grain moves quickly, so a newer
     # Python must not silently pull a release with a different API.
     install_requires=[

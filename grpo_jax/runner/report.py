@@ -64,9 +64,10 @@ def machine(cpuinfo: str = "/proc/cpuinfo") -> dict:
     """The CPU a run's floating-point results depend on: its model name, the widest x86
     vector instruction set it offers ("AVX512", "AVX2", "AVX", "SSE4_2"; None when
     /proc/cpuinfo says none of them, e.g. another architecture), its logical CPUs and
-    XLA_FLAGS. XLA compiles for the widest set unless `--xla_cpu_max_isa` caps it, and
-    one config trained under two sets gives different weights, so a run's numbers repeat
-    only where these match."""
+    XLA_FLAGS; and "seen_isa" where the process's CPUID reports another set than
+    /proc/cpuinfo (a CPUID mask). XLA compiles for the widest set unless `--xla_cpu_max_isa`
+    caps it, and one config trained under two sets gives different weights, so a run's
+    numbers repeat only where these match."""
     model, flags = platform.processor() or None, set()
     try:
         with open(cpuinfo, encoding="utf-8") as info:
@@ -80,15 +81,35 @@ def machine(cpuinfo: str = "/proc/cpuinfo") -> dict:
     except OSError:
         pass
     isa = next((name for flag, name in _ISA_FLAGS if flag in flags), None)
-    return {"cpu": model, "isa": isa, "cpus": os.cpu_count(),
-            "xla_flags": os.environ.get("XLA_FLAGS", "")}
+    found = {"cpu": model, "isa": isa, "cpus": os.cpu_count(),
+             "xla_flags": os.environ.get("XLA_FLAGS", "")}
+    seen = seen_isa()
+    if isa and seen and seen != isa:  # CPUID answers otherwise: grpo_jax/studies/cpu_mask.c
+        found["seen_isa"] = seen
+    return found
+
+
+def seen_isa() -> str | None:
+    """The widest x86 vector set this process's CPUID reports, as numpy detected it on
+    import ("AVX512", "AVX2", "AVX", "SSE4_2"; None where it reports none of them, e.g.
+    another architecture). It is /proc/cpuinfo's set unless a CPUID mask (the studies'
+    `cpu_mask`) makes the process see another CPU."""
+    try:
+        from numpy._core._multiarray_umath import __cpu_features__ as features
+    except ImportError:
+        return None
+    return next((name for feature, name in (("AVX512F", "AVX512"), ("AVX2", "AVX2"),
+                                            ("AVX", "AVX"), ("SSE42", "SSE4_2"))
+                 if features.get(feature)), None)
 
 
 def _machine_words(found: dict | None) -> str:
     if not found:
         return ""
     flags = f", XLA_FLAGS {found['xla_flags']!r}" if found.get("xla_flags") else ""
-    return f"; CPU {found.get('cpu')} ({found.get('isa')}, {found.get('cpus')} logical){flags}"
+    seen = f" seen as {found['seen_isa']}" if found.get("seen_isa") else ""
+    return (f"; CPU {found.get('cpu')} ({found.get('isa')}{seen}, {found.get('cpus')} logical)"
+            f"{flags}")
 
 
 def code_provenance() -> dict:

@@ -1,6 +1,6 @@
 """`python -m grpo_jax.studies list | design NAME [NAME ...] | all | verdicts NAME [NAME ...] |
 all | run NAME [NAME ...] | all --tier=full|mini --workdir=DIR [--publish] | fingerprint
-[--steps=N]`."""
+[--steps=N] | cpu-mask`."""
 
 from __future__ import annotations
 
@@ -98,6 +98,10 @@ def main(argv: list[str] | None = None) -> int:
                             "of its losses: machines with equal fingerprints compute a study's "
                             "runs alike (seconds; nothing written)")
     printed.add_argument("--steps", type=int, default=20, help="pretraining steps (20)")
+    commands.add_parser(
+        "cpu-mask", help="build the CPU mask (grpo_jax/studies/cpu_mask.c) and print its path, "
+                         "for LD_PRELOAD: the process's CPUID answers as the CPU that built "
+                         "the published bases")
     run = commands.add_parser("run", help="build, run, analyse studies, one after another")
     run.add_argument("names", nargs="+", metavar="NAME",
                      help=f"a study ({', '.join(studies.NAMES)}) or all (in that order; "
@@ -115,6 +119,15 @@ def main(argv: list[str] | None = None) -> int:
         return _design(args.names, args.check)
     if args.command == "verdicts":
         return _verdicts(args.names)
+    if args.command == "cpu-mask":
+        from grpo_jax.studies.cpu_mask import build
+
+        try:
+            print(build())
+        except RuntimeError as error:
+            print(f"error: {error}", file=sys.stderr)
+            return 1
+        return 0
     if args.command == "fingerprint":
         if args.steps < 1:
             print(f"error: --steps: expected a positive integer, got {args.steps}",
@@ -127,6 +140,13 @@ def main(argv: list[str] | None = None) -> int:
               f"{found['steps']} steps, last loss {found['last_loss']!r}) on "
               f"{found['machine']}"
               + (f", XLA_FLAGS {found['xla_flags']!r}" if found["xla_flags"] else ""))
+        if args.steps == 20:
+            from grpo_jax.studies.fingerprint import SECOND_BUILD
+
+            print("the published bases' build (the second build)"
+                  if found["fingerprint"] == SECOND_BUILD else
+                  f"not the published bases' build (the second build prints {SECOND_BUILD}); "
+                  "on x86 Linux, try the CPU mask: python -m grpo_jax.studies cpu-mask")
         return 0
     if args.publish and args.tier != "full":
         print("error: --publish: only the full tier's results are published", file=sys.stderr)

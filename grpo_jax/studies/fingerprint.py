@@ -5,6 +5,10 @@ runs made elsewhere only when the machines' fingerprints match. Seconds, where r
 base to find out takes minutes.
 
     python -m grpo_jax.studies fingerprint            # the full tier's base, 20 steps
+
+The published bases' CPU (the second build: experiments/README.md, Provenance) prints
+SECOND_BUILD, with or without `XLA_FLAGS=--xla_cpu_max_isa=AVX2`. Another x86 CPU prints it
+under the CPU mask (`cpu_mask`), which makes CPUID answer as that CPU.
 """
 
 from __future__ import annotations
@@ -12,6 +16,8 @@ from __future__ import annotations
 import hashlib
 import json
 import tempfile
+
+SECOND_BUILD = "74fa3bd59a02c587"  # 20 steps of the full tier's main base on its CPU
 
 
 def fingerprint(steps: int = 20, tier: str = "full") -> dict:

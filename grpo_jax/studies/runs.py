@@ -302,14 +302,17 @@ def _commits(reports) -> list:
 
 
 def machine_words(found: dict | None) -> str:
-    """A machine as report.machine() records it, in words: "<cpu> (<isa>)", or "<cpu>
-    (<isa>, capped at <set>)" where XLA_FLAGS' `--xla_cpu_max_isa` capped the set XLA
-    compiled for; "unrecorded" for None (a run whose code did not record it)."""
+    """A machine as report.machine() records it, in words: "<cpu> (<isa>)", "<cpu> (<isa>,
+    capped at <set>)" where XLA_FLAGS' `--xla_cpu_max_isa` capped the set XLA compiled for,
+    "<cpu> (<isa> seen as <set> under a CPUID mask, ...)" where the process's CPUID reported
+    another set (`cpu_mask`); "unrecorded" for None (a run whose code did not record it)."""
     if not found:
         return "unrecorded"
     cap = re.search(r"--xla_cpu_max_isa=(\w+)", found.get("xla_flags") or "")
     capped = f", capped at {cap.group(1).upper()}" if cap else ""
-    return f"{found.get('cpu')} ({found.get('isa')}{capped})"
+    seen = (f" seen as {found['seen_isa']} under a CPUID mask" if found.get("seen_isa")
+            else "")
+    return f"{found.get('cpu')} ({found.get('isa')}{seen}{capped})"
 
 
 def _machines(reports) -> list:

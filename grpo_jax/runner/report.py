@@ -60,14 +60,9 @@ def eval_columns(stage_names, kinds, evals) -> list[tuple[str, str, str | None, 
 _ISA_FLAGS = (("avx512f", "AVX512"), ("avx2", "AVX2"), ("avx", "AVX"), ("sse4_2", "SSE4_2"))
 
 
-def machine(cpuinfo: str = "/proc/cpuinfo") -> dict:
-    """The CPU a run's floating-point results depend on: its model name, the widest x86
-    vector instruction set it offers ("AVX512", "AVX2", "AVX", "SSE4_2"; None when
-    /proc/cpuinfo says none of them, e.g. another architecture), its logical CPUs and
-    XLA_FLAGS; and "seen_isa" where the process's CPUID reports another set than
-    /proc/cpuinfo (a CPUID mask). XLA compiles for the widest set unless `--xla_cpu_max_isa`
-    caps it, and one config trained under two sets gives different weights, so a run's
-    numbers repeat only where these match."""
+def cpuinfo_model_and_flags(cpuinfo: str = "/proc/cpuinfo") -> tuple[str | None, set]:
+    """The first CPU's model name (platform.processor() where the file names none) and its
+    flags (empty where the file is missing or lists none), from /proc/cpuinfo."""
     model, flags = platform.processor() or None, set()
     try:
         with open(cpuinfo, encoding="utf-8") as info:
@@ -80,6 +75,18 @@ def machine(cpuinfo: str = "/proc/cpuinfo") -> dict:
                     break
     except OSError:
         pass
+    return model, flags
+
+
+def machine(cpuinfo: str = "/proc/cpuinfo") -> dict:
+    """The CPU a run's floating-point results depend on: its model name, the widest x86
+    vector instruction set it offers ("AVX512", "AVX2", "AVX", "SSE4_2"; None when
+    /proc/cpuinfo says none of them, e.g. another architecture), its logical CPUs and
+    XLA_FLAGS; and "seen_isa" where the process's CPUID reports another set than
+    /proc/cpuinfo (a CPUID mask). XLA compiles for the widest set unless `--xla_cpu_max_isa`
+    caps it, and one config trained under two sets gives different weights, so a run's
+    numbers repeat only where these match."""
+    model, flags = cpuinfo_model_and_flags(cpuinfo)
     isa = next((name for flag, name in _ISA_FLAGS if flag in flags), None)
     found = {"cpu": model, "isa": isa, "cpus": os.cpu_count(),
              "xla_flags": os.environ.get("XLA_FLAGS", "")}

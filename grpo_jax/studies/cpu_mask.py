@@ -23,19 +23,9 @@ import shutil
 import subprocess
 import tempfile
 
+from grpo_jax.runner.report import cpuinfo_model_and_flags
+
 SOURCE = os.path.join(os.path.dirname(os.path.abspath(__file__)), "cpu_mask.c")
-
-
-def _flags(cpuinfo: str) -> set:
-    try:
-        with open(cpuinfo, encoding="utf-8") as info:
-            for line in info:
-                key, _, value = line.partition(":")
-                if key.strip() == "flags":
-                    return set(value.split())
-    except OSError:
-        pass
-    return set()
 
 
 def unavailable(cpuinfo: str = "/proc/cpuinfo") -> str | None:
@@ -43,7 +33,7 @@ def unavailable(cpuinfo: str = "/proc/cpuinfo") -> str | None:
     if platform.system() != "Linux" or platform.machine() not in ("x86_64", "AMD64"):
         return (f"the CPU mask needs x86-64 Linux; this is {platform.system()} "
                 f"{platform.machine()}")
-    if "cpuid_fault" not in _flags(cpuinfo):
+    if "cpuid_fault" not in cpuinfo_model_and_flags(cpuinfo)[1]:
         return ("the CPU mask needs CPUID faulting, and /proc/cpuinfo's flags have no "
                 "cpuid_fault on this CPU or kernel; run the studies on an AVX2 CPU whose "
                 "fingerprint matches instead")

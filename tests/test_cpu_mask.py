@@ -8,8 +8,8 @@ import sys
 
 import pytest
 
+from grpo_jax.runner.report import machine_words
 from grpo_jax.studies import cpu_mask
-from grpo_jax.studies.runs import machine_words
 
 # CPUID from Python: x86-64 machine code for uint32_t f(uint32_t leaf) returning EAX, or
 # ECX (subleaf 0), run from an executable page; rbx is saved as the ABI asks.

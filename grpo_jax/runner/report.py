@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import os
 import platform
+import re
 import subprocess
 import sys
 
@@ -110,13 +111,27 @@ def seen_isa() -> str | None:
                  if features.get(feature)), None)
 
 
-def _machine_words(found: dict | None) -> str:
+def machine_words(found: dict | None) -> str:
+    """A machine as `machine()` records it, in words: "<cpu> (<isa>)", "<cpu> (<isa>,
+    capped at <set>)" where XLA_FLAGS' `--xla_cpu_max_isa` capped the set XLA compiled for,
+    "<cpu> (<isa> seen as <set> under a CPUID mask, ...)" where the process's CPUID reported
+    another set (the studies' `cpu_mask`); "unrecorded" for None (a run whose code did not
+    record it)."""
+    if not found:
+        return "unrecorded"
+    cap = re.search(r"--xla_cpu_max_isa=(\w+)", found.get("xla_flags") or "")
+    capped = f", capped at {cap.group(1).upper()}" if cap else ""
+    seen = (f" seen as {found['seen_isa']} under a CPUID mask" if found.get("seen_isa")
+            else "")
+    return f"{found.get('cpu')} ({found.get('isa')}{seen}{capped})"
+
+
+def _machine_line(found: dict | None) -> str:
+    """report.md's tail of the "Code:" line: the machine, its logical CPUs and XLA_FLAGS."""
     if not found:
         return ""
     flags = f", XLA_FLAGS {found['xla_flags']!r}" if found.get("xla_flags") else ""
-    seen = f" seen as {found['seen_isa']}" if found.get("seen_isa") else ""
-    return (f"; CPU {found.get('cpu')} ({found.get('isa')}{seen}, {found.get('cpus')} logical)"
-            f"{flags}")
+    return f"; CPU {machine_words(found)}, {found.get('cpus')} logical{flags}"
 
 
 def code_provenance() -> dict:
@@ -248,7 +263,7 @@ def write_run_report(run) -> dict:
         notes.append(f"Code: grpo_jax {commit}" + (" with modified files" if code["modified"]
                                                       else "")
                      + f"; jax {code['jax']}, flax {code['flax']}, Python {code['python']}"
-                     + _machine_words(code.get("machine")) + ".")
+                     + _machine_line(code.get("machine")) + ".")
     evals_lib.write_report(
         run.workdir, title=f"grpo_jax run: {run.config.task.name}", summary=summary,
         history=history, plots=PLOTS, draw=run.config.get("report_plots", True),

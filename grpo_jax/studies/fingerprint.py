@@ -31,9 +31,8 @@ def fingerprint(steps: int = 20, tier: str = "full") -> dict:
         raise ValueError(f"fingerprint: steps must be a positive integer, got {steps!r}")
     from grpo_jax import pipeline  # jax only when a run is made
     from grpo_jax.results import FinishedRun
-    from grpo_jax.runner.report import machine
+    from grpo_jax.runner.report import machine, machine_words
     from grpo_jax.studies.configs import for_tier_base, main_base
-    from grpo_jax.studies.runs import machine_words
 
     config = for_tier_base(main_base(tier), tier)
     config.pretrain.steps = steps

@@ -8,13 +8,13 @@ from __future__ import annotations
 import copy
 import hashlib
 import os
-import re
 import sys
 import time
 from collections.abc import Sequence
 
 from grpo_jax import storage
 from grpo_jax.results import FinishedRun
+from grpo_jax.runner.report import machine_words
 from grpo_jax.studies import summary as summary_lib
 from grpo_jax.studies.configs import config_hash, for_tier, for_tier_base
 from grpo_jax.studies.publish import publish_outputs, write_outputs
@@ -299,20 +299,6 @@ def _seconds(reports) -> float:
 def _commits(reports) -> list:
     return sorted({(report.get("provenance") or {}).get("commit") for report in reports},
                   key=str)
-
-
-def machine_words(found: dict | None) -> str:
-    """A machine as report.machine() records it, in words: "<cpu> (<isa>)", "<cpu> (<isa>,
-    capped at <set>)" where XLA_FLAGS' `--xla_cpu_max_isa` capped the set XLA compiled for,
-    "<cpu> (<isa> seen as <set> under a CPUID mask, ...)" where the process's CPUID reported
-    another set (`cpu_mask`); "unrecorded" for None (a run whose code did not record it)."""
-    if not found:
-        return "unrecorded"
-    cap = re.search(r"--xla_cpu_max_isa=(\w+)", found.get("xla_flags") or "")
-    capped = f", capped at {cap.group(1).upper()}" if cap else ""
-    seen = (f" seen as {found['seen_isa']} under a CPUID mask" if found.get("seen_isa")
-            else "")
-    return f"{found.get('cpu')} ({found.get('isa')}{seen}{capped})"
 
 
 def _machines(reports) -> list:

@@ -17,33 +17,16 @@ from __future__ import annotations
 
 import functools
 import json
-import re
 from collections.abc import Sequence
 from typing import Any, NamedTuple
 
 from grpo_jax import storage
 from grpo_jax.metrics import read_metrics
 
-__all__ = ["FINAL_TRAINING", "FinishedRun", "TrainedPolicy", "machine_words"]
+__all__ = ["FINAL_TRAINING", "FinishedRun", "TrainedPolicy"]
 
 FINAL_TRAINING = ("reward_mean", "kl_ref", "completion_length")  # last RL step's values
 HISTORY_FIELD = "_history"  # config.json's earlier configs (runner.run_directory's field)
-
-
-def machine_words(found: dict | None) -> str:
-    """A machine as a run's report.json records it (`runner.report.machine()`), in words:
-    "<cpu> (<isa>)", "<cpu> (<isa>, capped at <set>)" where XLA_FLAGS' `--xla_cpu_max_isa`
-    capped the set XLA compiled for, "<cpu> (<isa> seen as <set> under a CPUID mask, ...)"
-    where the process's CPUID reported another set (the studies' `cpu_mask`); "unrecorded"
-    for None (a run whose code did not record it). Read by report.md's "Code:" line and a
-    study's provenance.run_machines; no jax."""
-    if not found:
-        return "unrecorded"
-    cap = re.search(r"--xla_cpu_max_isa=(\w+)", found.get("xla_flags") or "")
-    capped = f", capped at {cap.group(1).upper()}" if cap else ""
-    seen = (f" seen as {found['seen_isa']} under a CPUID mask" if found.get("seen_isa")
-            else "")
-    return f"{found.get('cpu')} ({found.get('isa')}{seen}{capped})"
 
 
 class TrainedPolicy(NamedTuple):

@@ -8,7 +8,7 @@ import sys
 
 import pytest
 
-from grpo_jax.results import machine_words
+from grpo_jax.runner.report import machine_words
 from grpo_jax.studies import cpu_mask
 
 # CPUID from Python: x86-64 machine code for uint32_t f(uint32_t leaf) returning EAX, or

@@ -4,13 +4,13 @@ from __future__ import annotations
 
 import os
 import platform
+import re
 import subprocess
 import sys
 
 from grpo_jax import evals as evals_lib
 from grpo_jax import parallel
 from grpo_jax.metrics import read_metrics
-from grpo_jax.results import machine_words
 
 PLOTS = ("reward_mean", "pass@1", "reward/format", "completion_length", "kl_ref", "kl_step",
          "clip_frac")
@@ -109,6 +109,21 @@ def seen_isa() -> str | None:
     return next((name for feature, name in (("AVX512F", "AVX512"), ("AVX2", "AVX2"),
                                             ("AVX", "AVX"), ("SSE42", "SSE4_2"))
                  if features.get(feature)), None)
+
+
+def machine_words(found: dict | None) -> str:
+    """A machine as `machine()` records it, in words: "<cpu> (<isa>)", "<cpu> (<isa>,
+    capped at <set>)" where XLA_FLAGS' `--xla_cpu_max_isa` capped the set XLA compiled for,
+    "<cpu> (<isa> seen as <set> under a CPUID mask, ...)" where the process's CPUID reported
+    another set (the studies' `cpu_mask`); "unrecorded" for None (a run whose code did not
+    record it)."""
+    if not found:
+        return "unrecorded"
+    cap = re.search(r"--xla_cpu_max_isa=(\w+)", found.get("xla_flags") or "")
+    capped = f", capped at {cap.group(1).upper()}" if cap else ""
+    seen = (f" seen as {found['seen_isa']} under a CPUID mask" if found.get("seen_isa")
+            else "")
+    return f"{found.get('cpu')} ({found.get('isa')}{seen}{capped})"
 
 
 def _machine_line(found: dict | None) -> str:

@@ -8,7 +8,7 @@ import sys
 
 import pytest
 
-from grpo_jax.runner.report import machine_words
+from grpo_jax.machine import machine_words
 from grpo_jax.studies import cpu_mask
 
 # CPUID from Python: x86-64 machine code for uint32_t f(uint32_t leaf) returning EAX, or
@@ -22,7 +22,7 @@ def cpuid(leaf, register):
     page.write(code)
     address = ctypes.addressof(ctypes.c_char.from_buffer(page))
     return ctypes.CFUNCTYPE(ctypes.c_uint32, ctypes.c_uint32)(address)(leaf)
-from grpo_jax.runner.report import machine
+from grpo_jax.machine import machine
 print(json.dumps({"leaf1_eax": cpuid(1, "eax"), "l1d_kib": cpuid(0x80000005, "ecx") >> 24,
                   "machine": machine()}))
 """

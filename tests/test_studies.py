@@ -101,7 +101,7 @@ def test_a_run_another_process_holds_is_skipped_and_said(tmp_path, capsys, monke
 def test_a_run_records_the_instruction_set_its_numbers_depend_on(tmp_path, monkeypatch):
     """machine() reads the CPU's model and its widest x86 vector set from cpuinfo (XLA
     compiles for it, and one config gives other weights under another), with XLA_FLAGS."""
-    from grpo_jax.runner.report import machine
+    from grpo_jax.machine import machine
 
     def info(flags):
         path = tmp_path / f"cpuinfo-{len(flags)}"
@@ -124,7 +124,7 @@ def test_the_machine_fingerprint_repeats_and_follows_the_data():
     and a bad step count is refused before anything runs."""
     from unittest import mock
 
-    from grpo_jax.runner.report import machine
+    from grpo_jax.machine import machine
     from grpo_jax.studies import configs
     from grpo_jax.studies.fingerprint import fingerprint
 

@@ -11,7 +11,7 @@ canonical CPU, and `fingerprint` says whether that was enough:
 
 It needs CPUID faulting (the "cpuid_fault" flag of /proc/cpuinfo) and a C compiler; the
 library is built once into ~/.cache/grpo_jax/. A run made under it records the CPU as
-"<cpu> (<isa> seen as <isa> under a CPUID mask...)" (`runner.report.machine`).
+"<cpu> (<isa> seen as <isa> under a CPUID mask...)" (`grpo_jax.machine.machine`).
 """
 
 from __future__ import annotations
@@ -23,7 +23,7 @@ import shutil
 import subprocess
 import tempfile
 
-from grpo_jax.runner.report import cpuinfo_model_and_flags
+from grpo_jax.machine import cpuinfo_model_and_flags
 
 SOURCE = os.path.join(os.path.dirname(os.path.abspath(__file__)), "cpu_mask.c")
 

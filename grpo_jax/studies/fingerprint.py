@@ -30,8 +30,8 @@ def fingerprint(steps: int = 20, tier: str = "full") -> dict:
     if not isinstance(steps, int) or isinstance(steps, bool) or steps < 1:
         raise ValueError(f"fingerprint: steps must be a positive integer, got {steps!r}")
     from grpo_jax import pipeline  # jax only when a run is made
+    from grpo_jax.machine import machine, machine_words
     from grpo_jax.results import FinishedRun
-    from grpo_jax.runner.report import machine, machine_words
     from grpo_jax.studies.configs import for_tier_base, main_base
 
     config = for_tier_base(main_base(tier), tier)

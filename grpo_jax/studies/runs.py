@@ -13,8 +13,8 @@ import time
 from collections.abc import Sequence
 
 from grpo_jax import storage
+from grpo_jax.machine import machine_words
 from grpo_jax.results import FinishedRun
-from grpo_jax.runner.report import machine_words
 from grpo_jax.studies import summary as summary_lib
 from grpo_jax.studies.configs import config_hash, for_tier, for_tier_base
 from grpo_jax.studies.publish import publish_outputs, write_outputs

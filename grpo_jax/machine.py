@@ -15,7 +15,9 @@ import re
 
 __all__ = ["cpuinfo_model_and_flags", "machine", "machine_words", "seen_isa"]
 
-_ISA_FLAGS = (("avx512f", "AVX512"), ("avx2", "AVX2"), ("avx", "AVX"), ("sse4_2", "SSE4_2"))
+# the x86 vector sets, widest first: /proc/cpuinfo's flag, numpy's CPUID feature, the name
+_ISAS = (("avx512f", "AVX512F", "AVX512"), ("avx2", "AVX2", "AVX2"), ("avx", "AVX", "AVX"),
+         ("sse4_2", "SSE42", "SSE4_2"))
 
 
 def cpuinfo_model_and_flags(cpuinfo: str = "/proc/cpuinfo") -> tuple[str | None, set]:
@@ -45,7 +47,7 @@ def machine(cpuinfo: str = "/proc/cpuinfo") -> dict:
     caps it, and one config trained under two sets gives different weights, so a run's
     numbers repeat only where these match."""
     model, flags = cpuinfo_model_and_flags(cpuinfo)
-    isa = next((name for flag, name in _ISA_FLAGS if flag in flags), None)
+    isa = next((name for flag, _, name in _ISAS if flag in flags), None)
     found = {"cpu": model, "isa": isa, "cpus": os.cpu_count(),
              "xla_flags": os.environ.get("XLA_FLAGS", "")}
     seen = seen_isa()
@@ -63,9 +65,7 @@ def seen_isa() -> str | None:
         from numpy._core._multiarray_umath import __cpu_features__ as features
     except ImportError:
         return None
-    return next((name for feature, name in (("AVX512F", "AVX512"), ("AVX2", "AVX2"),
-                                            ("AVX", "AVX"), ("SSE42", "SSE4_2"))
-                 if features.get(feature)), None)
+    return next((name for _, feature, name in _ISAS if features.get(feature)), None)
 
 
 def machine_words(found: dict | None) -> str:
